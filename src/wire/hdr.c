@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+/* Packet parser and header builder, both driven by urvt_opcode[] (roce-wire.md §2-§5). */
+#include <string.h>
+
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+#include "wire/ip.h"
+
+int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (len < URVT_BTH_BYTES + URVT_ICRC_BYTES)
+		return -URVT_DROP_TRUNCATED;
+
+	uint8_t op = bth_opcode(p);
+	const struct urvt_opcode_info *info = &urvt_opcode[op];
+
+	/* rxe drops TVer != 0 (§2) */
+	if (bth_tver(p) != 0)
+		return -URVT_DROP_BAD_TVER;
+	if (!info->mask)
+		return urvt_opcode_transport(op) == URVT_TRANSPORT_RD ? -URVT_DROP_UNSUP_OPCODE
+								      : -URVT_DROP_BAD_OPCODE;
+	if (len > 0xffff)
+		return -URVT_DROP_BAD_LENGTH;
+	if (len < (size_t)info->length + URVT_ICRC_BYTES)
+		return -URVT_DROP_TRUNCATED;
+	/* headers are whole words and payload + pad is too (§5) */
+	if (len & 3)
+		return -URVT_DROP_BAD_LENGTH;
+
+	uint32_t mask = info->mask;
+	uint32_t data = (uint32_t)(len - info->length - URVT_ICRC_BYTES); /* payload + pad */
+	uint8_t pad = bth_pad(p);
+
+	if (!(mask & URVT_PAYLOAD_MASK)) {
+		if (pad)
+			return -URVT_DROP_BAD_PAD; /* §5: no-payload opcodes have PadCnt 0 */
+		if (data)
+			return -URVT_DROP_BAD_LENGTH;
+	} else if (pad > data) {
+		return -URVT_DROP_BAD_PAD;
+	}
+
+	out->pkey = bth_pkey(p);
+	if (!urvt_pkey_valid(out->pkey))
+		return -URVT_DROP_BAD_PKEY; /* §7: low 15 bits zero is invalid */
+
+	out->opcode = op;
+	out->padcnt = pad;
+	out->tver = 0;
+	out->se = bth_se(p);
+	out->mig = bth_mig(p);
+	out->fecn = bth_fecn(p);
+	out->becn = bth_becn(p);
+	out->dest_qpn = bth_qpn(p);
+	out->ackreq = bth_ackreq(p);
+	out->psn = bth_psn(p);
+
+	const uint8_t *o;
+	if (mask & URVT_FETH_MASK)
+		out->feth = feth_val(p + info->offset[URVT_FETH]);
+	if (mask & URVT_DETH_MASK) {
+		o = p + info->offset[URVT_DETH];
+		out->deth.qkey = deth_qkey(o);
+		out->deth.sqp = deth_sqp(o);
+	}
+	if (mask & URVT_RETH_MASK) {
+		o = p + info->offset[URVT_RETH];
+		out->reth.va = reth_va(o);
+		out->reth.rkey = reth_rkey(o);
+		out->reth.len = reth_len(o);
+	}
+	if (mask & URVT_ATMETH_MASK) {
+		o = p + info->offset[URVT_ATMETH];
+		out->atmeth.va = atmeth_va(o);
+		out->atmeth.rkey = atmeth_rkey(o);
+		out->atmeth.swap_add = atmeth_swap_add(o);
+		out->atmeth.comp = atmeth_comp(o);
+	}
+	if (mask & URVT_AETH_MASK) {
+		o = p + info->offset[URVT_AETH];
+		out->aeth.syn = aeth_syn(o);
+		out->aeth.msn = aeth_msn(o);
+	}
+	if (mask & URVT_ATMACK_MASK)
+		out->atmack_orig = atmack_orig(p + info->offset[URVT_ATMACK]);
+	if (mask & URVT_IMMDT_MASK)
+		out->immdt = immdt_imm(p + info->offset[URVT_IMMDT]);
+	if (mask & URVT_IETH_MASK)
+		out->ieth_rkey = ieth_rkey(p + info->offset[URVT_IETH]);
+
+	out->mask = mask;
+	out->hdr_len = info->length;
+	out->paylen = data - pad;
+	out->len = (uint32_t)len;
+	out->bth = p;
+	out->payload = p + info->length;
+	out->icrc = urvt_icrc_get(p + len - URVT_ICRC_BYTES);
+	return 0;
+}
+
+size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
+{
+	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
+	uint32_t mask = info->mask;
+
+	if (!mask || cap < info->length)
+		return 0;
+	memset(buf, 0, info->length); /* reserved fields are sent as 0 (§2, §3) */
+	bth_set_opcode(buf, f->opcode);
+	bth_set_se(buf, f->se);
+	bth_set_mig(buf, f->mig);
+	bth_set_pad(buf, (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0);
+	bth_set_tver(buf, f->tver);
+	bth_set_pkey(buf, f->pkey);
+	bth_set_fecn(buf, f->fecn);
+	bth_set_becn(buf, f->becn);
+	bth_set_qpn(buf, f->dest_qpn);
+	bth_set_ackreq(buf, f->ackreq);
+	bth_set_psn(buf, f->psn);
+
+	uint8_t *o;
+	if (mask & URVT_FETH_MASK)
+		feth_set_val(buf + info->offset[URVT_FETH], f->feth);
+	if (mask & URVT_DETH_MASK) {
+		o = buf + info->offset[URVT_DETH];
+		deth_set_qkey(o, f->deth.qkey);
+		deth_set_sqp(o, f->deth.sqp);
+	}
+	if (mask & URVT_RETH_MASK) {
+		o = buf + info->offset[URVT_RETH];
+		reth_set_va(o, f->reth.va);
+		reth_set_rkey(o, f->reth.rkey);
+		reth_set_len(o, f->reth.len);
+	}
+	if (mask & URVT_ATMETH_MASK) {
+		o = buf + info->offset[URVT_ATMETH];
+		atmeth_set_va(o, f->atmeth.va);
+		atmeth_set_rkey(o, f->atmeth.rkey);
+		atmeth_set_swap_add(o, f->atmeth.swap_add);
+		atmeth_set_comp(o, f->atmeth.comp);
+	}
+	if (mask & URVT_AETH_MASK) {
+		o = buf + info->offset[URVT_AETH];
+		aeth_set_syn(o, f->aeth.syn);
+		aeth_set_msn(o, f->aeth.msn);
+	}
+	if (mask & URVT_ATMACK_MASK)
+		atmack_set_orig(buf + info->offset[URVT_ATMACK], f->atmack_orig);
+	if (mask & URVT_IMMDT_MASK)
+		immdt_set_imm(buf + info->offset[URVT_IMMDT], f->immdt);
+	if (mask & URVT_IETH_MASK)
+		ieth_set_rkey(buf + info->offset[URVT_IETH], f->ieth_rkey);
+	/* CNP reserved bytes stay zero (§4.4) */
+	return info->length;
+}
+
+size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip)
+{
+	if (len < URVT_BTH_BYTES)
+		return 0;
+	const struct urvt_opcode_info *info = &urvt_opcode[bth_opcode(buf)];
+	if (!info->mask || len < info->length)
+		return 0;
+	uint8_t pad = bth_pad(buf);
+	size_t paylen = len - info->length;
+	if (pad != urvt_pad_for((uint32_t)paylen) && (info->mask & URVT_PAYLOAD_MASK))
+		return 0;
+	if (!(info->mask & URVT_PAYLOAD_MASK) && (pad || paylen))
+		return 0;
+	size_t total = len + pad + URVT_ICRC_BYTES;
+	/* the IPv4 total length / UDP length must fit 16 bits */
+	size_t max = 0xffff - URVT_UDP_HDR_BYTES - (urvt_ipinfo_is_v4(ip) ? URVT_IPV4_HDR_BYTES : 0);
+	if (cap < total || total > max)
+		return 0;
+	memset(buf + len, 0, pad); /* pad bytes are zero and ICRC-covered (§5) */
+	urvt_icrc_put(buf + len + pad, urvt_icrc(ip, buf, len + pad));
+	return total;
+}

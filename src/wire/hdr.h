@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * BTH and extended transport headers: big-endian field accessors, a parsed
+ * packet view, the parser and the header builder (roce-wire.md §2-§5).
+ *
+ * "Packet" here is the UDP payload: BTH .. payload, pad, ICRC.
+ */
+#ifndef URVT_WIRE_HDR_H
+#define URVT_WIRE_HDR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire/drop.h"
+#include "wire/opcode.h"
+
+#define URVT_ROCE_UDP_PORT 4791 /* roce-wire.md §1.2 */
+#define URVT_DEFAULT_PKEY 0xffff /* roce-wire.md §7 */
+#define URVT_GSI_QKEY 0x80010000u
+#define URVT_QPN_MASK 0xffffffu
+#define URVT_MULTICAST_QPN 0xffffffu
+
+/* ---- big-endian byte access (no alignment assumptions) ---- */
+
+static inline uint16_t urvt_get_be16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static inline uint32_t urvt_get_be24(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+}
+
+static inline uint32_t urvt_get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t urvt_get_be64(const uint8_t *p)
+{
+	return (uint64_t)urvt_get_be32(p) << 32 | urvt_get_be32(p + 4);
+}
+
+static inline void urvt_put_be16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static inline void urvt_put_be24(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 16);
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)v;
+}
+
+static inline void urvt_put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static inline void urvt_put_be64(uint8_t *p, uint64_t v)
+{
+	urvt_put_be32(p, (uint32_t)(v >> 32));
+	urvt_put_be32(p + 4, (uint32_t)v);
+}
+
+/* ---- BTH, roce-wire.md §2 ---- */
+
+#define URVT_BTH_SE 0x80
+#define URVT_BTH_MIG 0x40
+#define URVT_BTH_PAD_SHIFT 4
+#define URVT_BTH_PAD_MASK 0x30
+#define URVT_BTH_TVER_MASK 0x0f
+#define URVT_BTH_FECN 0x80
+#define URVT_BTH_BECN 0x40
+#define URVT_BTH_ACKREQ 0x80
+
+static inline uint8_t bth_opcode(const uint8_t *bth) { return bth[0]; }
+static inline bool bth_se(const uint8_t *bth) { return bth[1] & URVT_BTH_SE; }
+static inline bool bth_mig(const uint8_t *bth) { return bth[1] & URVT_BTH_MIG; }
+static inline uint8_t bth_pad(const uint8_t *bth) { return (bth[1] & URVT_BTH_PAD_MASK) >> URVT_BTH_PAD_SHIFT; }
+static inline uint8_t bth_tver(const uint8_t *bth) { return bth[1] & URVT_BTH_TVER_MASK; }
+static inline uint16_t bth_pkey(const uint8_t *bth) { return urvt_get_be16(bth + 2); }
+static inline bool bth_fecn(const uint8_t *bth) { return bth[4] & URVT_BTH_FECN; }
+static inline bool bth_becn(const uint8_t *bth) { return bth[4] & URVT_BTH_BECN; }
+static inline uint32_t bth_qpn(const uint8_t *bth) { return urvt_get_be24(bth + 5); }
+static inline bool bth_ackreq(const uint8_t *bth) { return bth[8] & URVT_BTH_ACKREQ; }
+static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 9); }
+
+static inline void bth_set_opcode(uint8_t *bth, uint8_t op) { bth[0] = op; }
+
+static inline void bth_set_se(uint8_t *bth, bool se)
+{
+	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_SE) | (se ? URVT_BTH_SE : 0));
+}
+
+static inline void bth_set_mig(uint8_t *bth, bool m)
+{
+	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_MIG) | (m ? URVT_BTH_MIG : 0));
+}
+
+static inline void bth_set_pad(uint8_t *bth, uint8_t pad)
+{
+	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_PAD_MASK) | ((pad << URVT_BTH_PAD_SHIFT) & URVT_BTH_PAD_MASK));
+}
+
+static inline void bth_set_tver(uint8_t *bth, uint8_t tver)
+{
+	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_TVER_MASK) | (tver & URVT_BTH_TVER_MASK));
+}
+
+static inline void bth_set_pkey(uint8_t *bth, uint16_t pkey) { urvt_put_be16(bth + 2, pkey); }
+
+static inline void bth_set_fecn(uint8_t *bth, bool v)
+{
+	bth[4] = (uint8_t)((bth[4] & ~URVT_BTH_FECN) | (v ? URVT_BTH_FECN : 0));
+}
+
+static inline void bth_set_becn(uint8_t *bth, bool v)
+{
+	bth[4] = (uint8_t)((bth[4] & ~URVT_BTH_BECN) | (v ? URVT_BTH_BECN : 0));
+}
+
+static inline void bth_set_qpn(uint8_t *bth, uint32_t qpn) { urvt_put_be24(bth + 5, qpn); }
+
+/* Also clears the 7 reserved bits (send 0, §2). */
+static inline void bth_set_ackreq(uint8_t *bth, bool a) { bth[8] = a ? URVT_BTH_ACKREQ : 0; }
+
+static inline void bth_set_psn(uint8_t *bth, uint32_t psn) { urvt_put_be24(bth + 9, psn); }
+
+/* ---- extended headers, roce-wire.md §3; p points at the header itself ---- */
+
+static inline uint64_t reth_va(const uint8_t *p) { return urvt_get_be64(p); }
+static inline uint32_t reth_rkey(const uint8_t *p) { return urvt_get_be32(p + 8); }
+static inline uint32_t reth_len(const uint8_t *p) { return urvt_get_be32(p + 12); }
+static inline void reth_set_va(uint8_t *p, uint64_t va) { urvt_put_be64(p, va); }
+static inline void reth_set_rkey(uint8_t *p, uint32_t rkey) { urvt_put_be32(p + 8, rkey); }
+static inline void reth_set_len(uint8_t *p, uint32_t len) { urvt_put_be32(p + 12, len); }
+
+static inline uint64_t atmeth_va(const uint8_t *p) { return urvt_get_be64(p); }
+static inline uint32_t atmeth_rkey(const uint8_t *p) { return urvt_get_be32(p + 8); }
+static inline uint64_t atmeth_swap_add(const uint8_t *p) { return urvt_get_be64(p + 12); }
+static inline uint64_t atmeth_comp(const uint8_t *p) { return urvt_get_be64(p + 20); }
+static inline void atmeth_set_va(uint8_t *p, uint64_t va) { urvt_put_be64(p, va); }
+static inline void atmeth_set_rkey(uint8_t *p, uint32_t rkey) { urvt_put_be32(p + 8, rkey); }
+static inline void atmeth_set_swap_add(uint8_t *p, uint64_t v) { urvt_put_be64(p + 12, v); }
+static inline void atmeth_set_comp(uint8_t *p, uint64_t v) { urvt_put_be64(p + 20, v); }
+
+static inline uint8_t aeth_syn(const uint8_t *p) { return p[0]; }
+static inline uint32_t aeth_msn(const uint8_t *p) { return urvt_get_be24(p + 1); }
+static inline void aeth_set_syn(uint8_t *p, uint8_t syn) { p[0] = syn; }
+static inline void aeth_set_msn(uint8_t *p, uint32_t msn) { urvt_put_be24(p + 1, msn); }
+
+static inline uint64_t atmack_orig(const uint8_t *p) { return urvt_get_be64(p); }
+static inline void atmack_set_orig(uint8_t *p, uint64_t v) { urvt_put_be64(p, v); }
+
+static inline uint32_t deth_qkey(const uint8_t *p) { return urvt_get_be32(p); }
+static inline uint32_t deth_sqp(const uint8_t *p) { return urvt_get_be24(p + 5); }
+static inline void deth_set_qkey(uint8_t *p, uint32_t qkey) { urvt_put_be32(p, qkey); }
+/* Also clears the reserved byte. */
+static inline void deth_set_sqp(uint8_t *p, uint32_t qpn)
+{
+	p[4] = 0;
+	urvt_put_be24(p + 5, qpn);
+}
+
+/* ImmDt is opaque; we carry it as the big-endian number on the wire, so
+ * ibv imm_data (__be32) == htobe32(immdt) (roce-wire.md §3). */
+static inline uint32_t immdt_imm(const uint8_t *p) { return urvt_get_be32(p); }
+static inline void immdt_set_imm(uint8_t *p, uint32_t imm) { urvt_put_be32(p, imm); }
+
+static inline uint32_t ieth_rkey(const uint8_t *p) { return urvt_get_be32(p); }
+static inline void ieth_set_rkey(uint8_t *p, uint32_t rkey) { urvt_put_be32(p, rkey); }
+
+static inline uint32_t feth_val(const uint8_t *p) { return urvt_get_be32(p); }
+static inline void feth_set_val(uint8_t *p, uint32_t v) { urvt_put_be32(p, v); }
+
+/* PadCnt for a payload length (roce-wire.md §5). */
+static inline uint8_t urvt_pad_for(uint32_t paylen)
+{
+	return (uint8_t)(-paylen & 3u);
+}
+
+/* ---- P_Key, roce-wire.md §7 ---- */
+
+/* A key whose low 15 bits are zero is invalid. */
+static inline bool urvt_pkey_valid(uint16_t pkey)
+{
+	return (pkey & 0x7fff) != 0;
+}
+
+/* Low 15 bits equal, at least one full member, neither invalid. */
+static inline bool urvt_pkey_match(uint16_t a, uint16_t b)
+{
+	return urvt_pkey_valid(a) && urvt_pkey_valid(b) && ((a ^ b) & 0x7fff) == 0 &&
+	       ((a | b) & 0x8000);
+}
+
+/* ---- parsed view / builder input ---- */
+
+struct urvt_reth {
+	uint64_t va;
+	uint32_t rkey;
+	uint32_t len; /* DMA length of the whole message */
+};
+
+struct urvt_atmeth {
+	uint64_t va;
+	uint32_t rkey;
+	uint64_t swap_add;
+	uint64_t comp;
+};
+
+struct urvt_aeth {
+	uint8_t syn;  /* see wire/aeth.h */
+	uint32_t msn; /* 24 bits */
+};
+
+struct urvt_deth {
+	uint32_t qkey;
+	uint32_t sqp; /* 24 bits */
+};
+
+/*
+ * Parsed packet. urvt_pkt_parse() fills every field; only the extended
+ * header fields whose URVT_*_MASK bit is in .mask are meaningful (the others
+ * are zeroed). urvt_pkt_build_hdr() takes the same struct as input and reads
+ * the BTH fields, paylen (for PadCnt) and the extended headers the opcode has.
+ */
+struct urvt_pkt {
+	/* BTH */
+	uint8_t opcode;
+	uint8_t padcnt;
+	uint8_t tver;
+	bool se;
+	bool mig;
+	bool fecn;
+	bool becn;
+	bool ackreq;
+	uint16_t pkey;
+	uint32_t dest_qpn;
+	uint32_t psn;
+
+	/* extended headers */
+	struct urvt_reth reth;
+	struct urvt_atmeth atmeth;
+	struct urvt_aeth aeth;
+	uint64_t atmack_orig;
+	struct urvt_deth deth;
+	uint32_t immdt; /* host-order value of the wire bytes, see immdt_imm() */
+	uint32_t ieth_rkey;
+	uint32_t feth;
+
+	/* layout (filled by the parser; paylen is also a builder input) */
+	uint32_t mask;		/* urvt_opcode[opcode].mask */
+	uint32_t hdr_len;	/* BTH + extended headers */
+	uint32_t paylen;	/* payload bytes, pad excluded */
+	uint32_t len;		/* whole UDP payload including pad and ICRC */
+	const uint8_t *bth;	/* start of the packet */
+	const uint8_t *payload; /* bth + hdr_len */
+	uint32_t icrc;		/* ICRC value as received (little-endian on the wire, §9) */
+};
+
+/*
+ * Parse a UDP payload (BTH .. ICRC) of len bytes. Returns 0, or a negative
+ * enum urvt_wire_drop. Bounds-checked: never reads outside [p, p + len).
+ * Does NOT check the ICRC (wire/icrc.h), the P_Key against a QP
+ * (urvt_pkey_match) or the opcode against a QP type
+ * (urvt_opcode_chk_transport). It does reject invalid P_Keys (§7).
+ */
+int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
+
+/*
+ * Write BTH + the extended headers of f->opcode into buf. PadCnt comes from
+ * f->paylen. Returns the header length (urvt_opcode[op].length), or 0 when
+ * the opcode is unknown or cap is too small. No payload, pad or ICRC.
+ */
+size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f);
+
+struct urvt_ipinfo; /* wire/ip.h */
+
+/*
+ * Finish a packet whose BTH, headers and payload occupy buf[0, len): write
+ * the PadCnt zero bytes and the ICRC for the IP/UDP headers described by ip
+ * (roce-wire.md §5, §9). PadCnt is read from the BTH. Returns the final UDP
+ * payload length (len + pad + 4) or 0 when cap is too small or the BTH PadCnt
+ * does not match the payload length implied by len.
+ */
+size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip);
+
+#endif /* URVT_WIRE_HDR_H */

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ICRC (roce-wire.md §9): CRC-32 (IEEE, as zlib crc32) over
+ *   8 x 0xFF | IP header (TOS/TTL/checksum or TC/FL/hop limit = 1s) |
+ *   UDP header (checksum = 1s) | BTH (byte 4 = 0xFF) | rest, ICRC excluded.
+ * The masked headers are copied to a small stack buffer; the rest of the
+ * packet is fed to the library CRC in place.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "wire/drop.h"
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+
+#ifdef URVT_WIRE_USE_LIBDEFLATE
+#include <libdeflate.h>
+static inline uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
+{
+	return libdeflate_crc32(crc, p, n);
+}
+#define CRC_BACKEND "libdeflate"
+#else
+#include <zlib.h>
+static inline uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
+{
+	/* zlib takes uInt lengths; packets are < 64 KiB */
+	return (uint32_t)crc32(crc, p, (uInt)n);
+}
+#define CRC_BACKEND "zlib"
+#endif
+
+const char *urvt_icrc_backend(void)
+{
+	return CRC_BACKEND;
+}
+
+#define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (§9 step 1) */
+#define PREFIX_MAX (LRH_STANDIN + URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES + URVT_BTH_BYTES)
+
+/*
+ * buf holds 8 x FF + the masked IP and UDP headers (hlen bytes in all).
+ * Append the masked BTH and run the CRC over it and the rest of the packet.
+ */
+static uint32_t icrc_finish(uint8_t *buf, size_t hlen, const uint8_t *bth, size_t len)
+{
+	size_t b = len < URVT_BTH_BYTES ? len : URVT_BTH_BYTES;
+
+	memcpy(buf + hlen, bth, b);
+	if (b > 4)
+		buf[hlen + 4] = 0xff; /* FECN, BECN, resv6 (§9 step 4) */
+	uint32_t crc = crc_update(0, buf, hlen + b);
+	return crc_update(crc, bth + b, len - b);
+}
+
+static void mask_udp(uint8_t *udp)
+{
+	udp[6] = 0xff; /* checksum (§9 step 3) */
+	udp[7] = 0xff;
+}
+
+uint32_t urvt_icrc_ip(const uint8_t *ip_pkt, size_t len)
+{
+	uint8_t buf[PREFIX_MAX];
+	size_t hl;
+
+	if (len < 1)
+		return 0;
+	if ((ip_pkt[0] >> 4) == 4) {
+		hl = URVT_IPV4_HDR_BYTES;
+	} else if ((ip_pkt[0] >> 4) == 6) {
+		hl = URVT_IPV6_HDR_BYTES;
+	} else {
+		return 0;
+	}
+	if (len < hl + URVT_UDP_HDR_BYTES)
+		return 0;
+	memset(buf, 0xff, LRH_STANDIN);
+	memcpy(buf + LRH_STANDIN, ip_pkt, hl + URVT_UDP_HDR_BYTES);
+	uint8_t *iph = buf + LRH_STANDIN;
+	if (hl == URVT_IPV4_HDR_BYTES) {
+		iph[1] = 0xff; /* TOS */
+		iph[8] = 0xff; /* TTL */
+		iph[10] = 0xff; /* header checksum */
+		iph[11] = 0xff;
+	} else {
+		iph[0] |= 0x0f; /* traffic class + flow label */
+		iph[1] = 0xff;
+		iph[2] = 0xff;
+		iph[3] = 0xff;
+		iph[7] = 0xff; /* hop limit */
+	}
+	mask_udp(iph + hl);
+	size_t pre = LRH_STANDIN + hl + URVT_UDP_HDR_BYTES;
+	return icrc_finish(buf, pre, ip_pkt + hl + URVT_UDP_HDR_BYTES,
+			   len - hl - URVT_UDP_HDR_BYTES);
+}
+
+/* 8 x FF + masked UDP header at buf[off]. */
+static size_t put_udp(uint8_t *buf, size_t off, uint16_t sport, uint16_t dport, size_t len)
+{
+	uint8_t *udp = buf + off;
+
+	urvt_put_be16(udp, sport);
+	urvt_put_be16(udp + 2, dport);
+	/* UDP length covers the ICRC too (§1) */
+	urvt_put_be16(udp + 4, (uint16_t)(URVT_UDP_HDR_BYTES + len + URVT_ICRC_BYTES));
+	mask_udp(udp);
+	return off + URVT_UDP_HDR_BYTES;
+}
+
+static size_t put_v4_prefix(uint8_t *buf, uint32_t saddr_be, uint32_t daddr_be,
+			    uint16_t ip_id, bool df, uint16_t sport, uint16_t dport, size_t len)
+{
+	uint8_t *ip = buf + LRH_STANDIN;
+
+	memset(buf, 0xff, LRH_STANDIN);
+	ip[0] = 0x45;
+	ip[1] = 0xff; /* TOS, masked */
+	urvt_put_be16(ip + 2, (uint16_t)(URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len +
+					 URVT_ICRC_BYTES));
+	urvt_put_be16(ip + 4, ip_id);
+	urvt_put_be16(ip + 6, df ? URVT_IPV4_DF : 0);
+	ip[8] = 0xff; /* TTL, masked */
+	ip[9] = 17;
+	ip[10] = 0xff; /* checksum, masked */
+	ip[11] = 0xff;
+	memcpy(ip + 12, &saddr_be, 4);
+	memcpy(ip + 16, &daddr_be, 4);
+	return put_udp(buf, LRH_STANDIN + URVT_IPV4_HDR_BYTES, sport, dport, len);
+}
+
+uint32_t urvt_icrc_v4(uint32_t saddr_be, uint32_t daddr_be, uint16_t ip_id, bool df,
+		      uint16_t sport, uint16_t dport, const uint8_t *bth, size_t len)
+{
+	uint8_t buf[PREFIX_MAX];
+	size_t pre = put_v4_prefix(buf, saddr_be, daddr_be, ip_id, df, sport, dport, len);
+
+	return icrc_finish(buf, pre, bth, len);
+}
+
+uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t sport,
+		      uint16_t dport, const uint8_t *bth, size_t len)
+{
+	uint8_t buf[PREFIX_MAX];
+	uint8_t *ip = buf + LRH_STANDIN;
+
+	memset(buf, 0xff, LRH_STANDIN);
+	/* version 6; traffic class and flow label masked to ones (§9 step 2) */
+	ip[0] = 0x6f;
+	ip[1] = 0xff;
+	ip[2] = 0xff;
+	ip[3] = 0xff;
+	urvt_put_be16(ip + 4, (uint16_t)(URVT_UDP_HDR_BYTES + len + URVT_ICRC_BYTES));
+	ip[6] = 17;
+	ip[7] = 0xff; /* hop limit, masked */
+	memcpy(ip + 8, saddr, 16);
+	memcpy(ip + 24, daddr, 16);
+	size_t pre = put_udp(buf, LRH_STANDIN + URVT_IPV6_HDR_BYTES, sport, dport, len);
+	return icrc_finish(buf, pre, bth, len);
+}
+
+uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
+{
+	if (urvt_ipinfo_is_v4(ip))
+		return urvt_icrc_v4(urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid), ip->ip_id,
+				    ip->df, ip->sport, ip->dport, bth, len);
+	return urvt_icrc_v6(ip->sgid, ip->dgid, ip->sport, ip->dport, bth, len);
+}
+
+/* ---- GF(2)[x] mod P, reflected representation (bit 31 = x^0) ---- */
+
+#define CRC32_POLY_REFL 0xedb88320u /* P without x^32, reflected */
+#define GF2_ONE 0x80000000u	     /* x^0 */
+/* x^-1 = (P + 1) / x: the reflected P shifted up one degree, x^31 term set */
+#define GF2_XINV ((CRC32_POLY_REFL << 1) | 1u)
+
+uint32_t urvt_gf2_mulmod(uint32_t a, uint32_t b)
+{
+	uint32_t prod = 0;
+
+	/* walk a from x^0 upward while b runs through b * x^i */
+	for (uint32_t bit = GF2_ONE; bit; bit >>= 1) {
+		prod ^= b & (0u - ((a & bit) != 0));
+		b = (b >> 1) ^ (CRC32_POLY_REFL & (0u - (b & 1u)));
+	}
+	return prod;
+}
+
+/* x^(-8i) and x^(-2048i), i < 256: any x^(-8n), n < 65536, in two products. */
+static uint32_t xinv8_lo[256], xinv8_hi[256];
+static pthread_once_t xinv8_once = PTHREAD_ONCE_INIT;
+
+static void xinv8_init(void)
+{
+	uint32_t step = GF2_ONE;
+
+	for (int i = 0; i < 8; i++)
+		step = urvt_gf2_mulmod(step, GF2_XINV);
+	xinv8_lo[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		xinv8_lo[i] = urvt_gf2_mulmod(xinv8_lo[i - 1], step);
+	uint32_t big = urvt_gf2_mulmod(xinv8_lo[255], step); /* x^(-8*256) */
+	xinv8_hi[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		xinv8_hi[i] = urvt_gf2_mulmod(xinv8_hi[i - 1], big);
+}
+
+uint32_t urvt_gf2_xinv8(uint32_t nbytes)
+{
+	pthread_once(&xinv8_once, xinv8_init);
+	return urvt_gf2_mulmod(xinv8_lo[nbytes & 0xff], xinv8_hi[(nbytes >> 8) & 0xff]);
+}
+
+/*
+ * roce-wire.md §1.3. Let D = received ICRC ^ ICRC(ID=0, DF=1). For two
+ * equal-length inputs the init/final XORs cancel, so D is the raw
+ * (zero-init) CRC of the difference of the inputs, which is non-zero only in
+ * the 3-byte window W = [ID hi, ID lo, flags hi] at CRC-input offset 12.
+ * With k bytes after the window, raw CRC = W(x) * x^(8k+32) mod P, hence
+ * W(x) = D * x^-(8k+32) mod P, a polynomial of degree < 24 iff the packet
+ * is genuine. In the reflected word W's three bytes sit in bits 8..31 and
+ * bits 0..7 must be zero; the flags byte must differ by nothing (DF set) or
+ * exactly DF (DF clear). 16 (or 15) bits of protection remain.
+ */
+bool urvt_icrc_v4_verify_unknown_id(uint32_t saddr_be, uint32_t daddr_be, uint16_t sport,
+				    uint16_t dport, const uint8_t *bth, size_t len_with_icrc,
+				    unsigned flags, uint16_t *id_out, bool *df_out)
+{
+	enum { WIN_END = LRH_STANDIN + 7 }; /* input offset just past IPv4 byte 6 */
+
+	if (len_with_icrc < URVT_BTH_BYTES + URVT_ICRC_BYTES ||
+	    len_with_icrc > 0xffff - URVT_IPV4_HDR_BYTES - URVT_UDP_HDR_BYTES)
+		return false;
+	size_t len = len_with_icrc - URVT_ICRC_BYTES;
+	uint32_t base = urvt_icrc_v4(saddr_be, daddr_be, 0, true, sport, dport, bth, len);
+	uint32_t d = urvt_icrc_get(bth + len) ^ base;
+	if (d == 0) {
+		if (id_out)
+			*id_out = 0;
+		if (df_out)
+			*df_out = true;
+		return true;
+	}
+	size_t n = LRH_STANDIN + URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len;
+	size_t k = n - WIN_END; /* bytes after the window */
+	uint32_t w = urvt_gf2_mulmod(d, urvt_gf2_xinv8((uint32_t)(k + 4)));
+	if (w & 0xff)
+		return false;
+	uint8_t flags_diff = (uint8_t)(w >> 24);
+	if (flags_diff != 0 && !(flags_diff == (URVT_IPV4_DF >> 8) && (flags & URVT_ICRC_DF_ANY)))
+		return false;
+	if (id_out)
+		*id_out = (uint16_t)(((w >> 8) & 0xff) << 8 | ((w >> 16) & 0xff));
+	if (df_out)
+		*df_out = flags_diff == 0;
+	return true;
+}
+
+int urvt_icrc_check(struct urvt_ipinfo *ip, const uint8_t *bth, size_t len_with_icrc,
+		    unsigned flags)
+{
+	if (len_with_icrc < URVT_BTH_BYTES + URVT_ICRC_BYTES)
+		return -URVT_DROP_BAD_ICRC;
+	size_t len = len_with_icrc - URVT_ICRC_BYTES;
+	if (urvt_ipinfo_is_v4(ip) && (flags & URVT_ICRC_V4_ID_UNKNOWN)) {
+		uint16_t id;
+		bool df;
+		if (!urvt_icrc_v4_verify_unknown_id(urvt_gid_to_v4(ip->sgid),
+						    urvt_gid_to_v4(ip->dgid), ip->sport, ip->dport,
+						    bth, len_with_icrc, flags & URVT_ICRC_DF_ANY,
+						    &id, &df))
+			return -URVT_DROP_BAD_ICRC;
+		ip->ip_id = id;
+		ip->df = df;
+		return 0;
+	}
+	if (urvt_icrc(ip, bth, len) != urvt_icrc_get(bth + len))
+		return -URVT_DROP_BAD_ICRC;
+	return 0;
+}
