@@ -1,0 +1,435 @@
+/*
+ * Devices and contexts at the verbs edge: the device list (always the one
+ * device "urvt0"), ibv_open_device / ibv_close_device and the context
+ * layout the header's inline verbs rely on, and the device/port/GID/P_Key
+ * queries. Core calls return negative errno; each verb converts once, to
+ * its own convention (positive errno, or -1 / NULL with errno).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rvt_api.h"
+#include "verbs/ops.h"
+
+/* The header maps these names to inline wrappers; we define the real ones. */
+#undef ibv_get_device_list
+#undef ibv_query_port
+
+/* ------------------------------------------------------------------ */
+/* Device list                                                        */
+/* ------------------------------------------------------------------ */
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list = calloc(2, sizeof(*list));
+
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	list[0] = urvt_ibdev();
+	if (num_devices)
+		*num_devices = 1;
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device->name;
+}
+
+/*
+ * The node GUID is derived from the device address, which the core picks
+ * when the device is created, so answering needs the device: take and drop
+ * an open reference (cheap when a context is already open, otherwise the
+ * device is brought up and down once). 0 with errno if it cannot be made.
+ */
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	struct rvt_dev_info *rdi;
+	__be64 guid;
+	int err = 0;
+
+	if (device != urvt_ibdev()) {
+		errno = ENODEV;
+		return 0;
+	}
+	rdi = rvt_dev_get(&err);
+	if (!rdi) {
+		errno = -err;
+		return 0;
+	}
+	guid = rdi->dattr.node_guid;
+	rvt_dev_put(rdi);
+	return guid;
+}
+
+/* rdma-core's kernel device index; urvt0 is the only (and first) device. */
+int ibv_get_device_index(struct ibv_device *device)
+{
+	return device == urvt_ibdev() ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Contexts                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * ibv_close_xrcd() is the one inline wrapper in verbs.h that calls its
+ * verbs_context op without checking it for NULL; give it an op that
+ * answers like every other unsupported one.
+ */
+static int close_xrcd_unsupported(struct ibv_xrcd *xrcd)
+{
+	return EOPNOTSUPP;
+}
+
+static void init_ops(struct urvt_context *uctx)
+{
+	struct verbs_context *vctx = &uctx->vctx;
+	struct ibv_context_ops *ops = &vctx->context.ops;
+
+	/* struct ibv_context_ops: what the header's inline fast paths call. */
+	ops->poll_cq = urvt_poll_cq;
+	ops->req_notify_cq = urvt_req_notify_cq;
+	ops->post_send = urvt_post_send;
+	ops->post_recv = urvt_post_recv;
+	ops->post_srq_recv = urvt_post_srq_recv;
+	ops->alloc_mw = urvt_alloc_mw;
+	ops->bind_mw = urvt_bind_mw;
+	ops->dealloc_mw = urvt_dealloc_mw;
+	/* The two pre-verbs_context query slots, for very old inline code. */
+	ops->_compat_query_device = ibv_query_device;
+	ops->_compat_query_port = ibv_query_port;
+
+	/*
+	 * struct verbs_context: only what urvt implements. Every other op
+	 * stays NULL, and the header's wrappers (ibv_open_xrcd, ibv_alloc_td,
+	 * ibv_create_wq, ibv_create_flow, ibv_alloc_dm, ibv_create_counters,
+	 * ibv_modify_cq, ...) then fail with EOPNOTSUPP on their own.
+	 */
+	vctx->query_port = urvt_vctx_query_port;
+	vctx->query_device_ex = urvt_query_device_ex;
+	vctx->create_cq_ex = urvt_create_cq_ex;
+	vctx->create_qp_ex = urvt_create_qp_ex;
+	vctx->create_srq_ex = urvt_create_srq_ex;
+	vctx->close_xrcd = close_xrcd_unsupported;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct urvt_context *uctx;
+	struct ibv_context *ctx;
+	struct rvt_dev_info *rdi;
+	int ret = 0;
+
+	if (device != urvt_ibdev()) {
+		errno = ENODEV;
+		return NULL;
+	}
+	uctx = calloc(1, sizeof(*uctx));
+	if (!uctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	rdi = rvt_dev_get(&ret);
+	if (!rdi)
+		goto err_free;
+	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */
+	if (ret)
+		goto err_put_dev;
+
+	ctx = &uctx->vctx.context;
+	/*
+	 * The extended-context handshake of verbs.h: abi_compat marks the
+	 * ibv_context as embedded at the end of a verbs_context, and sz says
+	 * how much of that struct (counted back from the ibv_context) exists.
+	 * The whole struct of the header we compile against is there.
+	 */
+	uctx->vctx.sz = sizeof(struct verbs_context);
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	ctx->device = device;
+	ctx->cmd_fd = -1;		/* no kernel command channel */
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	init_ops(uctx);
+	return ctx;
+
+err_put_dev:
+	rvt_dev_put(rdi);
+err_free:
+	free(uctx);
+	errno = -ret;
+	return NULL;
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	struct urvt_context *uctx = to_uctx(context);
+	struct rvt_dev_info *rdi = uctx->rdi;
+
+	urvt_context_fini(uctx);
+	pthread_mutex_destroy(&context->mutex);
+	free(uctx);
+	rvt_dev_put(rdi);
+	return 0;
+}
+
+int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+	int ret = urvt_get_async_event(to_uctx(context), event);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	urvt_ack_async_event(event);
+}
+
+/* ------------------------------------------------------------------ */
+/* Device and port attributes                                         */
+/* ------------------------------------------------------------------ */
+
+int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device_attr)
+{
+	*device_attr = to_uctx(context)->rdi->dattr;
+	return 0;
+}
+
+/*
+ * Reports what urvt has and nothing more: no on-demand paging, TSO, RSS,
+ * WQs, packet pacing, tag matching, CQ moderation, device memory or
+ * completion timestamps. The capability bits of orig_attr are repeated in
+ * the low half of device_cap_flags_ex, as the kernel does.
+ */
+int urvt_query_device_ex(struct ibv_context *context,
+			 const struct ibv_query_device_ex_input *input,
+			 struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	const struct ibv_device_attr *dattr = &to_uctx(context)->rdi->dattr;
+	struct ibv_device_attr_ex ex;
+
+	if (input && input->comp_mask)
+		return EINVAL;
+	if (attr_size < sizeof(attr->orig_attr))
+		return EINVAL;
+
+	memset(&ex, 0, sizeof(ex));
+	ex.orig_attr = *dattr;
+	ex.device_cap_flags_ex = dattr->device_cap_flags;
+	ex.completion_timestamp_mask = 0;
+	ex.hca_core_clock = 0;
+	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
+
+	/* A caller built against a newer header gets zeros for what we lack. */
+	memset(attr, 0, attr_size);
+	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
+	return 0;
+}
+
+/*
+ * verbs_context->query_port: the inline ibv_query_port passes the size of
+ * the ibv_port_attr it was compiled with. Smaller (older) callers get that
+ * prefix; a size larger than the struct we know is refused, as we could not
+ * vouch for the fields behind it.
+ */
+int urvt_vctx_query_port(struct ibv_context *context, uint8_t port_num,
+			 struct ibv_port_attr *port_attr, size_t port_attr_len)
+{
+	struct ibv_port_attr attr;
+	int ret;
+
+	if (port_attr_len > sizeof(attr))
+		return EINVAL;
+	ret = rvt_query_port(to_uctx(context)->rdi, port_num, &attr);
+	if (ret)
+		return -ret;
+	memcpy(port_attr, &attr, port_attr_len);
+	return 0;
+}
+
+/*
+ * The exported ibv_query_port@IBVERBS_1.1 predates port_cap_flags2: its
+ * struct ends at 'flags'. Only that prefix may be written.
+ */
+struct _compat_ibv_port_attr {
+	enum ibv_port_state state;
+	enum ibv_mtu max_mtu;
+	enum ibv_mtu active_mtu;
+	int gid_tbl_len;
+	uint32_t port_cap_flags;
+	uint32_t max_msg_sz;
+	uint32_t bad_pkey_cntr;
+	uint32_t qkey_viol_cntr;
+	uint16_t pkey_tbl_len;
+	uint16_t lid;
+	uint16_t sm_lid;
+	uint8_t lmc;
+	uint8_t max_vl_num;
+	uint8_t sm_sl;
+	uint8_t subnet_timeout;
+	uint8_t init_type_reply;
+	uint8_t active_width;
+	uint8_t active_speed;
+	uint8_t phys_state;
+	uint8_t link_layer;
+	uint8_t flags;
+};
+_Static_assert(offsetof(struct _compat_ibv_port_attr, flags) ==
+	       offsetof(struct ibv_port_attr, flags), "old port_attr is a prefix");
+_Static_assert(sizeof(struct _compat_ibv_port_attr) <= sizeof(struct ibv_port_attr),
+	       "old port_attr is a prefix");
+
+int ibv_query_port(struct ibv_context *context, uint8_t port_num,
+		   struct _compat_ibv_port_attr *port_attr)
+{
+	return urvt_vctx_query_port(context, port_num, (struct ibv_port_attr *)port_attr,
+				    sizeof(*port_attr));
+}
+
+/* ------------------------------------------------------------------ */
+/* GID and P_Key tables                                               */
+/* ------------------------------------------------------------------ */
+
+/* ibv_query_gid and ibv_query_pkey: 0, or -1 with errno (their man pages). */
+int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index,
+		  union ibv_gid *gid)
+{
+	int ret = rvt_query_gid(to_uctx(context)->rdi, port_num, index, gid);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+static bool gid_is_zero(const union ibv_gid *gid)
+{
+	static const union ibv_gid zero;
+
+	return !memcmp(gid, &zero, sizeof(*gid));
+}
+
+/* One table entry; positive errno, ENODATA for an unused slot. */
+static int gid_entry(struct rvt_dev_info *rdi, uint32_t port_num, uint32_t index,
+		     struct ibv_gid_entry *entry)
+{
+	int ret;
+
+	if (port_num > UINT8_MAX || index > INT32_MAX)
+		return EINVAL;
+	memset(entry, 0, sizeof(*entry));
+	ret = rvt_query_gid(rdi, (uint8_t)port_num, (int)index, &entry->gid);
+	if (ret)
+		return -ret;
+	if (gid_is_zero(&entry->gid))
+		return ENODATA;
+	entry->gid_index = index;
+	entry->port_num = port_num;
+	/* urvt speaks RoCEv2 only: every GID is a UDP/IP address. */
+	entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+	entry->ndev_ifindex = rdi->ifindex;
+	return 0;
+}
+
+/* Copy an entry into a caller's slot of entry_size bytes (any header age). */
+static void put_entry(void *dst, size_t entry_size, const struct ibv_gid_entry *entry)
+{
+	memset(dst, 0, entry_size);
+	memcpy(dst, entry, entry_size < sizeof(*entry) ? entry_size : sizeof(*entry));
+}
+
+int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry e;
+	int ret;
+
+	if (flags || !entry_size)
+		return EINVAL;
+	ret = gid_entry(to_uctx(context)->rdi, port_num, gid_index, &e);
+	if (ret)
+		return ret;
+	put_entry(entry, entry_size, &e);
+	return 0;
+}
+
+/* All valid entries of all ports; the count, or a negative errno. */
+ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	struct rvt_dev_info *rdi = to_uctx(context)->rdi;
+	uint8_t *out = (uint8_t *)entries;
+	size_t n = 0;
+
+	if (flags || !entry_size)
+		return -EINVAL;
+	for (uint8_t port = 1; port <= rdi->dattr.phys_port_cnt; port++) {
+		struct ibv_port_attr pattr;
+		int ret = rvt_query_port(rdi, port, &pattr);
+
+		if (ret)
+			return ret;
+		for (int i = 0; i < pattr.gid_tbl_len; i++) {
+			struct ibv_gid_entry e;
+
+			ret = gid_entry(rdi, port, (uint32_t)i, &e);
+			if (ret == ENODATA)
+				continue;
+			if (ret)
+				return -ret;
+			/* The kernel refuses a buffer too small for the table. */
+			if (n == max_entries)
+				return -EINVAL;
+			put_entry(out + n * entry_size, entry_size, &e);
+			n++;
+		}
+	}
+	return (ssize_t)n;
+}
+
+int ibv_query_pkey(struct ibv_context *context, uint8_t port_num, int index,
+		   __be16 *pkey)
+{
+	int ret = rvt_query_pkey(to_uctx(context)->rdi, port_num, index, pkey);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+/* The index of a P_Key in the port's table, or -1 with errno. */
+int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, __be16 pkey)
+{
+	struct rvt_dev_info *rdi = to_uctx(context)->rdi;
+	struct ibv_port_attr pattr;
+	int ret = rvt_query_port(rdi, port_num, &pattr);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	for (int i = 0; i < pattr.pkey_tbl_len; i++) {
+		__be16 p;
+
+		if (!rvt_query_pkey(rdi, port_num, i, &p) && p == pkey)
+			return i;
+	}
+	errno = ENOENT;
+	return -1;
+}
