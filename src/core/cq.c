@@ -1,0 +1,205 @@
+/* Completion queues (rdmavt cq.c, qp-semantics.md §11). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/rvt_api.h"
+
+static int ring_alloc(uint32_t cqe, struct ibv_wc **queue, uint32_t *size)
+{
+	/* rxe rounds the ring up to a power of two and reports the slack as
+	 * usable capacity; indices run free and are masked on access. */
+	uint32_t n = urvt_roundup_pow2(cqe + 1);
+
+	*queue = calloc(n, sizeof(**queue));
+	if (!*queue)
+		return -ENOMEM;
+	*size = n;
+	return 0;
+}
+
+struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
+			     struct urvt_comp_channel *ch, int comp_vector,
+			     const struct ibv_cq_init_attr_ex *ex, int *err)
+{
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_cq *cq;
+	int ret;
+
+	if (cqe < 1 || (uint32_t)cqe > (uint32_t)rdi->dattr.max_cqe ||
+	    comp_vector < 0 || comp_vector >= uctx->vctx.context.num_comp_vectors) {
+		ret = -EINVAL;
+		goto err;
+	}
+	if (atomic_fetch_add(&rdi->n_cqs, 1) >= URVT_MAX_CQ) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	if (posix_memalign((void **)&cq, URVT_CACHELINE, sizeof(*cq))) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	memset(cq, 0, sizeof(*cq));
+	ret = ring_alloc((uint32_t)cqe, &cq->queue, &cq->ring_size);
+	if (ret)
+		goto err_free;
+	cq->mask = cq->ring_size - 1;
+	cq->cqe = cq->ring_size - 1;
+	cq->uctx = uctx;
+	cq->channel = ch;
+	if (ex) {
+		cq->ex = true;
+		cq->wc_flags = ex->wc_flags;
+	}
+	urvt_spin_init(&cq->p_lock);
+	urvt_spin_init(&cq->c_lock);
+	cq->ibcq.context = &uctx->vctx.context;
+	cq->ibcq.channel = ch ? &ch->ibch : NULL;
+	cq->ibcq.cqe = (int)cq->cqe;
+	pthread_mutex_init(&cq->ibcq.mutex, NULL);
+	pthread_cond_init(&cq->ibcq.cond, NULL);
+	if (ch)
+		__atomic_fetch_add(&ch->ibch.refcnt, 1, __ATOMIC_RELAXED);
+	return cq;
+
+err_free:
+	free(cq);
+err_count:
+	atomic_fetch_sub(&rdi->n_cqs, 1);
+err:
+	*err = ret;
+	return NULL;
+}
+
+int rvt_destroy_cq(struct rvt_cq *cq)
+{
+	struct rvt_dev_info *rdi = cq->uctx->rdi;
+
+	if (atomic_load(&cq->usecnt))
+		return -EBUSY;
+	if (cq->channel)
+		__atomic_fetch_sub(&cq->channel->ibch.refcnt, 1, __ATOMIC_RELEASE);
+	urvt_spin_destroy(&cq->p_lock);
+	urvt_spin_destroy(&cq->c_lock);
+	pthread_mutex_destroy(&cq->ibcq.mutex);
+	pthread_cond_destroy(&cq->ibcq.cond);
+	free(cq->queue);
+	free(cq);
+	atomic_fetch_sub(&rdi->n_cqs, 1);
+	return 0;
+}
+
+int rvt_resize_cq(struct rvt_cq *cq, int cqe)
+{
+	struct ibv_wc *queue, *old;
+	uint32_t size, head, tail, n;
+	int ret;
+
+	if (cqe < 1 || (uint32_t)cqe > (uint32_t)cq->uctx->rdi->dattr.max_cqe)
+		return -EINVAL;
+	ret = ring_alloc((uint32_t)cqe, &queue, &size);
+	if (ret)
+		return ret;
+	/* Both ends stop while the entries move, in order, to the new ring. */
+	urvt_spin_lock(&cq->c_lock);
+	urvt_spin_lock(&cq->p_lock);
+	head = cq->head;
+	tail = cq->tail;
+	n = head - tail;
+	if (n > size - 1) {
+		urvt_spin_unlock(&cq->p_lock);
+		urvt_spin_unlock(&cq->c_lock);
+		free(queue);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		queue[i] = cq->queue[(tail + i) & cq->mask];
+	old = cq->queue;
+	cq->queue = queue;
+	cq->ring_size = size;
+	cq->mask = size - 1;
+	cq->cqe = size - 1;
+	cq->ibcq.cqe = (int)cq->cqe;
+	cq->tail = 0;
+	cq->head = n;
+	urvt_spin_unlock(&cq->p_lock);
+	urvt_spin_unlock(&cq->c_lock);
+	free(old);
+	return 0;
+}
+
+static void notify_channel(struct rvt_cq *cq)
+{
+	struct rvt_cq *self = cq;
+
+	if (!cq->channel)
+		return;
+	atomic_fetch_add(&cq->comp_events_reported, 1);
+	if (write(cq->channel->wfd, &self, sizeof(self)) != (ssize_t)sizeof(self))
+		atomic_fetch_sub(&cq->comp_events_reported, 1);
+}
+
+bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	uint32_t head;
+	int notify;
+	bool fire = false;
+
+	urvt_spin_lock(&cq->p_lock);
+	head = cq->head;
+	/* P0: pairs with the consumer's release of tail (C2). */
+	if (unlikely(head - load_acquire(&cq->tail) >= cq->cqe)) {
+		bool first = !cq->overflow;
+		cq->overflow = true;
+		urvt_spin_unlock(&cq->p_lock);
+		if (first)
+			urvt_dispatch_async_event(cq->uctx, IBV_EVENT_CQ_ERR, cq);
+		return false;
+	}
+	cq->queue[head & cq->mask] = *wc;
+	/* P1: publish the entry to poll_cq (C1). */
+	store_release(&cq->head, head + 1);
+	notify = atomic_load_explicit(&cq->notify, memory_order_relaxed);
+	if (notify == RVT_CQ_NOTIFY_NEXT ||
+	    (notify == RVT_CQ_NOTIFY_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS))) {
+		atomic_store_explicit(&cq->notify, RVT_CQ_NOTIFY_NONE, memory_order_relaxed);
+		fire = true;
+	}
+	urvt_spin_unlock(&cq->p_lock);
+	if (fire)
+		notify_channel(cq);
+	return true;
+}
+
+int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	uint32_t tail, avail;
+	int n;
+
+	if (unlikely(num_entries < 0))
+		return -EINVAL;
+	urvt_spin_lock(&cq->c_lock);
+	tail = cq->tail;
+	/* C1: pairs with the producer's release of head (P1). */
+	avail = load_acquire(&cq->head) - tail;
+	n = (int)avail < num_entries ? (int)avail : num_entries;
+	for (int i = 0; i < n; i++)
+		wc[i] = cq->queue[(tail + (uint32_t)i) & cq->mask];
+	/* C2: the slots may be reused once the producer sees this (P0). */
+	store_release(&cq->tail, tail + (uint32_t)n);
+	urvt_spin_unlock(&cq->c_lock);
+	return n;
+}
+
+int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only)
+{
+	int want = solicited_only ? RVT_CQ_NOTIFY_SOLICITED : RVT_CQ_NOTIFY_NEXT;
+
+	urvt_spin_lock(&cq->p_lock);
+	/* IBTA C11-31/32: an armed NEXT is never downgraded to SOLICITED. */
+	if (atomic_load_explicit(&cq->notify, memory_order_relaxed) != RVT_CQ_NOTIFY_NEXT)
+		atomic_store_explicit(&cq->notify, want, memory_order_relaxed);
+	urvt_spin_unlock(&cq->p_lock);
+	return 0;
+}

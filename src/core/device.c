@@ -1,0 +1,223 @@
+/*
+ * The device "urvt0": one per process, created by the first
+ * ibv_open_device and torn down by the last ibv_close_device. It owns the
+ * QPN and key tables, the address (GID) and the progress thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/progress.h"
+#include "core/rvt_api.h"
+#include "core/qp_table.h"
+#include "link/udp.h"
+
+static pthread_mutex_t g_dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rvt_dev_info *g_rdi;
+
+static struct ibv_device g_ibdev = {
+	.node_type = IBV_NODE_CA,
+	.transport_type = IBV_TRANSPORT_IB,
+	.name = "urvt0",
+	.dev_name = "uverbs-urvt0",
+	.dev_path = "",
+	.ibdev_path = "",
+};
+
+struct ibv_device *urvt_ibdev(void)
+{
+	return &g_ibdev;
+}
+
+/* URVT_MTU: 256..4096 bytes (or the enum 1..5); default 1024. */
+static enum ibv_mtu mtu_from_env(void)
+{
+	const char *s = getenv("URVT_MTU");
+	long v;
+
+	if (!s || !*s)
+		return IBV_MTU_1024;
+	v = strtol(s, NULL, 0);
+	switch (v) {
+	case 1: case 256: return IBV_MTU_256;
+	case 2: case 512: return IBV_MTU_512;
+	case 3: case 1024: return IBV_MTU_1024;
+	case 4: case 2048: return IBV_MTU_2048;
+	case 5: case 4096: return IBV_MTU_4096;
+	default:
+		fprintf(stderr, "urvt: URVT_MTU=%s is not 256/512/1024/2048/4096, using 1024\n", s);
+		return IBV_MTU_1024;
+	}
+}
+
+static void init_attrs(struct rvt_dev_info *rdi)
+{
+	struct ibv_device_attr *a = &rdi->dattr;
+	struct ibv_port_attr *p = &rdi->port_attr;
+	uint64_t guid;
+
+	/* GUID from the address, as rxe derives it from the MAC. */
+	memcpy(&guid, &rdi->addr6.s6_addr[8], 8);
+	rdi->node_guid = guid ^ 0x0200000000000000ull;
+
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "urvt-0.1.0");
+	a->node_guid = rdi->node_guid;
+	a->sys_image_guid = rdi->node_guid;
+	a->max_mr_size = URVT_MAX_MR_SIZE;
+	a->page_size_cap = 0xfffff000u;
+	a->vendor_id = URVT_VENDOR_ID;
+	a->vendor_part_id = 0;
+	a->hw_ver = 0;
+	a->max_qp = URVT_MAX_QP;
+	a->max_qp_wr = URVT_MAX_QP_WR;
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
+			      IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_N_NOTIFY_CQ;
+	a->max_sge = URVT_MAX_SGE;
+	a->max_sge_rd = URVT_MAX_SGE;
+	a->max_cq = URVT_MAX_CQ;
+	a->max_cqe = URVT_MAX_CQE;
+	a->max_mr = URVT_MAX_MR;
+	a->max_pd = URVT_MAX_PD;
+	a->max_qp_rd_atom = URVT_MAX_RD_ATOMIC;
+	a->max_qp_init_rd_atom = URVT_MAX_RD_ATOMIC;
+	a->max_res_rd_atom = URVT_MAX_RD_ATOMIC * 1024;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_ah = URVT_MAX_AH;
+	a->max_srq = URVT_MAX_SRQ;
+	a->max_srq_wr = URVT_MAX_SRQ_WR;
+	a->max_srq_sge = URVT_MAX_SRQ_SGE;
+	a->max_pkeys = URVT_PKEY_TABLE_LEN;
+	a->local_ca_ack_delay = 15;
+	a->phys_port_cnt = URVT_PORT_COUNT;
+
+	memset(p, 0, sizeof(*p));
+	p->state = IBV_PORT_ACTIVE;
+	p->max_mtu = IBV_MTU_4096;
+	p->active_mtu = mtu_from_env();
+	p->gid_tbl_len = 1;
+	p->port_cap_flags = IBV_PORT_CM_SUP;
+	p->max_msg_sz = 1u << 31;
+	p->pkey_tbl_len = URVT_PKEY_TABLE_LEN;
+	p->max_vl_num = 1;
+	p->active_width = 2;  /* 4X */
+	p->active_speed = 32; /* EDR: what the port says; urvt is as fast as the CPU */
+	p->phys_state = 5;    /* LinkUp */
+	p->link_layer = IBV_LINK_LAYER_ETHERNET;
+}
+
+static struct rvt_dev_info *dev_create(int *err)
+{
+	struct rvt_dev_info *rdi = calloc(1, sizeof(*rdi));
+	struct urvt_udp_addr ua;
+	int fd, ret;
+
+	if (!rdi) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	rdi->ibdev = g_ibdev;
+	fd = urvt_udp_bind_device(&ua);
+	if (fd < 0) {
+		ret = fd;
+		goto err_free;
+	}
+	rdi->udp_fd = fd;
+	rdi->addr_family = ua.family;
+	rdi->addr6 = ua.addr6;
+	rdi->ifindex = ua.ifindex;
+	memcpy(rdi->ifname, ua.ifname, sizeof(rdi->ifname));
+	memcpy(rdi->gid.raw, &ua.addr6, 16);
+	pthread_mutex_init(&rdi->lock, NULL);
+	init_attrs(rdi);
+
+	ret = rvt_qpn_table_init(&rdi->qpn_table);
+	if (ret)
+		goto err_close;
+	ret = rvt_qp_table_init(&rdi->qp_table);
+	if (ret)
+		goto err_qpn;
+	ret = rvt_lkey_table_init(&rdi->lkey_table, URVT_MAX_MR);
+	if (ret)
+		goto err_qpt;
+	rdi->progress = urvt_progress_create(&ret);
+	if (!rdi->progress)
+		goto err_lkey;
+	return rdi;
+
+err_lkey:
+	rvt_lkey_table_fini(&rdi->lkey_table);
+err_qpt:
+	rvt_qp_table_fini(&rdi->qp_table);
+err_qpn:
+	rvt_qpn_table_fini(&rdi->qpn_table);
+err_close:
+	close(rdi->udp_fd);
+err_free:
+	free(rdi);
+	*err = ret;
+	return NULL;
+}
+
+static void dev_destroy(struct rvt_dev_info *rdi)
+{
+	urvt_progress_destroy(rdi->progress);
+	rvt_lkey_table_fini(&rdi->lkey_table);
+	rvt_qp_table_fini(&rdi->qp_table);
+	rvt_qpn_table_fini(&rdi->qpn_table);
+	close(rdi->udp_fd);
+	pthread_mutex_destroy(&rdi->lock);
+	free(rdi);
+}
+
+struct rvt_dev_info *rvt_dev_get(int *err)
+{
+	struct rvt_dev_info *rdi;
+
+	pthread_mutex_lock(&g_dev_lock);
+	if (!g_rdi)
+		g_rdi = dev_create(err);
+	rdi = g_rdi;
+	if (rdi)
+		rdi->open_count++;
+	pthread_mutex_unlock(&g_dev_lock);
+	return rdi;
+}
+
+void rvt_dev_put(struct rvt_dev_info *rdi)
+{
+	pthread_mutex_lock(&g_dev_lock);
+	if (--rdi->open_count == 0) {
+		dev_destroy(rdi);
+		g_rdi = NULL;
+	}
+	pthread_mutex_unlock(&g_dev_lock);
+}
+
+int rvt_query_port(struct rvt_dev_info *rdi, uint8_t port, struct ibv_port_attr *attr)
+{
+	if (port < 1 || port > URVT_PORT_COUNT)
+		return -EINVAL;
+	*attr = rdi->port_attr;
+	return 0;
+}
+
+int rvt_query_gid(struct rvt_dev_info *rdi, uint8_t port, int index, union ibv_gid *gid)
+{
+	if (port < 1 || port > URVT_PORT_COUNT || index != 0)
+		return -EINVAL;
+	*gid = rdi->gid;
+	return 0;
+}
+
+int rvt_query_pkey(struct rvt_dev_info *rdi, uint8_t port, int index, __be16 *pkey)
+{
+	if (port < 1 || port > URVT_PORT_COUNT || index < 0 || index >= URVT_PKEY_TABLE_LEN)
+		return -EINVAL;
+	*pkey = htobe16(URVT_DEFAULT_PKEY);
+	return 0;
+}

@@ -1,0 +1,464 @@
+/*
+ * Memory regions and the lkey/rkey table (rdmavt mr.c).
+ *
+ * Lifetime: MR structures are type-stable (kept on a free list, never freed
+ * while the device lives), so rvt_lkey_ok/rvt_rkey_ok can load a table slot
+ * and take a reference with an increment-unless-zero without any lock. A
+ * reference taken on a recycled structure is detected by re-checking the key
+ * (whose generation moved) and dropped again.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/rvt_api.h"
+
+#define SLOT_IN_USE 0x80000000u
+
+int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max)
+{
+	memset(t, 0, sizeof(*t));
+	t->max = max;
+	t->table = calloc(max, sizeof(*t->table));
+	t->gen = calloc(max, sizeof(*t->gen));
+	if (!t->table || !t->gen) {
+		free(t->table);
+		free(t->gen);
+		return -ENOMEM;
+	}
+	/* Random starting generations: keys are not guessable from one another. */
+	for (uint32_t i = 0; i < max;) {
+		uint32_t buf[256];
+		ssize_t n = getrandom(buf, sizeof(buf), 0);
+		if (n <= 0) {
+			for (; i < max; i++)
+				t->gen[i] = (uint32_t)rand() & RVT_LKEY_GEN_MASK;
+			break;
+		}
+		for (size_t j = 0; j < (size_t)n / 4 && i < max; j++, i++)
+			t->gen[i] = buf[j] & RVT_LKEY_GEN_MASK;
+	}
+	t->next = 1; /* slot 0 is never used: key 0 stays invalid */
+	pthread_mutex_init(&t->lock, NULL);
+	return 0;
+}
+
+void rvt_lkey_table_fini(struct rvt_lkey_table *t)
+{
+	struct rvt_mregion *mr = t->free_list;
+
+	while (mr) {
+		struct rvt_mregion *n = mr->next_free;
+		free(mr);
+		mr = n;
+	}
+	free(t->table);
+	free(t->gen);
+	pthread_mutex_destroy(&t->lock);
+}
+
+static bool mr_get_unless_zero(struct rvt_mregion *mr)
+{
+	uint32_t r = atomic_load_explicit(&mr->refcount, memory_order_relaxed);
+
+	do {
+		if (!r)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&mr->refcount, &r, r + 1,
+						       memory_order_acquire,
+						       memory_order_relaxed));
+	return true;
+}
+
+static void mr_free_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
+{
+	uint32_t idx = mr->lkey >> RVT_LKEY_GEN_BITS;
+
+	pthread_mutex_lock(&t->lock);
+	/* Odd stride keeps every generation reachable before one repeats. */
+	t->gen[idx] = ((t->gen[idx] & RVT_LKEY_GEN_MASK) + 0x9e5) & RVT_LKEY_GEN_MASK;
+	mr->next_free = t->free_list;
+	t->free_list = mr;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Only rvt_dereg_mr drops the owner's reference (1 -> 0, by CAS). */
+void rvt_put_mr(struct rvt_mregion *mr)
+{
+	atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_release);
+}
+
+/* Look a key up and take a reference; NULL if no live MR has that key. */
+static struct rvt_mregion *lookup_key(struct rvt_lkey_table *t, uint32_t key)
+{
+	uint32_t idx = key >> RVT_LKEY_GEN_BITS;
+	struct rvt_mregion *mr;
+
+	if (unlikely(idx >= t->max))
+		return NULL;
+	/* A1: pairs with the release publish in publish_mr(). */
+	mr = atomic_load_explicit(&t->table[idx], memory_order_acquire);
+	if (!mr || !mr_get_unless_zero(mr))
+		return NULL;
+	if (unlikely(READ_ONCE(mr->lkey) != key ||
+		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed))) {
+		rvt_put_mr(mr);
+		return NULL;
+	}
+	return mr;
+}
+
+static void publish_mr(struct rvt_lkey_table *t, struct rvt_mregion *mr)
+{
+	atomic_store_explicit(&t->table[mr->lkey >> RVT_LKEY_GEN_BITS], mr,
+			      memory_order_release);
+}
+
+static void unpublish_mr(struct rvt_lkey_table *t, struct rvt_mregion *mr)
+{
+	atomic_store_explicit(&t->table[mr->lkey >> RVT_LKEY_GEN_BITS], NULL,
+			      memory_order_release);
+}
+
+/* Reserve a slot and a recycled or new structure; returns NULL when full. */
+static struct rvt_mregion *alloc_slot(struct rvt_lkey_table *t, uint32_t *key)
+{
+	struct rvt_mregion *mr = NULL;
+	uint32_t idx = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t n = 0; n < t->max; n++) {
+		uint32_t i = t->next + n;
+		if (i >= t->max)
+			i = i - t->max + 1;
+		if (i == 0)
+			continue;
+		if (!(t->gen[i] & SLOT_IN_USE)) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx) {
+		t->gen[idx] |= SLOT_IN_USE;
+		t->next = idx + 1 < t->max ? idx + 1 : 1;
+		if (t->free_list) {
+			mr = t->free_list;
+			t->free_list = mr->next_free;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (!idx)
+		return NULL;
+	if (!mr)
+		mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		pthread_mutex_lock(&t->lock);
+		t->gen[idx] &= ~SLOT_IN_USE;
+		pthread_mutex_unlock(&t->lock);
+		return NULL;
+	}
+	*key = (idx << RVT_LKEY_GEN_BITS) | (t->gen[idx] & RVT_LKEY_GEN_MASK);
+	return mr;
+}
+
+static void release_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
+{
+	uint32_t idx = mr->lkey >> RVT_LKEY_GEN_BITS;
+
+	pthread_mutex_lock(&t->lock);
+	t->gen[idx] &= ~SLOT_IN_USE;
+	pthread_mutex_unlock(&t->lock);
+}
+
+#define ACCESS_SUPPORTED                                                               \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |  \
+	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |       \
+	 IBV_ACCESS_RELAXED_ORDERING)
+
+static int check_access(int access)
+{
+	if (access & ~ACCESS_SUPPORTED)
+		return (access & IBV_ACCESS_ON_DEMAND) ? -EOPNOTSUPP : -EINVAL;
+	/* Core rule: remote write/atomic need local write. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The kernel pins the pages and fails with EFAULT if any is not mapped;
+ * mincore() tells the same without pinning.
+ */
+static int check_mapped(void *addr, size_t length)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~((uintptr_t)pg - 1);
+	uintptr_t end = (uintptr_t)addr + length;
+	unsigned char vec[256];
+
+	if (end < (uintptr_t)addr)
+		return -EFAULT;
+	while (start < end) {
+		size_t chunk = (size_t)pg * sizeof(vec);
+		if (chunk > end - start)
+			chunk = end - start;
+		if (mincore((void *)start, chunk, vec))
+			return errno == ENOMEM ? -EFAULT : -errno;
+		start += chunk;
+	}
+	return 0;
+}
+
+struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
+			       uint64_t iova, int access, int *err)
+{
+	struct urvt_context *uctx = to_uctx(pd->ibpd.context);
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_mregion *mr;
+	uint32_t key;
+	int ret;
+
+	ret = check_access(access);
+	if (ret)
+		goto err;
+	if (!length || length > URVT_MAX_MR_SIZE) {
+		ret = -EINVAL;
+		goto err;
+	}
+	if (access & IBV_ACCESS_ZERO_BASED)
+		iova = 0;
+	if (iova + length < iova) {
+		ret = -EINVAL;
+		goto err;
+	}
+	ret = check_mapped(addr, length);
+	if (ret)
+		goto err;
+	if (atomic_fetch_add(&rdi->n_mrs, 1) >= (int)URVT_MAX_MR - 1) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	mr = alloc_slot(&rdi->lkey_table, &key);
+	if (!mr) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	memset(&mr->ibmr, 0, sizeof(mr->ibmr));
+	mr->ibmr.context = pd->ibpd.context;
+	mr->ibmr.pd = &pd->ibpd;
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = length;
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	mr->lkey = key;
+	mr->vaddr = addr;
+	mr->iova = iova;
+	mr->length = length;
+	mr->access = access;
+	mr->pd = pd;
+	atomic_store(&mr->lkey_invalid, false);
+	mr->next_free = NULL;
+	atomic_store(&mr->refcount, 1);
+	atomic_fetch_add(&pd->usecnt, 1);
+	publish_mr(&rdi->lkey_table, mr);
+	return mr;
+
+err_count:
+	atomic_fetch_sub(&rdi->n_mrs, 1);
+err:
+	*err = ret;
+	return NULL;
+}
+
+/*
+ * Wait (bounded) until only the owner's reference remains: WQEs and
+ * responder state hold references while they use the region.
+ */
+static bool wait_idle(struct rvt_mregion *mr)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (atomic_load(&mr->refcount) == 1)
+			return true;
+		usleep(100);
+	}
+	return false;
+}
+
+int rvt_dereg_mr(struct rvt_mregion *mr)
+{
+	struct rvt_dev_info *rdi = to_uctx(mr->ibmr.context)->rdi;
+	struct rvt_pd *pd = mr->pd;
+	uint32_t one = 1;
+
+	for (;;) {
+		if (!wait_idle(mr))
+			return -EBUSY;
+		unpublish_mr(&rdi->lkey_table, mr);
+		/* A lookup that raced with unpublish holds a reference now:
+		 * publish again and wait for it to go. */
+		if (atomic_compare_exchange_strong(&mr->refcount, &one, 0))
+			break;
+		one = 1;
+		publish_mr(&rdi->lkey_table, mr);
+	}
+	atomic_fetch_sub(&pd->usecnt, 1);
+	atomic_fetch_sub(&rdi->n_mrs, 1);
+	release_slot(&rdi->lkey_table, mr);
+	mr_free_slot(&rdi->lkey_table, mr);
+	return 0;
+}
+
+int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *addr,
+		 size_t length, int access)
+{
+	struct rvt_dev_info *rdi = to_uctx(mr->ibmr.context)->rdi;
+	int ret;
+
+	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+		      IBV_REREG_MR_CHANGE_ACCESS))
+		return -EINVAL;
+	if (!flags)
+		return -EINVAL;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		ret = check_access(access);
+		if (ret)
+			return ret;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		if (!length || length > URVT_MAX_MR_SIZE)
+			return -EINVAL;
+		ret = check_mapped(addr, length);
+		if (ret)
+			return ret;
+	}
+	if (!wait_idle(mr))
+		return -EBUSY;
+	/* Take it out of the table while it changes: lookups miss, no one
+	 * sees a half-updated region. */
+	unpublish_mr(&rdi->lkey_table, mr);
+	if (atomic_load(&mr->refcount) != 1) {
+		publish_mr(&rdi->lkey_table, mr);
+		return -EBUSY;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		atomic_fetch_sub(&mr->pd->usecnt, 1);
+		mr->pd = pd;
+		mr->ibmr.pd = &pd->ibpd;
+		atomic_fetch_add(&pd->usecnt, 1);
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->access = access;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->vaddr = addr;
+		mr->iova = (uint64_t)(uintptr_t)addr;
+		mr->length = length;
+		mr->ibmr.addr = addr;
+		mr->ibmr.length = length;
+	}
+	publish_mr(&rdi->lkey_table, mr);
+	return 0;
+}
+
+/* Overflow-safe "[va, va+len) inside [base, base+size)". */
+static inline bool range_ok(uint64_t base, uint64_t size, uint64_t va, uint64_t len)
+{
+	return va >= base && va - base <= size && len <= size - (va - base);
+}
+
+/* qp-semantics.md §2.6, in order. */
+int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
+		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc)
+{
+	struct rvt_mregion *mr;
+	uint32_t key = sge->lkey;
+
+	/* 1. lkey 0 is the kernel's DMA MR: never valid for a user PD. */
+	if (unlikely(!key))
+		return -EINVAL;
+	/* 2. adjacent merge with the previous segment of the same MR */
+	if (last_sge && last_sge->mr && last_sge->mr->lkey == key &&
+	    (uintptr_t)last_sge->vaddr + last_sge->sge_length ==
+		    (uintptr_t)last_sge->mr->vaddr + (sge->addr - last_sge->mr->iova)) {
+		mr = last_sge->mr;
+		if (range_ok(mr->iova, mr->length, sge->addr, sge->length) &&
+		    (uint64_t)last_sge->sge_length + sge->length <= UINT32_MAX) {
+			last_sge->length += sge->length;
+			last_sge->sge_length += sge->length;
+			return 0;
+		}
+	}
+	/* 3./4. lookup, published, key generation, PD */
+	mr = lookup_key(t, key);
+	if (unlikely(!mr))
+		return -EINVAL;
+	if (unlikely(mr->pd != pd))
+		goto bad;
+	/* 5. bounds (addresses are in the MR's iova space) */
+	if (unlikely(!range_ok(mr->iova, mr->length, sge->addr, sge->length)))
+		goto bad;
+	/* 6. access: every required bit */
+	if (unlikely((mr->access & acc) != acc))
+		goto bad;
+	isge->mr = mr;
+	isge->vaddr = mr->vaddr + (sge->addr - mr->iova);
+	isge->length = sge->length;
+	isge->sge_length = sge->length;
+	return 1;
+bad:
+	rvt_put_mr(mr);
+	return -EINVAL;
+}
+
+bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
+		 uint32_t rkey, int acc)
+{
+	struct rvt_mregion *mr;
+
+	if (unlikely(!rkey))
+		return false;
+	mr = lookup_key(&qp->rdi->lkey_table, rkey);
+	if (unlikely(!mr))
+		return false;
+	if (unlikely(mr->pd != qp->pd))
+		goto bad;
+	if (unlikely(!range_ok(mr->iova, mr->length, vaddr, len)))
+		goto bad;
+	if (unlikely(!(mr->access & acc)))
+		goto bad;
+	sge->mr = mr;
+	sge->vaddr = mr->vaddr + (vaddr - mr->iova);
+	sge->length = len;
+	sge->sge_length = len;
+	return true;
+bad:
+	rvt_put_mr(mr);
+	return false;
+}
+
+/*
+ * rdmavt rvt_invalidate_rkey: the key must name a live MR of the QP's PD;
+ * afterwards every lkey/rkey check against it fails until it is
+ * deregistered. (rxe only invalidates fast-registration MRs; urvt has none,
+ * so it follows rdmavt, which accepts any MR.)
+ */
+int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
+{
+	struct rvt_mregion *mr;
+
+	if (!rkey)
+		return -EINVAL;
+	mr = lookup_key(&qp->rdi->lkey_table, rkey);
+	if (!mr)
+		return -EINVAL;
+	if (mr->pd != qp->pd) {
+		rvt_put_mr(mr);
+		return -EINVAL;
+	}
+	atomic_store(&mr->lkey_invalid, true);
+	rvt_put_mr(mr);
+	return 0;
+}

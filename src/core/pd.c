@@ -1,0 +1,114 @@
+/* Protection domains and address handles. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rvt_api.h"
+
+struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err)
+{
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_pd *pd;
+
+	if (atomic_fetch_add(&rdi->n_pds, 1) >= URVT_MAX_PD) {
+		atomic_fetch_sub(&rdi->n_pds, 1);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		atomic_fetch_sub(&rdi->n_pds, 1);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = &uctx->vctx.context;
+	return pd;
+}
+
+int rvt_dealloc_pd(struct rvt_pd *pd)
+{
+	struct rvt_dev_info *rdi = to_uctx(pd->ibpd.context)->rdi;
+
+	/* The kernel refuses to free a PD that objects still reference. */
+	if (atomic_load(&pd->usecnt))
+		return -EBUSY;
+	atomic_fetch_sub(&rdi->n_pds, 1);
+	free(pd);
+	return 0;
+}
+
+/*
+ * RoCE address vectors must carry a GRH (the GID is the IP address);
+ * qp-semantics.md §5.1 (AV: driver check) and roce-wire.md §12.
+ */
+int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
+		     struct urvt_av *av)
+{
+	const uint8_t *g = attr->grh.dgid.raw;
+	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (attr->port_num < 1 || attr->port_num > URVT_PORT_COUNT)
+		return -EINVAL;
+	if (!attr->is_global)
+		return -EINVAL;
+	if (attr->grh.sgid_index >= rdi->port_attr.gid_tbl_len)
+		return -EINVAL;
+	if (attr->dlid >= 0xc000 && attr->dlid != 0xffff)
+		return -EINVAL;
+
+	memset(av, 0, sizeof(*av));
+	av->attr = *attr;
+	av->loopback = !memcmp(g, rdi->gid.raw, 16);
+	if (!memcmp(g, v4prefix, 12)) {
+		av->dest.in4.sin_family = AF_INET;
+		av->dest.in4.sin_port = htons(4791);
+		memcpy(&av->dest.in4.sin_addr, g + 12, 4);
+	} else {
+		av->dest.in6.sin6_family = AF_INET6;
+		av->dest.in6.sin6_port = htons(4791);
+		memcpy(&av->dest.in6.sin6_addr, g, 16);
+	}
+	return 0;
+}
+
+struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err)
+{
+	struct urvt_context *uctx = to_uctx(pd->ibpd.context);
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_ah *ah;
+	int ret;
+
+	if (atomic_fetch_add(&rdi->n_ahs, 1) >= URVT_MAX_AH) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	ret = rvt_av_from_attr(rdi, attr, &ah->av);
+	if (ret)
+		goto err_free;
+	ah->ibah.context = pd->ibpd.context;
+	ah->ibah.pd = &pd->ibpd;
+	atomic_fetch_add(&pd->usecnt, 1);
+	return ah;
+
+err_free:
+	free(ah);
+err_count:
+	atomic_fetch_sub(&rdi->n_ahs, 1);
+	*err = ret;
+	return NULL;
+}
+
+int rvt_destroy_ah(struct rvt_ah *ah)
+{
+	struct rvt_dev_info *rdi = to_uctx(ah->ibah.context)->rdi;
+
+	atomic_fetch_sub(&ibpd_to_rvtpd(ah->ibah.pd)->usecnt, 1);
+	atomic_fetch_sub(&rdi->n_ahs, 1);
+	free(ah);
+	return 0;
+}

@@ -1,0 +1,272 @@
+/*
+ * post_send / post_recv (rvt_post_send, rvt_post_one_wr, rvt_post_recv;
+ * qp-semantics.md §2-§3). Called from any thread, "from interrupt context":
+ * no allocation, no sleeping, one short spinlock per QP, every check in the
+ * order rdmavt makes it.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "core/ruc.h"
+#include "core/rvt_api.h"
+
+/* Operation table (§2.3): which QP types may post each opcode. */
+enum { OP_RC = 1 << 0, OP_UC = 1 << 1, OP_UD = 1 << 2 };
+enum { OPF_ATOMIC = 1 << 3, OPF_RDATOMIC = 1 << 4, OPF_LOCAL = 1 << 5, OPF_INLINE_OK = 1 << 6 };
+
+static const uint8_t post_parms[IBV_WR_ATOMIC_WRITE + 1] = {
+	[IBV_WR_RDMA_WRITE] = OP_RC | OP_UC | OPF_INLINE_OK,
+	[IBV_WR_RDMA_WRITE_WITH_IMM] = OP_RC | OP_UC | OPF_INLINE_OK,
+	[IBV_WR_SEND] = OP_RC | OP_UC | OP_UD | OPF_INLINE_OK,
+	[IBV_WR_SEND_WITH_IMM] = OP_RC | OP_UC | OP_UD | OPF_INLINE_OK,
+	[IBV_WR_RDMA_READ] = OP_RC | OPF_RDATOMIC,
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = OP_RC | OPF_RDATOMIC | OPF_ATOMIC,
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = OP_RC | OPF_RDATOMIC | OPF_ATOMIC,
+	[IBV_WR_LOCAL_INV] = OP_RC | OP_UC | OPF_LOCAL,
+	[IBV_WR_SEND_WITH_INV] = OP_RC | OPF_INLINE_OK,
+};
+
+static inline uint8_t qp_type_bit(enum ibv_qp_type t)
+{
+	return t == IBV_QPT_RC ? OP_RC : t == IBV_QPT_UC ? OP_UC : OP_UD;
+}
+
+/* Free slots in the send ring (§2.4); s_last moves on the engine's side. */
+static inline bool sq_full(struct rvt_qp *qp)
+{
+	/* pairs with the release of s_last in rvt_send_complete */
+	return qp->s_head - load_acquire(&qp->s_last) >= qp->max_send_wr;
+}
+
+static void put_sges(struct rvt_sge *list, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		rvt_put_sge(&list[i]);
+}
+
+/*
+ * LOCAL_INV executed at post time (§2.5). Returns 0, or -EINVAL for a key
+ * that cannot be invalidated.
+ */
+static int local_inv_now(struct rvt_qp *qp, uint32_t rkey)
+{
+	return rvt_invalidate_rkey(qp, rkey);
+}
+
+/* Caller holds s_hlock. */
+static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct rvt_swqe *wqe;
+	uint32_t opcode = wr->opcode, parms, acc, length = 0, j = 0;
+	bool is_inline;
+
+	/* W1 */
+	if (unlikely(wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge))
+		return -EINVAL;
+	/* W2, W3 (W4: no privileged opcode in the table) */
+	if (unlikely(opcode >= ARRAY_SIZE(post_parms)))
+		return -EINVAL;
+	parms = post_parms[opcode];
+	if (unlikely(!(parms & qp_type_bit(qp->type))))
+		return -EINVAL;
+	/* W5 */
+	if (parms & OPF_ATOMIC) {
+		if (unlikely(wr->num_sge == 0 || wr->sg_list[0].length < sizeof(uint64_t) ||
+			     (wr->sg_list[0].addr & (sizeof(uint64_t) - 1))))
+			return -EINVAL;
+	}
+	/* W6 */
+	if (unlikely((parms & OPF_RDATOMIC) && !qp->max_rd_atomic))
+		return -EINVAL;
+	/* W7 */
+	if (qp->type == IBV_QPT_UD) {
+		if (unlikely(!wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd))
+			return -EINVAL;
+	}
+	/* W8: local operations */
+	if (parms & OPF_LOCAL) {
+		if (!(wr->send_flags & IBV_SEND_FENCE) && !qp->local_ops_pending) {
+			int ret = local_inv_now(qp, wr->invalidate_rkey);
+			if (ret)
+				return ret;
+			if (!(wr->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
+				return 0; /* done; no completion will ever be produced */
+		}
+	}
+	/* W9 */
+	if (unlikely(sq_full(qp)))
+		return -ENOMEM;
+
+	wqe = rvt_get_swqe_ptr(qp, qp->s_head);
+	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
+	if (is_inline) {
+		/* rxe-style inline (§2.7 decision): copy now, no lkey check. */
+		uint8_t *buf = (uint8_t *)&wqe->sg_list[qp->max_send_sge ? qp->max_send_sge : 1];
+		for (int i = 0; i < wr->num_sge; i++)
+			length += wr->sg_list[i].length;
+		if (unlikely(length > qp->max_inline))
+			return -EINVAL;
+		length = 0;
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(buf + length, (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			length += wr->sg_list[i].length;
+		}
+		if (length) {
+			wqe->sg_list[0] = (struct rvt_sge){ .mr = NULL, .vaddr = buf,
+							    .length = length,
+							    .sge_length = length };
+			j = 1;
+		}
+		wqe->wqe_flags = RVT_SWQE_INLINE;
+	} else {
+		/* W10. Deviation: LOCAL_WRITE only for READ and atomics, not for
+		 * SEND_WITH_INV sources (qp-semantics.md §2.2 note). */
+		acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
+			return -EINVAL; /* inline only for SEND and RDMA WRITE */
+		for (int i = 0; i < wr->num_sge; i++) {
+			int ret;
+			if (!wr->sg_list[i].length)
+				continue;
+			ret = rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &wqe->sg_list[j],
+					  j ? &wqe->sg_list[j - 1] : NULL, &wr->sg_list[i], acc);
+			if (unlikely(ret < 0)) {
+				put_sges(wqe->sg_list, j);
+				return -EINVAL;
+			}
+			j += (uint32_t)ret;
+			length += wr->sg_list[i].length;
+		}
+		wqe->wqe_flags = 0;
+	}
+	/* W11 [driver, hfi1] */
+	if (qp->type != IBV_QPT_UD) {
+		if (unlikely(length > (1u << 31)))
+			goto bail_inval;
+	} else {
+		struct rvt_ah *ah = ibah_to_rvtah(wr->wr.ud.ah);
+		if (unlikely(length > qp->pmtu))
+			goto bail_inval;
+		qp->s_ud_av[qp->s_head & qp->s_mask] = ah->av;
+		wqe->ud_av = &qp->s_ud_av[qp->s_head & qp->s_mask];
+		wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
+		/* IBTA controlled Q_Key: bit 31 means "use the QP's own" (rdmavt) */
+		wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ?
+						 qp->qkey : wr->wr.ud.remote_qkey;
+	}
+
+	wqe->wr_id = wr->wr_id;
+	wqe->opcode = opcode;
+	wqe->send_flags = wr->send_flags;
+	wqe->ex.imm_data = wr->imm_data; /* union with invalidate_rkey */
+	wqe->length = length;
+	wqe->num_sge = (uint16_t)j;
+	switch (opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		wqe->wr.rdma.remote_addr = wr->wr.rdma.remote_addr;
+		wqe->wr.rdma.rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		wqe->wr.atomic.remote_addr = wr->wr.atomic.remote_addr;
+		wqe->wr.atomic.compare_add = wr->wr.atomic.compare_add;
+		wqe->wr.atomic.swap = wr->wr.atomic.swap;
+		wqe->wr.atomic.rkey = wr->wr.atomic.rkey;
+		break;
+	default:
+		break;
+	}
+	if (parms & OPF_LOCAL) {
+		if ((wr->send_flags & IBV_SEND_FENCE) || qp->local_ops_pending) {
+			qp->local_ops_pending++;
+		} else {
+			wqe->wqe_flags |= RVT_SWQE_LOCAL_DONE;
+		}
+		wqe->ssn = wqe->psn = wqe->lpsn = 0;
+	} else {
+		uint32_t shift = (uint32_t)__builtin_ctz(qp->pmtu);
+		wqe->ssn = qp->s_ssn++;
+		wqe->psn = qp->s_next_psn;
+		wqe->lpsn = (wqe->psn + (qp->type != IBV_QPT_UD && length ?
+					 (length - 1) >> shift : 0)) & URVT_QPN_MASK;
+		qp->s_next_psn = (wqe->lpsn + 1) & URVT_QPN_MASK;
+	}
+	/* S0: publish the slot to the engine (acquire of s_head in rvt_do_send). */
+	store_release(&qp->s_head, qp->s_head + 1);
+	return 0;
+
+bail_inval:
+	if (!is_inline)
+		put_sges(wqe->sg_list, j);
+	return -EINVAL;
+}
+
+int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	int ret = 0, posted = 0;
+
+	urvt_spin_lock(&qp->s_hlock);
+	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
+	if (unlikely(!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_SEND_OK))) {
+		urvt_spin_unlock(&qp->s_hlock);
+		*bad_wr = wr;
+		return -EINVAL;
+	}
+	for (; wr; wr = wr->next) {
+		ret = rvt_post_one_wr(qp, wr);
+		if (unlikely(ret)) {
+			*bad_wr = wr;
+			break;
+		}
+		posted++;
+	}
+	urvt_spin_unlock(&qp->s_hlock);
+	if (posted)
+		rvt_schedule_send(qp);
+	return ret;
+}
+
+int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct rvt_rq *rq = &qp->rq;
+	int ret = 0;
+
+	/* R1 */
+	if (unlikely(qp->srq || !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_RECV_OK))) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
+	urvt_spin_lock(&rq->p_lock);
+	for (; wr; wr = wr->next) {
+		/* R4: in ERR the WR completes at once with a flush (checked under
+		 * p_lock, which rvt_error_qp's flush also takes). */
+		if (unlikely(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_FLUSH_RECV)) {
+			struct ibv_wc wc = {
+				.wr_id = wr->wr_id,
+				.status = IBV_WC_WR_FLUSH_ERR,
+				.opcode = IBV_WC_RECV,
+				.qp_num = qp->qpn,
+			};
+			/* R2/R3 are still checked first */
+			if ((uint32_t)wr->num_sge > rq->max_sge) {
+				ret = -EINVAL;
+			} else if (rq->head - load_acquire(&rq->tail) >= rq->size - 1) {
+				ret = -ENOMEM;
+			} else {
+				rvt_cq_enter(qp->recv_cq, &wc, true);
+				continue;
+			}
+		} else {
+			ret = rvt_rq_post_one(rq, wr);
+		}
+		if (unlikely(ret)) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	urvt_spin_unlock(&rq->p_lock);
+	return ret;
+}

@@ -1,0 +1,408 @@
+#include "core/progress.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#define MAX_FDS 8
+
+struct fd_watch {
+	int fd;
+	urvt_fd_cb cb;
+	void *arg;
+};
+
+struct urvt_progress {
+	pthread_t thread;
+	int epfd;
+	int doorbell;                     /* eventfd */
+	int tfd;                          /* timerfd armed at the earliest timer */
+	bool stop;
+
+	pthread_mutex_t lock;             /* timers, work list, fd table */
+	pthread_cond_t idle;              /* a handler finished */
+	struct urvt_timer **heap;
+	uint32_t heap_len, heap_cap;
+	uint64_t armed_ns;                /* what tfd is set to (0 = disarmed) */
+	struct urvt_work *work_head, *work_tail;
+	struct fd_watch fds[MAX_FDS];
+};
+
+void urvt_timer_init(struct urvt_timer *t, urvt_timer_fn fn)
+{
+	memset(t, 0, sizeof(*t));
+	t->fn = fn;
+	t->heap_idx = -1;
+}
+
+void urvt_work_init(struct urvt_work *w, urvt_work_fn fn)
+{
+	memset(w, 0, sizeof(*w));
+	w->fn = fn;
+}
+
+/* ---- binary min-heap on expires_ns; caller holds p->lock ---- */
+static void heap_swap(struct urvt_progress *p, uint32_t a, uint32_t b)
+{
+	struct urvt_timer *t = p->heap[a];
+	p->heap[a] = p->heap[b];
+	p->heap[b] = t;
+	p->heap[a]->heap_idx = (int32_t)a;
+	p->heap[b]->heap_idx = (int32_t)b;
+}
+
+static void heap_up(struct urvt_progress *p, uint32_t i)
+{
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+		if (p->heap[parent]->expires_ns <= p->heap[i]->expires_ns)
+			break;
+		heap_swap(p, i, parent);
+		i = parent;
+	}
+}
+
+static void heap_down(struct urvt_progress *p, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < p->heap_len && p->heap[l]->expires_ns < p->heap[m]->expires_ns)
+			m = l;
+		if (r < p->heap_len && p->heap[r]->expires_ns < p->heap[m]->expires_ns)
+			m = r;
+		if (m == i)
+			return;
+		heap_swap(p, i, m);
+		i = m;
+	}
+}
+
+static void heap_remove(struct urvt_progress *p, struct urvt_timer *t)
+{
+	uint32_t i = (uint32_t)t->heap_idx;
+
+	p->heap_len--;
+	if (i != p->heap_len) {
+		heap_swap(p, i, p->heap_len);
+		heap_down(p, i);
+		heap_up(p, i);
+	}
+	t->heap_idx = -1;
+}
+
+/* Point the timerfd at the earliest deadline; caller holds p->lock. */
+static void rearm(struct urvt_progress *p)
+{
+	uint64_t want = p->heap_len ? p->heap[0]->expires_ns : 0;
+	struct itimerspec its = { 0 };
+
+	if (want == p->armed_ns)
+		return;
+	p->armed_ns = want;
+	if (want) {
+		its.it_value.tv_sec = (time_t)(want / 1000000000ull);
+		its.it_value.tv_nsec = (long)(want % 1000000000ull);
+	}
+	timerfd_settime(p->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+void urvt_timer_mod(struct urvt_progress *p, struct urvt_timer *t, uint64_t expires_ns)
+{
+	if (!expires_ns)
+		expires_ns = 1;
+	pthread_mutex_lock(&p->lock);
+	if (t->heap_idx >= 0) {
+		t->expires_ns = expires_ns;
+		heap_down(p, (uint32_t)t->heap_idx);
+		heap_up(p, (uint32_t)t->heap_idx);
+	} else {
+		if (p->heap_len == p->heap_cap) {
+			uint32_t cap = p->heap_cap ? p->heap_cap * 2 : 64;
+			struct urvt_timer **h = realloc(p->heap, cap * sizeof(*h));
+			if (!h) {
+				/* Timers are armed from engines that cannot fail;
+				 * growing by doubling from 64 only fails when the
+				 * process is out of memory. */
+				abort();
+			}
+			p->heap = h;
+			p->heap_cap = cap;
+		}
+		t->expires_ns = expires_ns;
+		t->heap_idx = (int32_t)p->heap_len;
+		p->heap[p->heap_len++] = t;
+		heap_up(p, (uint32_t)t->heap_idx);
+	}
+	rearm(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool urvt_timer_del(struct urvt_progress *p, struct urvt_timer *t)
+{
+	bool was = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (t->heap_idx >= 0) {
+		heap_remove(p, t);
+		rearm(p);
+		was = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return was;
+}
+
+void urvt_timer_del_sync(struct urvt_progress *p, struct urvt_timer *t)
+{
+	pthread_mutex_lock(&p->lock);
+	if (t->heap_idx >= 0) {
+		heap_remove(p, t);
+		rearm(p);
+	}
+	while (t->running)
+		pthread_cond_wait(&p->idle, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool urvt_timer_pending(struct urvt_progress *p, struct urvt_timer *t)
+{
+	bool r;
+
+	pthread_mutex_lock(&p->lock);
+	r = t->heap_idx >= 0;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+void urvt_progress_queue_work(struct urvt_progress *p, struct urvt_work *w)
+{
+	uint64_t one = 1;
+	bool ring = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (!w->queued) {
+		w->queued = true;
+		w->next = NULL;
+		if (p->work_tail)
+			p->work_tail->next = w;
+		else
+			p->work_head = w;
+		p->work_tail = w;
+		ring = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (ring && write(p->doorbell, &one, sizeof(one)) < 0) {
+		/* eventfd counter saturated: the thread is awake anyway */
+	}
+}
+
+void urvt_progress_cancel_work_sync(struct urvt_progress *p, struct urvt_work *w)
+{
+	pthread_mutex_lock(&p->lock);
+	if (w->queued) {
+		struct urvt_work **pp = &p->work_head, *prev = NULL;
+		while (*pp && *pp != w) {
+			prev = *pp;
+			pp = &(*pp)->next;
+		}
+		if (*pp) {
+			*pp = w->next;
+			if (p->work_tail == w)
+				p->work_tail = prev;
+		}
+		w->queued = false;
+	}
+	while (w->running)
+		pthread_cond_wait(&p->idle, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}
+
+int urvt_progress_add_fd(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	int slot = -1, ret;
+
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; i < MAX_FDS; i++) {
+		if (!p->fds[i].cb) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot < 0) {
+		pthread_mutex_unlock(&p->lock);
+		return -ENOSPC;
+	}
+	p->fds[slot] = (struct fd_watch){ .fd = fd, .cb = cb, .arg = arg };
+	ev.data.u32 = (uint32_t)slot + 2;
+	ret = epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+	if (ret)
+		p->fds[slot].cb = NULL;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int urvt_progress_del_fd(struct urvt_progress *p, int fd)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; i < MAX_FDS; i++) {
+		if (p->fds[i].cb && p->fds[i].fd == fd) {
+			epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+			p->fds[i].cb = NULL;
+			ret = 0;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int urvt_progress_on_thread(struct urvt_progress *p)
+{
+	return pthread_equal(pthread_self(), p->thread);
+}
+
+static void run_timers(struct urvt_progress *p)
+{
+	uint64_t now = urvt_now_ns();
+
+	pthread_mutex_lock(&p->lock);
+	while (p->heap_len && p->heap[0]->expires_ns <= now) {
+		struct urvt_timer *t = p->heap[0];
+		heap_remove(p, t);
+		t->running = true;
+		pthread_mutex_unlock(&p->lock);
+		t->fn(t);
+		pthread_mutex_lock(&p->lock);
+		t->running = false;
+		pthread_cond_broadcast(&p->idle);
+	}
+	p->armed_ns = 0; /* the timerfd fired or is stale: force a rearm */
+	rearm(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void run_work(struct urvt_progress *p)
+{
+	pthread_mutex_lock(&p->lock);
+	while (p->work_head) {
+		struct urvt_work *w = p->work_head;
+		p->work_head = w->next;
+		if (!p->work_head)
+			p->work_tail = NULL;
+		w->queued = false;
+		w->running = true;
+		pthread_mutex_unlock(&p->lock);
+		w->fn(w);
+		pthread_mutex_lock(&p->lock);
+		w->running = false;
+		pthread_cond_broadcast(&p->idle);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *progress_main(void *arg)
+{
+	struct urvt_progress *p = arg;
+	struct epoll_event evs[MAX_FDS + 2];
+
+	for (;;) {
+		int n = epoll_wait(p->epfd, evs, MAX_FDS + 2, -1);
+		bool stop;
+
+		for (int i = 0; i < n; i++) {
+			uint32_t tag = evs[i].data.u32;
+			uint64_t v;
+			if (tag == 0) {
+				if (read(p->doorbell, &v, sizeof(v)) < 0) {
+					/* spurious wakeup: nothing to drain */
+				}
+			} else if (tag == 1) {
+				if (read(p->tfd, &v, sizeof(v)) < 0) {
+					/* timer re-armed since it fired */
+				}
+			} else {
+				struct fd_watch w;
+				pthread_mutex_lock(&p->lock);
+				w = p->fds[tag - 2];
+				pthread_mutex_unlock(&p->lock);
+				if (w.cb)
+					w.cb(w.arg);
+			}
+		}
+		run_timers(p);
+		run_work(p);
+		pthread_mutex_lock(&p->lock);
+		stop = p->stop;
+		pthread_mutex_unlock(&p->lock);
+		if (stop)
+			return NULL;
+	}
+}
+
+struct urvt_progress *urvt_progress_create(int *err)
+{
+	struct urvt_progress *p = calloc(1, sizeof(*p));
+	struct epoll_event ev = { .events = EPOLLIN };
+	int ret;
+
+	if (!p) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->idle, NULL);
+	p->epfd = epoll_create1(EPOLL_CLOEXEC);
+	p->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (p->epfd < 0 || p->doorbell < 0 || p->tfd < 0) {
+		ret = -errno;
+		goto err;
+	}
+	ev.data.u32 = 0;
+	epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->doorbell, &ev);
+	ev.data.u32 = 1;
+	epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->tfd, &ev);
+	ret = -pthread_create(&p->thread, NULL, progress_main, p);
+	if (ret)
+		goto err;
+	return p;
+err:
+	if (p->epfd >= 0)
+		close(p->epfd);
+	if (p->doorbell >= 0)
+		close(p->doorbell);
+	if (p->tfd >= 0)
+		close(p->tfd);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->idle);
+	free(p);
+	*err = ret;
+	return NULL;
+}
+
+void urvt_progress_destroy(struct urvt_progress *p)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_mutex_unlock(&p->lock);
+	if (write(p->doorbell, &one, sizeof(one)) < 0) {
+		/* counter saturated: the thread wakes regardless */
+	}
+	pthread_join(p->thread, NULL);
+	close(p->epfd);
+	close(p->doorbell);
+	close(p->tfd);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->idle);
+	free(p->heap);
+	free(p);
+}

@@ -1,0 +1,33 @@
+/*
+ * The progress engine: one thread per device that sleeps in epoll on the
+ * network socket(s), a timerfd for the earliest one-shot timer, and an
+ * eventfd doorbell for deferred work. Posting threads never wait for it:
+ * they run the send engine inline and only hand it timers and work that
+ * must not run nested (e.g. flushing a QP from inside another QP's engine).
+ */
+#ifndef URVT_CORE_PROGRESS_H
+#define URVT_CORE_PROGRESS_H
+
+#include <stdint.h>
+
+#include "core/timer.h"
+
+struct urvt_progress;
+
+struct urvt_progress *urvt_progress_create(int *err);
+void urvt_progress_destroy(struct urvt_progress *p);
+
+/* Queue w (once; a queued item is not queued twice) and ring the doorbell. */
+void urvt_progress_queue_work(struct urvt_progress *p, struct urvt_work *w);
+/* Remove w if queued and wait until it is not running. */
+void urvt_progress_cancel_work_sync(struct urvt_progress *p, struct urvt_work *w);
+
+/* Watch fd for EPOLLIN; cb runs on the progress thread. */
+typedef void (*urvt_fd_cb)(void *arg);
+int urvt_progress_add_fd(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg);
+int urvt_progress_del_fd(struct urvt_progress *p, int fd);
+
+/* True when called on the progress thread itself. */
+int urvt_progress_on_thread(struct urvt_progress *p);
+
+#endif

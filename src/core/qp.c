@@ -1,0 +1,768 @@
+/*
+ * Queue pairs: create, modify (the IB state table), query, reset, error
+ * flush and destroy (rdmavt qp.c; qp-semantics.md §4-§7).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/progress.h"
+#include "core/qp_table.h"
+#include "core/rvt_api.h"
+#include "core/ruc.h"
+
+/* qp-semantics.md §1 */
+const int ib_rvt_state_ops[IBV_QPS_ERR + 1] = {
+	[IBV_QPS_RESET] = 0,
+	[IBV_QPS_INIT] = RVT_POST_RECV_OK,
+	[IBV_QPS_RTR] = RVT_POST_RECV_OK | RVT_PROCESS_RECV_OK,
+	[IBV_QPS_RTS] = RVT_POST_RECV_OK | RVT_PROCESS_RECV_OK | RVT_POST_SEND_OK |
+			RVT_PROCESS_SEND_OK | RVT_PROCESS_NEXT_SEND_OK,
+	[IBV_QPS_SQD] = RVT_POST_RECV_OK | RVT_PROCESS_RECV_OK | RVT_POST_SEND_OK |
+			RVT_PROCESS_SEND_OK,
+	[IBV_QPS_SQE] = RVT_POST_RECV_OK | RVT_PROCESS_RECV_OK | RVT_POST_SEND_OK |
+			RVT_FLUSH_SEND,
+	[IBV_QPS_ERR] = RVT_POST_RECV_OK | RVT_FLUSH_RECV | RVT_POST_SEND_OK | RVT_FLUSH_SEND,
+};
+
+const char *const rvt_qp_state_name[IBV_QPS_ERR + 1] = {
+	[IBV_QPS_RESET] = "RESET", [IBV_QPS_INIT] = "INIT", [IBV_QPS_RTR] = "RTR",
+	[IBV_QPS_RTS] = "RTS",     [IBV_QPS_SQD] = "SQD",   [IBV_QPS_SQE] = "SQE",
+	[IBV_QPS_ERR] = "ERR",
+};
+
+/* ------------------------------------------------------------------ */
+/* The state-transition table (ib_modify_qp_is_ok), qp-semantics.md §5.2 */
+/* ------------------------------------------------------------------ */
+enum { T_RC, T_UC, T_UD, T_NTYPES };
+
+struct qp_transition {
+	bool valid;
+	int req[T_NTYPES];
+	int opt[T_NTYPES];
+};
+
+#define PKEY IBV_QP_PKEY_INDEX
+#define PORT IBV_QP_PORT
+#define ACC IBV_QP_ACCESS_FLAGS
+#define QKEY IBV_QP_QKEY
+#define AV IBV_QP_AV
+#define MTU IBV_QP_PATH_MTU
+#define DQPN IBV_QP_DEST_QPN
+#define RQPSN IBV_QP_RQ_PSN
+#define SQPSN IBV_QP_SQ_PSN
+#define MAXDEST IBV_QP_MAX_DEST_RD_ATOMIC
+#define MAXRD IBV_QP_MAX_QP_RD_ATOMIC
+#define MINRNR IBV_QP_MIN_RNR_TIMER
+#define TMO IBV_QP_TIMEOUT
+#define RETRY IBV_QP_RETRY_CNT
+#define RNR IBV_QP_RNR_RETRY
+#define ALT IBV_QP_ALT_PATH
+#define MIG IBV_QP_PATH_MIG_STATE
+#define CUR IBV_QP_CUR_STATE
+#define SQDN IBV_QP_EN_SQD_ASYNC_NOTIFY
+
+#define ALL_VALID { .valid = true }
+
+static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
+	[IBV_QPS_RESET] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_INIT] = {
+			.valid = true,
+			.req = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
+				 [T_UD] = PKEY | PORT | QKEY },
+		},
+	},
+	[IBV_QPS_INIT] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+		[IBV_QPS_INIT] = {
+			.valid = true,
+			.opt = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
+				 [T_UD] = PKEY | PORT | QKEY },
+		},
+		[IBV_QPS_RTR] = {
+			.valid = true,
+			.req = { [T_RC] = AV | MTU | DQPN | RQPSN | MAXDEST | MINRNR,
+				 [T_UC] = AV | MTU | DQPN | RQPSN },
+			.opt = { [T_RC] = ALT | ACC | PKEY, [T_UC] = ALT | ACC | PKEY,
+				 [T_UD] = PKEY | QKEY },
+		},
+	},
+	[IBV_QPS_RTR] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+		[IBV_QPS_RTS] = {
+			.valid = true,
+			.req = { [T_RC] = TMO | RETRY | RNR | SQPSN | MAXRD, [T_UC] = SQPSN,
+				 [T_UD] = SQPSN },
+			.opt = { [T_RC] = CUR | ALT | ACC | MINRNR | MIG,
+				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY },
+		},
+	},
+	[IBV_QPS_RTS] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+		[IBV_QPS_RTS] = {
+			.valid = true,
+			.opt = { [T_RC] = CUR | ACC | ALT | MIG | MINRNR,
+				 [T_UC] = CUR | ACC | ALT | MIG, [T_UD] = CUR | QKEY },
+		},
+		[IBV_QPS_SQD] = {
+			.valid = true,
+			.opt = { [T_RC] = SQDN, [T_UC] = SQDN, [T_UD] = SQDN },
+		},
+	},
+	[IBV_QPS_SQD] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+		[IBV_QPS_RTS] = {
+			.valid = true,
+			.opt = { [T_RC] = CUR | ALT | ACC | MINRNR | MIG,
+				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY },
+		},
+		[IBV_QPS_SQD] = {
+			.valid = true,
+			.opt = { [T_RC] = PORT | AV | TMO | RETRY | RNR | MAXRD | MAXDEST | ALT |
+					  ACC | PKEY | MINRNR | MIG,
+				 [T_UC] = AV | ALT | ACC | PKEY | MIG, [T_UD] = PKEY | QKEY },
+		},
+	},
+	[IBV_QPS_SQE] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+		[IBV_QPS_RTS] = {
+			.valid = true,
+			.opt = { [T_UC] = CUR | ACC, [T_UD] = CUR | QKEY },
+		},
+	},
+	[IBV_QPS_ERR] = {
+		[IBV_QPS_RESET] = ALL_VALID,
+		[IBV_QPS_ERR] = ALL_VALID,
+	},
+};
+
+static int type_index(enum ibv_qp_type type)
+{
+	return type == IBV_QPT_RC ? T_RC : type == IBV_QPT_UC ? T_UC : T_UD;
+}
+
+bool rvt_modify_qp_is_ok(int cur, int next, enum ibv_qp_type type, int mask)
+{
+	const struct qp_transition *t;
+	int ti = type_index(type);
+
+	if (cur < 0 || cur > IBV_QPS_ERR || next < 0 || next > IBV_QPS_ERR)
+		return false;
+	if ((mask & CUR) && cur != IBV_QPS_RTR && cur != IBV_QPS_RTS &&
+	    cur != IBV_QPS_SQD && cur != IBV_QPS_SQE)
+		return false;
+	t = &qp_state_table[cur][next];
+	if (!t->valid)
+		return false;
+	if ((mask & t->req[ti]) != t->req[ti])
+		return false;
+	if (mask & ~(t->req[ti] | t->opt[ti] | IBV_QP_STATE))
+		return false;
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Create                                                             */
+/* ------------------------------------------------------------------ */
+static uint32_t mtu_bytes(enum ibv_mtu mtu)
+{
+	return 128u << mtu; /* IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5 */
+}
+
+#define SUPPORTED_COMP_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+
+static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
+{
+	const struct ibv_qp_cap *cap = &a->cap;
+
+	if (a->comp_mask & ~(SUPPORTED_COMP_MASK | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+			     IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+			     IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+		return -EINVAL;
+	/* C1: no create flags; C6: only RC, UC and UD (others need hardware). */
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
+		return -EOPNOTSUPP;
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+		return -EOPNOTSUPP;
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
+		return -EOPNOTSUPP;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq || !a->recv_cq)
+		return -EINVAL;
+	/* C2 */
+	if (cap->max_send_sge > (uint32_t)rdi->dattr.max_sge ||
+	    cap->max_send_wr > (uint32_t)rdi->dattr.max_qp_wr ||
+	    cap->max_inline_data > URVT_MAX_INLINE)
+		return -EINVAL;
+	if (!a->srq) {
+		/* C3, C4 */
+		if (cap->max_recv_sge > (uint32_t)rdi->dattr.max_sge ||
+		    cap->max_recv_wr > (uint32_t)rdi->dattr.max_qp_wr)
+			return -EINVAL;
+		if (!cap->max_send_sge && !cap->max_send_wr && !cap->max_recv_sge &&
+		    !cap->max_recv_wr)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static void rvt_init_qp(struct rvt_qp *qp)
+{
+	/* qp-semantics.md §4.2 / §5.4: the RESET values. */
+	qp->remote_qpn = 0;
+	qp->qkey = 0;
+	qp->qp_access_flags = 0;
+	qp->s_flags = 0;
+	qp->s_head = qp->s_last = qp->s_cur = qp->s_acked = 0;
+	qp->s_ssn = 1;
+	qp->s_next_psn = qp->s_psn = qp->s_last_psn = qp->s_sending_psn = 0;
+	qp->s_acked_psn = URVT_QPN_MASK; /* sq_psn - 1 */
+	qp->s_rd_atomic_outstanding = 0;
+	qp->s_pkts_since_ackreq = 0;
+	qp->s_offset = 0;
+	qp->local_ops_pending = 0;
+	qp->r_psn = qp->r_ack_psn = qp->r_msn = 0;
+	qp->r_state = qp->type == IBV_QPT_UC ? 0x22 : 0x02; /* SEND_LAST of RC/UC */
+	qp->r_flags = 0;
+	qp->r_nak_state = 0;
+	qp->r_wrid_valid = false;
+	qp->r_sent_nak = false;
+	qp->r_drop_msg = false;
+	qp->r_head_ack = qp->r_tail_ack = 0;
+	qp->comm_est = false;
+	qp->sq_draining = 0;
+}
+
+struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *attr,
+			     int *err)
+{
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_pd *pd;
+	struct rvt_qp *qp;
+	struct ibv_qp *ibqp;
+	uint32_t sge_slots, inline_bytes;
+	int ret;
+
+	ret = check_create(rdi, attr);
+	if (ret)
+		goto err;
+	pd = ibpd_to_rvtpd(attr->pd);
+	qp = rvt_qp_struct_alloc(&rdi->qp_table);
+	if (!qp) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	/* The refcount stays untouched: a racing lookup may be probing it. */
+	memset(qp, 0, offsetof(struct rvt_qp, refcount));
+	qp->next_free = NULL;
+	qp->transport_priv = NULL;
+
+	qp->rdi = rdi;
+	qp->uctx = uctx;
+	qp->pd = pd;
+	qp->send_cq = ibcq_to_rvtcq(attr->send_cq);
+	qp->recv_cq = ibcq_to_rvtcq(attr->recv_cq);
+	qp->srq = attr->srq ? ibsrq_to_rvtsrq(attr->srq) : NULL;
+	qp->type = attr->qp_type;
+	qp->allowed_ops = attr->qp_type == IBV_QPT_RC ? 0x00 :
+			  attr->qp_type == IBV_QPT_UC ? 0x20 : 0x60;
+	qp->sq_sig_all = attr->sq_sig_all;
+
+	/* Send ring: power of two; one slot kept free as rxe does. */
+	qp->s_size = urvt_roundup_pow2(attr->cap.max_send_wr + 1);
+	qp->s_mask = qp->s_size - 1;
+	qp->max_send_wr = qp->s_size - 1;
+	qp->max_send_sge = attr->cap.max_send_sge;
+	qp->max_inline = attr->cap.max_inline_data;
+	inline_bytes = (qp->max_inline + 7) & ~7u;
+	sge_slots = qp->max_send_sge ? qp->max_send_sge : 1;
+	qp->s_stride = (uint32_t)((sizeof(struct rvt_swqe) + sge_slots * sizeof(struct rvt_sge) +
+				   inline_bytes + URVT_CACHELINE - 1) & ~(size_t)(URVT_CACHELINE - 1));
+	qp->s_wq = calloc(qp->s_size, qp->s_stride);
+	if (!qp->s_wq) {
+		ret = -ENOMEM;
+		goto err_struct;
+	}
+	if (qp->type == IBV_QPT_UD) {
+		qp->s_ud_av = calloc(qp->s_size, sizeof(*qp->s_ud_av));
+		if (!qp->s_ud_av) {
+			ret = -ENOMEM;
+			goto err_swq;
+		}
+	}
+	if (!qp->srq) {
+		qp->max_recv_sge = attr->cap.max_recv_sge;
+		ret = rvt_rq_init(&qp->rq, attr->cap.max_recv_wr, attr->cap.max_recv_sge);
+		if (ret)
+			goto err_udav;
+		qp->r_max_sge = qp->max_recv_sge;
+	} else {
+		qp->r_max_sge = qp->srq->rq.max_sge;
+	}
+	qp->r_sg_list = calloc(qp->r_max_sge ? qp->r_max_sge : 1, sizeof(*qp->r_sg_list));
+	qp->r_ack_queue = calloc(URVT_MAX_RD_ATOMIC + 1, sizeof(*qp->r_ack_queue));
+	if (!qp->r_sg_list || !qp->r_ack_queue) {
+		ret = -ENOMEM;
+		goto err_rq;
+	}
+	/* C8b, then C9 last */
+	ret = rvt_alloc_qpn(&rdi->qpn_table, &qp->qpn);
+	if (ret)
+		goto err_rq;
+	if (atomic_fetch_add(&rdi->n_qps, 1) >= (int)rdi->dattr.max_qp) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+
+	pthread_mutex_init(&qp->state_lock, NULL);
+	urvt_spin_init(&qp->s_hlock);
+	urvt_spin_init(&qp->r_lock);
+	urvt_timer_init(&qp->s_timer, rvt_retry_timer_fn);
+	urvt_timer_init(&qp->s_rnr_timer, rvt_rnr_timer_fn);
+	urvt_work_init(&qp->s_work, rvt_send_work_fn);
+	atomic_store(&qp->state, IBV_QPS_RESET);
+	qp->port_num = 1;
+	qp->pmtu = mtu_bytes(rdi->port_attr.active_mtu);
+	qp->path_mtu = rdi->port_attr.active_mtu;
+	qp->path_mig_state = IBV_MIG_MIGRATED;
+	rvt_init_qp(qp);
+
+	qp->cap.max_send_wr = qp->max_send_wr;
+	qp->cap.max_send_sge = qp->max_send_sge;
+	qp->cap.max_inline_data = qp->max_inline;
+	qp->cap.max_recv_wr = qp->srq ? 0 : qp->rq.size - 1;
+	qp->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
+	attr->cap = qp->cap;
+
+	ibqp = &qp->ibqp_ex.qp_base;
+	ibqp->context = &uctx->vctx.context;
+	ibqp->qp_context = attr->qp_context;
+	ibqp->pd = attr->pd;
+	ibqp->send_cq = attr->send_cq;
+	ibqp->recv_cq = attr->recv_cq;
+	ibqp->srq = attr->srq;
+	ibqp->qp_num = qp->qpn;
+	ibqp->state = IBV_QPS_RESET;
+	ibqp->qp_type = attr->qp_type;
+	pthread_mutex_init(&ibqp->mutex, NULL);
+	pthread_cond_init(&ibqp->cond, NULL);
+
+	atomic_fetch_add(&pd->usecnt, 1);
+	atomic_fetch_add(&qp->send_cq->usecnt, 1);
+	atomic_fetch_add(&qp->recv_cq->usecnt, 1);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->usecnt, 1);
+	/* Live from now on: lookups may take references once it is published
+	 * (RESET -> INIT). */
+	atomic_store_explicit(&qp->refcount, 1, memory_order_release);
+	return qp;
+
+err_count:
+	atomic_fetch_sub(&rdi->n_qps, 1);
+	rvt_free_qpn(&rdi->qpn_table, qp->qpn);
+err_rq:
+	free(qp->r_sg_list);
+	free(qp->r_ack_queue);
+	if (!qp->srq)
+		rvt_rq_fini(&qp->rq);
+err_udav:
+	free(qp->s_ud_av);
+err_swq:
+	free(qp->s_wq);
+err_struct:
+	rvt_qp_struct_free(&rdi->qp_table, qp);
+err:
+	*err = ret;
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reset, error                                                       */
+/* ------------------------------------------------------------------ */
+
+/* Wait until no thread runs this QP's send engine. */
+static void wait_send_idle(struct rvt_qp *qp)
+{
+	while (atomic_load_explicit(&qp->s_sched, memory_order_acquire))
+		sched_yield();
+}
+
+/* Drop the MR references of every send WQE still in the ring. */
+static void drop_send_wqes(struct rvt_qp *qp)
+{
+	for (uint32_t i = qp->s_last; i != qp->s_head; i++) {
+		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, i);
+		rvt_put_swqe(wqe);
+	}
+}
+
+/*
+ * _rvt_reset_qp (qp-semantics.md §5.4): stop everything, withdraw the QP
+ * from lookups, discard both queues without completions. Caller holds
+ * state_lock and no spinlock.
+ */
+static void rvt_reset_qp(struct rvt_qp *qp)
+{
+	struct urvt_progress *p = qp->rdi->progress;
+
+	if (rvt_qp_state(qp) != IBV_QPS_RESET) {
+		/* 1. Everyone that looks at the state from now on backs off. */
+		urvt_spin_lock(&qp->r_lock);
+		atomic_store_explicit(&qp->state, IBV_QPS_RESET, memory_order_release);
+		urvt_spin_unlock(&qp->r_lock);
+		/* 2. Engines and timer handlers already past their state check. */
+		wait_send_idle(qp);
+		urvt_timer_del_sync(p, &qp->s_timer);
+		urvt_timer_del_sync(p, &qp->s_rnr_timer);
+		urvt_progress_cancel_work_sync(p, &qp->s_work);
+		wait_send_idle(qp);
+		/* 3. No new lookups; wait for in-flight ones (packets, loopback). */
+		rvt_qp_table_remove(&qp->rdi->qp_table, qp);
+		while (atomic_load_explicit(&qp->refcount, memory_order_acquire) > 1)
+			sched_yield();
+		/* 4. Discard the send WQEs and the responder's references. */
+		urvt_spin_lock(&qp->s_hlock);
+		drop_send_wqes(qp);
+		urvt_spin_unlock(&qp->s_hlock);
+		urvt_spin_lock(&qp->r_lock);
+		rvt_release_rsge(qp);
+		urvt_spin_unlock(&qp->r_lock);
+	}
+	/* Reinitialise (always). Posted receives are discarded (§5.4 decision). */
+	urvt_spin_lock(&qp->s_hlock);
+	urvt_spin_lock(&qp->r_lock);
+	rvt_init_qp(qp);
+	if (!qp->srq) {
+		urvt_spin_lock(&qp->rq.c_lock);
+		urvt_spin_lock(&qp->rq.p_lock);
+		qp->rq.head = qp->rq.tail = 0;
+		urvt_spin_unlock(&qp->rq.p_lock);
+		urvt_spin_unlock(&qp->rq.c_lock);
+	}
+	urvt_spin_unlock(&qp->r_lock);
+	urvt_spin_unlock(&qp->s_hlock);
+}
+
+/* Flush every posted receive WQE with WR_FLUSH_ERR; caller holds r_lock. */
+static void flush_rq(struct rvt_qp *qp)
+{
+	struct rvt_rq *rq = &qp->rq;
+	struct ibv_wc wc = {
+		.status = IBV_WC_WR_FLUSH_ERR,
+		.opcode = IBV_WC_RECV,
+		.qp_num = qp->qpn,
+	};
+
+	urvt_spin_lock(&rq->c_lock);
+	/* p_lock too: a post_recv that saw a non-ERR state has finished
+	 * queueing, and one that comes later sees ERR (rvt_post_recv). */
+	urvt_spin_lock(&rq->p_lock);
+	while (rq->tail != rq->head) {
+		wc.wr_id = rvt_get_rwqe_ptr(rq, rq->tail)->wr_id;
+		store_release(&rq->tail, rq->tail + 1);
+		rvt_cq_enter(qp->recv_cq, &wc, true);
+	}
+	urvt_spin_unlock(&rq->p_lock);
+	urvt_spin_unlock(&rq->c_lock);
+}
+
+/*
+ * rvt_error_qp (qp-semantics.md §5.5). Caller holds qp->r_lock. Returns
+ * true if IBV_EVENT_QP_LAST_WQE_REACHED should be raised (SRQ QPs).
+ */
+bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err)
+{
+	int state = rvt_qp_state(qp);
+
+	if (state == IBV_QPS_ERR || state == IBV_QPS_RESET)
+		return false;
+	atomic_store_explicit(&qp->state, IBV_QPS_ERR, memory_order_release);
+	urvt_timer_del(qp->rdi->progress, &qp->s_timer);
+	urvt_timer_del(qp->rdi->progress, &qp->s_rnr_timer);
+	/* 3. The send engine flushes the send queue (not from here: we may be
+	 * inside another QP's engine). */
+	urvt_progress_queue_work(qp->rdi->progress, &qp->s_work);
+	/* 4./5. a receive in progress completes with the cause */
+	if (qp->r_wrid_valid) {
+		struct ibv_wc wc = {
+			.wr_id = qp->r_wr_id,
+			.status = err,
+			.opcode = IBV_WC_RECV,
+			.qp_num = qp->qpn,
+		};
+		rvt_release_rsge(qp);
+		qp->r_wrid_valid = false;
+		rvt_cq_enter(qp->recv_cq, &wc, true);
+	}
+	/* 6./7. */
+	if (!qp->srq) {
+		flush_rq(qp);
+		return false;
+	}
+	return true;
+}
+
+void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err)
+{
+	bool lastwqe;
+
+	urvt_spin_lock(&qp->r_lock);
+	lastwqe = rvt_error_qp_locked(qp, err);
+	urvt_spin_unlock(&qp->r_lock);
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Modify                                                             */
+/* ------------------------------------------------------------------ */
+static int check_mig(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int new_state)
+{
+	switch (attr->path_mig_state) {
+	case IBV_MIG_REARM:
+		if (qp->path_mig_state == IBV_MIG_ARMED || new_state != IBV_QPS_RTS)
+			return -EINVAL;
+		return 0;
+	case IBV_MIG_MIGRATED:
+		if (qp->path_mig_state == IBV_MIG_REARM ||
+		    (new_state != IBV_QPS_RTS && new_state != IBV_QPS_SQD))
+			return -EINVAL;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+#define RVT_KNOWN_QP_MASK ((1 << 21) - 1)
+
+int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct rvt_dev_info *rdi = qp->rdi;
+	struct urvt_av av;
+	int cur, next, ret = 0;
+	bool lastwqe = false, run_engine = false;
+
+	/* 1. (v6.x) bits past DEST_QPN, e.g. RATE_LIMIT */
+	if (attr_mask & ~RVT_KNOWN_QP_MASK)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&qp->state_lock);
+	cur = (attr_mask & IBV_QP_CUR_STATE) ? (int)attr->cur_qp_state : rvt_qp_state(qp);
+	next = (attr_mask & IBV_QP_STATE) ? (int)attr->qp_state : cur;
+	/* 4. the state table */
+	if (!rvt_modify_qp_is_ok(cur, next, qp->type, attr_mask))
+		goto inval;
+	/* 5. rdmavt's extra checks (plus the device limits it leaves out) */
+	if (attr_mask & IBV_QP_AV) {
+		if (rvt_av_from_attr(rdi, &attr->ah_attr, &av))
+			goto inval;
+	}
+	if (attr_mask & IBV_QP_ALT_PATH)
+		goto inval; /* no alternate paths on a RoCE port */
+	if ((attr_mask & IBV_QP_PKEY_INDEX) && attr->pkey_index >= URVT_PKEY_TABLE_LEN)
+		goto inval;
+	if ((attr_mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31)
+		goto inval;
+	if ((attr_mask & IBV_QP_PORT) &&
+	    (attr->port_num == 0 || attr->port_num > URVT_PORT_COUNT))
+		goto inval;
+	if ((attr_mask & IBV_QP_DEST_QPN) && attr->dest_qp_num > URVT_QPN_MASK)
+		goto inval;
+	if ((attr_mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7)
+		goto inval;
+	if ((attr_mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7)
+		goto inval;
+	if ((attr_mask & IBV_QP_PATH_MTU) &&
+	    (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
+		goto inval;
+	if ((attr_mask & IBV_QP_PATH_MIG_STATE) && check_mig(qp, attr, next))
+		goto inval;
+	if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
+	    attr->max_dest_rd_atomic > rdi->dattr.max_qp_rd_atom)
+		goto inval;
+	/* rdmavt leaves this unchecked; rxe checks it. urvt enforces the limit
+	 * it reports (max_qp_init_rd_atom). */
+	if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
+	    attr->max_rd_atomic > rdi->dattr.max_qp_init_rd_atom)
+		goto inval;
+	if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
+	    (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+				       IBV_ACCESS_MW_BIND)))
+		goto inval;
+
+	/* 6. state actions that must run unlocked (reset waits for engines) */
+	if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET)
+		rvt_reset_qp(qp);
+
+	/* 7. apply the attributes, then the new state: the engines read them
+	 * only after an acquire of a state that lets them run. */
+	urvt_spin_lock(&qp->s_hlock);
+	urvt_spin_lock(&qp->r_lock);
+	if (attr_mask & IBV_QP_PKEY_INDEX)
+		qp->pkey_index = attr->pkey_index;
+	if (attr_mask & IBV_QP_PORT)
+		qp->port_num = attr->port_num;
+	if (attr_mask & IBV_QP_DEST_QPN)
+		qp->remote_qpn = attr->dest_qp_num;
+	if (attr_mask & IBV_QP_SQ_PSN) {
+		qp->s_next_psn = qp->s_psn = qp->s_sending_psn = attr->sq_psn & URVT_QPN_MASK;
+		qp->s_last_psn = qp->s_acked_psn = (attr->sq_psn - 1) & URVT_QPN_MASK;
+	}
+	if (attr_mask & IBV_QP_RQ_PSN)
+		qp->r_psn = qp->r_ack_psn = attr->rq_psn & URVT_QPN_MASK;
+	if (attr_mask & IBV_QP_ACCESS_FLAGS)
+		qp->qp_access_flags = (int)attr->qp_access_flags;
+	if (attr_mask & IBV_QP_AV)
+		qp->remote_av = av;
+	if (attr_mask & IBV_QP_PATH_MIG_STATE)
+		qp->path_mig_state = attr->path_mig_state;
+	if (attr_mask & IBV_QP_PATH_MTU) {
+		enum ibv_mtu m = attr->path_mtu < rdi->port_attr.active_mtu ?
+					 attr->path_mtu : rdi->port_attr.active_mtu;
+		qp->path_mtu = m;
+		qp->pmtu = mtu_bytes(m);
+	}
+	if (attr_mask & IBV_QP_RETRY_CNT)
+		qp->retry_cnt = qp->s_retry = attr->retry_cnt;
+	if (attr_mask & IBV_QP_RNR_RETRY)
+		qp->rnr_retry = qp->s_rnr_retry = attr->rnr_retry;
+	if (attr_mask & IBV_QP_MIN_RNR_TIMER)
+		qp->min_rnr_timer = attr->min_rnr_timer;
+	if (attr_mask & IBV_QP_TIMEOUT) {
+		qp->timeout = attr->timeout > 31 ? 31 : attr->timeout;
+		/* 4.096 us << timeout; 0 = no retransmit timer (IBTA/rxe) */
+		qp->timeout_ns = qp->timeout ? 4096ull << qp->timeout : 0;
+	}
+	if (attr_mask & IBV_QP_QKEY)
+		qp->qkey = attr->qkey;
+	if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (attr_mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		qp->max_rd_atomic = attr->max_rd_atomic;
+
+	switch (next) {
+	case IBV_QPS_RESET:
+		break;
+	case IBV_QPS_RTR:
+		qp->comm_est = false;
+		atomic_store_explicit(&qp->state, next, memory_order_release);
+		break;
+	case IBV_QPS_SQD:
+		qp->sq_draining = qp->s_last != qp->s_head && qp->s_cur != qp->s_last;
+		atomic_store_explicit(&qp->state, next, memory_order_release);
+		break;
+	case IBV_QPS_ERR:
+		lastwqe = rvt_error_qp_locked(qp, IBV_WC_WR_FLUSH_ERR);
+		run_engine = true;
+		break;
+	default:
+		atomic_store_explicit(&qp->state, next, memory_order_release);
+		/* SQD -> RTS resumes a queue that was held */
+		run_engine = next == IBV_QPS_RTS && cur == IBV_QPS_SQD;
+		break;
+	}
+	urvt_spin_unlock(&qp->r_lock);
+	urvt_spin_unlock(&qp->s_hlock);
+
+	/* 8. RESET -> INIT publishes the QP for lookups by QPN. */
+	if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
+		ret = rvt_qp_table_insert(&rdi->qp_table, qp);
+	pthread_mutex_unlock(&qp->state_lock);
+
+	/* 9. */
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+	if (run_engine)
+		rvt_schedule_send(qp);
+	return ret;
+
+inval:
+	pthread_mutex_unlock(&qp->state_lock);
+	return -EINVAL;
+}
+
+int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	(void)attr_mask; /* rdmavt ignores it and fills everything */
+	pthread_mutex_lock(&qp->state_lock);
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = (enum ibv_qp_state)rvt_qp_state(qp);
+	attr->cur_qp_state = attr->qp_state;
+	attr->path_mtu = qp->path_mtu;
+	attr->path_mig_state = qp->path_mig_state;
+	attr->qkey = qp->qkey;
+	attr->rq_psn = READ_ONCE(qp->r_psn) & URVT_QPN_MASK;
+	attr->sq_psn = READ_ONCE(qp->s_next_psn) & URVT_QPN_MASK;
+	attr->dest_qp_num = qp->remote_qpn;
+	attr->qp_access_flags = (unsigned int)qp->qp_access_flags;
+	attr->cap = qp->cap;
+	attr->ah_attr = qp->remote_av.attr;
+	attr->pkey_index = qp->pkey_index;
+	attr->en_sqd_async_notify = 0;
+	attr->sq_draining = rvt_qp_state(qp) == IBV_QPS_SQD && READ_ONCE(qp->s_cur) != READ_ONCE(qp->s_last);
+	attr->max_rd_atomic = qp->max_rd_atomic;
+	attr->max_dest_rd_atomic = qp->max_dest_rd_atomic;
+	attr->min_rnr_timer = qp->min_rnr_timer;
+	attr->port_num = qp->port_num;
+	attr->timeout = qp->timeout;
+	attr->retry_cnt = qp->retry_cnt;
+	attr->rnr_retry = qp->rnr_retry;
+	if (init_attr) {
+		memset(init_attr, 0, sizeof(*init_attr));
+		init_attr->qp_context = qp->ibqp_ex.qp_base.qp_context;
+		init_attr->send_cq = qp->ibqp_ex.qp_base.send_cq;
+		init_attr->recv_cq = qp->ibqp_ex.qp_base.recv_cq;
+		init_attr->srq = qp->ibqp_ex.qp_base.srq;
+		init_attr->cap = qp->cap;
+		init_attr->qp_type = qp->type;
+		init_attr->sq_sig_all = qp->sq_sig_all;
+	}
+	pthread_mutex_unlock(&qp->state_lock);
+	return 0;
+}
+
+/* rdmavt rvt_destroy_qp: legal in any state, even with traffic in flight. */
+int rvt_destroy_qp(struct rvt_qp *qp)
+{
+	struct rvt_dev_info *rdi = qp->rdi;
+	uint32_t one = 1;
+
+	pthread_mutex_lock(&qp->state_lock);
+	rvt_reset_qp(qp);
+	pthread_mutex_unlock(&qp->state_lock);
+	/* Drop the owner's reference last; lookups already fail (not in the
+	 * table), so only short-lived holders can still be draining. */
+	while (!atomic_compare_exchange_weak(&qp->refcount, &one, 0)) {
+		one = 1;
+		sched_yield();
+	}
+	rvt_free_qpn(&rdi->qpn_table, qp->qpn);
+	atomic_fetch_sub(&rdi->n_qps, 1);
+	atomic_fetch_sub(&qp->pd->usecnt, 1);
+	atomic_fetch_sub(&qp->send_cq->usecnt, 1);
+	atomic_fetch_sub(&qp->recv_cq->usecnt, 1);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->usecnt, 1);
+	else
+		rvt_rq_fini(&qp->rq);
+	urvt_spin_destroy(&qp->s_hlock);
+	urvt_spin_destroy(&qp->r_lock);
+	pthread_mutex_destroy(&qp->state_lock);
+	pthread_mutex_destroy(&qp->ibqp_ex.qp_base.mutex);
+	pthread_cond_destroy(&qp->ibqp_ex.qp_base.cond);
+	free(qp->s_wq);
+	free(qp->s_ud_av);
+	free(qp->r_sg_list);
+	free(qp->r_ack_queue);
+	rvt_qp_struct_free(&rdi->qp_table, qp);
+	return 0;
+}

@@ -1,0 +1,217 @@
+#include "core/qp_table.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rvt_api.h"
+
+#define QPN_SPACE (1u << 24)
+#define BITS_PER_MAP (1u << 15)           /* 512 maps x 32768 bits = 2^24 */
+#define WORDS_PER_MAP (BITS_PER_MAP / 64)
+
+int rvt_qpn_table_init(struct rvt_qpn_table *t)
+{
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->lock, NULL);
+	t->map[0] = calloc(WORDS_PER_MAP, sizeof(uint64_t));
+	if (!t->map[0])
+		return -ENOMEM;
+	t->nmaps = 1;
+	/* QPN 0 (SMI) and 1 (GSI) are reserved; numbering starts after 1. */
+	t->map[0][0] = 0x3;
+	t->last = 1;
+	return 0;
+}
+
+void rvt_qpn_table_fini(struct rvt_qpn_table *t)
+{
+	for (uint32_t i = 0; i < ARRAY_SIZE(t->map); i++)
+		free(t->map[i]);
+	pthread_mutex_destroy(&t->lock);
+}
+
+static bool test_and_set(struct rvt_qpn_table *t, uint32_t qpn)
+{
+	uint32_t m = qpn / BITS_PER_MAP, bit = qpn % BITS_PER_MAP;
+	uint64_t *w;
+
+	if (!t->map[m]) {
+		t->map[m] = calloc(WORDS_PER_MAP, sizeof(uint64_t));
+		if (!t->map[m])
+			return true; /* treat as used: allocation failure */
+		t->nmaps++;
+	}
+	w = &t->map[m][bit / 64];
+	if (*w & (1ull << (bit % 64)))
+		return true;
+	*w |= 1ull << (bit % 64);
+	return false;
+}
+
+/*
+ * Round-robin from the last QPN (qp-semantics.md §4.3): a destroyed QP's
+ * number is free again at once but is only reused after the allocator has
+ * wrapped around the 24-bit space.
+ */
+int rvt_alloc_qpn(struct rvt_qpn_table *t, uint32_t *qpn)
+{
+	uint32_t cand = t->last;
+	int ret = -ENOMEM;
+
+	pthread_mutex_lock(&t->lock);
+	cand = t->last;
+	for (uint32_t n = 0; n < QPN_SPACE; n++) {
+		cand++;
+		if (cand >= QPN_SPACE)
+			cand = 2;
+		/* Skip whole full words quickly. */
+		if (t->map[cand / BITS_PER_MAP] &&
+		    t->map[cand / BITS_PER_MAP][(cand % BITS_PER_MAP) / 64] == ~0ull &&
+		    cand % 64 == 0) {
+			cand += 63;
+			n += 63;
+			continue;
+		}
+		if (!test_and_set(t, cand)) {
+			t->last = cand;
+			*qpn = cand;
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+void rvt_free_qpn(struct rvt_qpn_table *t, uint32_t qpn)
+{
+	uint32_t m = qpn / BITS_PER_MAP, bit = qpn % BITS_PER_MAP;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->map[m])
+		t->map[m][bit / 64] &= ~(1ull << (bit % 64));
+	pthread_mutex_unlock(&t->lock);
+}
+
+int rvt_qp_table_init(struct rvt_qp_table *t)
+{
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->lock, NULL);
+	return 0;
+}
+
+void rvt_qp_table_fini(struct rvt_qp_table *t)
+{
+	struct rvt_qp *qp = t->free_list;
+
+	for (uint32_t i = 0; i < RVT_QPT_PAGES; i++)
+		free((void *)t->page[i]);
+	while (qp) {
+		struct rvt_qp *n = qp->next_free;
+		free(qp);
+		qp = n;
+	}
+	pthread_mutex_destroy(&t->lock);
+}
+
+static _Atomic(struct rvt_qp *) *slot_of(struct rvt_qp_table *t, uint32_t qpn, bool create)
+{
+	uint32_t pg = (qpn & URVT_QPN_MASK) >> RVT_QPT_PAGE_SHIFT;
+	_Atomic(struct rvt_qp *) *page = __atomic_load_n(&t->page[pg], __ATOMIC_ACQUIRE);
+
+	if (!page && create) {
+		pthread_mutex_lock(&t->lock);
+		page = t->page[pg];
+		if (!page) {
+			page = calloc(1u << RVT_QPT_PAGE_SHIFT, sizeof(*page));
+			if (page)
+				__atomic_store_n(&t->page[pg], page, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&t->lock);
+	}
+	if (!page)
+		return NULL;
+	return &page[qpn & ((1u << RVT_QPT_PAGE_SHIFT) - 1)];
+}
+
+int rvt_qp_table_insert(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	_Atomic(struct rvt_qp *) *slot = slot_of(t, qp->qpn, true);
+
+	if (!slot)
+		return -ENOMEM;
+	/* Publish last: a lookup never sees a half-built QP. */
+	atomic_store_explicit(slot, qp, memory_order_release);
+	return 0;
+}
+
+void rvt_qp_table_remove(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	_Atomic(struct rvt_qp *) *slot = slot_of(t, qp->qpn, false);
+
+	if (slot && atomic_load_explicit(slot, memory_order_relaxed) == qp)
+		atomic_store_explicit(slot, NULL, memory_order_release);
+}
+
+bool rvt_qp_table_contains(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	_Atomic(struct rvt_qp *) *slot = slot_of(t, qp->qpn, false);
+
+	return slot && atomic_load_explicit(slot, memory_order_acquire) == qp;
+}
+
+struct rvt_qp *rvt_lookup_qpn(struct rvt_dev_info *rdi, uint32_t qpn)
+{
+	_Atomic(struct rvt_qp *) *slot = slot_of(&rdi->qp_table, qpn, false);
+	struct rvt_qp *qp;
+	uint32_t r;
+
+	if (!slot)
+		return NULL;
+	qp = atomic_load_explicit(slot, memory_order_acquire);
+	if (!qp)
+		return NULL;
+	/* Increment unless zero: a recycled or dying QP has refcount 0. */
+	r = atomic_load_explicit(&qp->refcount, memory_order_relaxed);
+	do {
+		if (!r)
+			return NULL;
+	} while (!atomic_compare_exchange_weak_explicit(&qp->refcount, &r, r + 1,
+						       memory_order_acquire,
+						       memory_order_relaxed));
+	/* The structure may have been reused for another QP meanwhile. */
+	if (unlikely(READ_ONCE(qp->qpn) != qpn ||
+		     atomic_load_explicit(slot, memory_order_acquire) != qp)) {
+		rvt_put_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+void rvt_put_qp(struct rvt_qp *qp)
+{
+	atomic_fetch_sub_explicit(&qp->refcount, 1, memory_order_release);
+}
+
+struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t)
+{
+	struct rvt_qp *qp;
+
+	pthread_mutex_lock(&t->lock);
+	qp = t->free_list;
+	if (qp)
+		t->free_list = qp->next_free;
+	pthread_mutex_unlock(&t->lock);
+	if (!qp && posix_memalign((void **)&qp, URVT_CACHELINE, sizeof(*qp)))
+		return NULL;
+	return qp;
+}
+
+void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	pthread_mutex_lock(&t->lock);
+	qp->next_free = t->free_list;
+	t->free_list = qp;
+	pthread_mutex_unlock(&t->lock);
+}

@@ -1,0 +1,716 @@
+/*
+ * The send engine, WQE retirement, receive WQE consumption, SGE copies and
+ * the in-process loopback path (rdmavt rvt_ruc_loopback, rvt_get_rwqe,
+ * rvt_copy_sge, rvt_send_complete; qp-semantics.md §7, §8, §10).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "core/progress.h"
+#include "core/ruc.h"
+#include "core/rvt_api.h"
+#include "core/transport.h"
+#include "wire/grh.h"
+
+/* qp-semantics.md §9.1, in microseconds (0x19 is 61.44 ms, not rxe's typo). */
+const uint32_t ib_rvt_rnr_table[32] = {
+	655360, 10,    20,    30,    40,    60,    80,    120,
+	160,    240,   320,   480,   640,   960,   1280,  1920,
+	2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
+	40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+/* ------------------------------------------------------------------ */
+/* SGE copies                                                         */
+/* ------------------------------------------------------------------ */
+void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *list, uint32_t num_sge,
+			uint32_t total_len)
+{
+	ss->num_sge = (uint8_t)num_sge;
+	ss->total_len = total_len;
+	if (num_sge) {
+		ss->sge = list[0];
+		ss->sg_list = list + 1;
+	} else {
+		memset(&ss->sge, 0, sizeof(ss->sge));
+		ss->sg_list = list;
+	}
+}
+
+static inline void sge_advance(struct rvt_sge_state *ss, uint32_t len, bool release)
+{
+	ss->sge.vaddr += len;
+	ss->sge.length -= len;
+	if (!ss->sge.length) {
+		if (release)
+			rvt_put_sge(&ss->sge);
+		if (--ss->num_sge)
+			ss->sge = *ss->sg_list++;
+	}
+}
+
+static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_t length,
+			   bool release, bool bytewise)
+{
+	while (length) {
+		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
+		if (bytewise) {
+			volatile uint8_t *d = ss->sge.vaddr;
+			for (uint32_t i = 0; i < len; i++)
+				d[i] = src[i];
+		} else {
+			memcpy(ss->sge.vaddr, src, len);
+		}
+		sge_advance(ss, len, release);
+		src += len;
+		length -= len;
+	}
+}
+
+/*
+ * copy_last: the final 8 bytes land last, one by one, after a release
+ * fence, so a peer polling the last byte of an RDMA WRITE sees the rest.
+ */
+void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
+		  bool release, bool copy_last)
+{
+	const uint8_t *src = data;
+
+	if (copy_last) {
+		uint32_t head = length > 8 ? length - 8 : 0;
+		copy_sge_bytes(ss, src, head, release, false);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		copy_sge_bytes(ss, src + head, length - head, release, true);
+		return;
+	}
+	copy_sge_bytes(ss, src, length, release, false);
+}
+
+void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length)
+{
+	uint8_t *dst = buf;
+
+	while (length) {
+		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
+		memcpy(dst, ss->sge.vaddr, len);
+		sge_advance(ss, len, false);
+		dst += len;
+		length -= len;
+	}
+}
+
+/* Move length bytes from one SGE cursor to another (loopback data path). */
+static void sge_to_sge(struct rvt_sge_state *dst, struct rvt_sge_state *src, uint32_t length,
+		       bool release, bool copy_last)
+{
+	uint32_t head = copy_last && length > 8 ? length - 8 : (copy_last ? 0 : length);
+
+	while (head) {
+		uint32_t len = src->sge.length < head ? src->sge.length : head;
+		rvt_copy_sge(dst, src->sge.vaddr, len, release, false);
+		sge_advance(src, len, false);
+		head -= len;
+		length -= len;
+	}
+	if (length) {
+		uint8_t tail[8];
+		rvt_copy_from_sge(tail, src, length);
+		rvt_copy_sge(dst, tail, length, release, true);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Receive WQEs                                                       */
+/* ------------------------------------------------------------------ */
+void rvt_release_rsge(struct rvt_qp *qp)
+{
+	struct rvt_sge_state *ss = &qp->r_sge;
+
+	if (!qp->r_wrid_valid)
+		return;
+	/* The current segment, then the ones not reached yet. */
+	if (ss->num_sge) {
+		rvt_put_sge(&ss->sge);
+		for (uint32_t i = 1; i < ss->num_sge; i++)
+			rvt_put_sge(&ss->sg_list[i - 1]);
+	}
+	ss->num_sge = 0;
+	qp->r_flags &= ~RVT_R_REUSE_SGE;
+}
+
+/* rvt_get_rwqe (qp-semantics.md §7). Caller holds qp->r_lock. */
+int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
+{
+	struct rvt_srq *srq = qp->srq;
+	struct rvt_rq *rq = srq ? &srq->rq : &qp->rq;
+	struct rvt_pd *pd = srq ? srq->pd : qp->pd;
+	struct rvt_rwqe *wqe;
+	uint32_t tail, j = 0, len = 0;
+	bool bad = false, fire_limit = false;
+
+	/* A WQE kept by a dropped UD packet is used again, untouched. */
+	if (qp->r_flags & RVT_R_REUSE_SGE) {
+		qp->r_flags &= ~RVT_R_REUSE_SGE;
+		return 1;
+	}
+	urvt_spin_lock(&rq->c_lock);
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
+		urvt_spin_unlock(&rq->c_lock);
+		return 0;
+	}
+	tail = rq->tail;
+	/* R1: pairs with the release of head in rvt_rq_post_one (R0). */
+	if (tail == load_acquire(&rq->head)) {
+		urvt_spin_unlock(&rq->c_lock);
+		return 0;
+	}
+	wqe = rvt_get_rwqe_ptr(rq, tail);
+	qp->r_wr_id = wqe->wr_id;
+	if (!wr_id_only) {
+		for (uint32_t i = 0; i < wqe->num_sge; i++) {
+			int ret;
+			if (!wqe->sg_list[i].length)
+				continue;
+			ret = rvt_lkey_ok(&qp->rdi->lkey_table, pd, &qp->r_sg_list[j], NULL,
+					  &wqe->sg_list[i], IBV_ACCESS_LOCAL_WRITE);
+			if (ret < 0) {
+				bad = true;
+				break;
+			}
+			j += (uint32_t)ret;
+			len += wqe->sg_list[i].length;
+		}
+	}
+	/* The slot is free for post_recv once tail moves: everything needed
+	 * has been copied out above. */
+	store_release(&rq->tail, tail + 1);
+	if (srq) {
+		uint32_t limit = atomic_load_explicit(&srq->limit, memory_order_relaxed);
+		if (limit && rq->head - rq->tail < limit) {
+			atomic_store(&srq->limit, 0);
+			fire_limit = true;
+		}
+	}
+	urvt_spin_unlock(&rq->c_lock);
+	if (fire_limit)
+		urvt_dispatch_async_event(srq->uctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq);
+
+	if (bad) {
+		struct ibv_wc wc = {
+			.wr_id = qp->r_wr_id,
+			.status = IBV_WC_LOC_PROT_ERR,
+			.opcode = IBV_WC_RECV,
+			.qp_num = qp->qpn,
+		};
+		for (uint32_t i = 0; i < j; i++)
+			rvt_put_sge(&qp->r_sg_list[i]);
+		rvt_cq_enter(qp->recv_cq, &wc, true);
+		return -1;
+	}
+	qp->r_len = len;
+	qp->r_rcv_len = 0;
+	rvt_sge_state_init(&qp->r_sge, qp->r_sg_list, j, len);
+	qp->r_wrid_valid = true;
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Send completion                                                    */
+/* ------------------------------------------------------------------ */
+void rvt_put_swqe(struct rvt_swqe *wqe)
+{
+	if (wqe->wqe_flags & RVT_SWQE_INLINE)
+		return;
+	for (uint32_t i = 0; i < wqe->num_sge; i++)
+		rvt_put_sge(&wqe->sg_list[i]);
+}
+
+static const enum ibv_wc_opcode wr_to_wc_opcode[IBV_WR_SEND_WITH_INV + 1] = {
+	[IBV_WR_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
+	[IBV_WR_RDMA_WRITE_WITH_IMM] = IBV_WC_RDMA_WRITE,
+	[IBV_WR_SEND] = IBV_WC_SEND,
+	[IBV_WR_SEND_WITH_IMM] = IBV_WC_SEND,
+	[IBV_WR_RDMA_READ] = IBV_WC_RDMA_READ,
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = IBV_WC_COMP_SWAP,
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = IBV_WC_FETCH_ADD,
+	[IBV_WR_LOCAL_INV] = IBV_WC_LOCAL_INV,
+	[IBV_WR_BIND_MW] = IBV_WC_BIND_MW,
+	[IBV_WR_SEND_WITH_INV] = IBV_WC_SEND,
+};
+
+/*
+ * rvt_send_complete / rvt_qp_complete_swqe (§2.9): retire the oldest WQE,
+ * then write its CQE if it is signaled or failed. Engine context.
+ */
+void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status status)
+{
+	bool signal = qp->sq_sig_all || (wqe->send_flags & IBV_SEND_SIGNALED) ||
+		      status != IBV_WC_SUCCESS;
+	struct ibv_wc wc;
+
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_OR_FLUSH_SEND))
+		return;
+	if (signal) {
+		memset(&wc, 0, sizeof(wc));
+		wc.wr_id = wqe->wr_id;
+		wc.status = status;
+		wc.opcode = wr_to_wc_opcode[wqe->opcode];
+		wc.byte_len = wqe->length;
+		wc.qp_num = qp->qpn;
+	}
+	if (wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	    wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		if (qp->s_rd_atomic_outstanding)
+			qp->s_rd_atomic_outstanding--;
+	}
+	if (wqe->opcode == IBV_WR_LOCAL_INV && !(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
+	    qp->local_ops_pending)
+		__atomic_fetch_sub(&qp->local_ops_pending, 1, __ATOMIC_RELAXED);
+	rvt_put_swqe(wqe);
+	if (qp->s_cur == qp->s_last)
+		qp->s_cur++;
+	if (qp->s_acked == qp->s_last)
+		qp->s_acked++;
+	/* S1: the slot is free for post_send (acquire in sq_full). */
+	store_release(&qp->s_last, qp->s_last + 1);
+	if (qp->sq_draining && qp->s_last == load_acquire(&qp->s_head))
+		qp->sq_draining = 0;
+	if (signal && !rvt_cq_enter(qp->send_cq, &wc, status != IBV_WC_SUCCESS))
+		rvt_error_qp(qp, IBV_WC_LOC_QP_OP_ERR);
+}
+
+/* ------------------------------------------------------------------ */
+/* Loopback (rvt_ruc_loopback, qp-semantics.md §10)                    */
+/* ------------------------------------------------------------------ */
+enum lb_result { LB_OK, LB_RNR, LB_OP_ERR, LB_INV, LB_ACC, LB_LOC_QP_OP };
+
+/* Enter a receive completion; a full CQ puts the responder in ERR. */
+static void responder_complete(struct rvt_qp *qp, struct ibv_wc *wc, bool solicited)
+{
+	qp->r_wrid_valid = false;
+	if (!rvt_cq_enter(qp->recv_cq, wc, solicited))
+		rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+}
+
+/* Execute one RC/UC WQE against the responder; caller holds qp->r_lock. */
+static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
+				       struct rvt_swqe *wqe, struct ibv_wc *wc, bool *recv_cqe)
+{
+	struct rvt_sge_state src;
+	struct rvt_sge rsge;
+	int ret;
+
+	rvt_sge_state_init(&src, wqe->sg_list, wqe->num_sge, wqe->length);
+	*recv_cqe = false;
+	memset(wc, 0, sizeof(*wc));
+
+	switch (wqe->opcode) {
+	case IBV_WR_SEND_WITH_INV:
+		if (!rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey)) {
+			wc->wc_flags = IBV_WC_WITH_INV;
+			wc->invalidated_rkey = wqe->ex.invalidate_rkey;
+		}
+		/* fall through */
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		ret = rvt_get_rwqe(qp, false);
+		if (ret < 0)
+			return LB_OP_ERR;
+		if (ret == 0)
+			return LB_RNR;
+		if (wqe->length > qp->r_len)
+			return LB_INV; /* oversized SEND */
+		if (wqe->opcode == IBV_WR_SEND_WITH_IMM) {
+			wc->wc_flags = IBV_WC_WITH_IMM;
+			wc->imm_data = wqe->ex.imm_data;
+		}
+		sge_to_sge(&qp->r_sge, &src, wqe->length, true, false);
+		rvt_release_rsge(qp);
+		wc->opcode = IBV_WC_RECV;
+		*recv_cqe = true;
+		return LB_OK;
+
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+			return LB_INV;
+		ret = rvt_get_rwqe(qp, true);
+		if (ret < 0)
+			return LB_OP_ERR;
+		if (ret == 0)
+			return LB_RNR;
+		wc->wc_flags = IBV_WC_WITH_IMM;
+		wc->imm_data = wqe->ex.imm_data;
+		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		*recv_cqe = true;
+		/* fall through */
+	case IBV_WR_RDMA_WRITE:
+		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+			return LB_INV;
+		if (!wqe->length)
+			return LB_OK;
+		if (!rvt_rkey_ok(qp, &rsge, wqe->length, wqe->wr.rdma.remote_addr,
+				 wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_WRITE))
+			return LB_ACC;
+		{
+			struct rvt_sge_state dst;
+			rvt_sge_state_init(&dst, &rsge, 1, wqe->length);
+			sge_to_sge(&dst, &src, wqe->length, true, true);
+		}
+		return LB_OK;
+
+	case IBV_WR_RDMA_READ:
+		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_READ))
+			return LB_INV;
+		if (!wqe->length)
+			return LB_OK;
+		if (!rvt_rkey_ok(qp, &rsge, wqe->length, wqe->wr.rdma.remote_addr,
+				 wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_READ))
+			return LB_ACC;
+		{
+			struct rvt_sge_state rsrc;
+			rvt_sge_state_init(&rsrc, &rsge, 1, wqe->length);
+			sge_to_sge(&src, &rsrc, wqe->length, false, false);
+			rvt_put_sge(&rsge);
+		}
+		return LB_OK;
+
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+		uint64_t *target, orig;
+		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC))
+			return LB_INV;
+		if (wqe->wr.atomic.remote_addr & (sizeof(uint64_t) - 1))
+			return LB_INV; /* misaligned atomic */
+		if (!rvt_rkey_ok(qp, &rsge, sizeof(uint64_t), wqe->wr.atomic.remote_addr,
+				 wqe->wr.atomic.rkey, IBV_ACCESS_REMOTE_ATOMIC))
+			return LB_ACC;
+		target = (uint64_t *)(void *)rsge.vaddr;
+		if (wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			orig = __atomic_fetch_add(target, wqe->wr.atomic.compare_add,
+						  __ATOMIC_SEQ_CST);
+		} else {
+			orig = wqe->wr.atomic.compare_add;
+			__atomic_compare_exchange_n(target, &orig, wqe->wr.atomic.swap, false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		}
+		rvt_put_sge(&rsge);
+		/* the original value goes to the requester's first SGE */
+		rvt_copy_sge(&src, &orig, sizeof(orig), false, false);
+		return LB_OK;
+	}
+	default:
+		return LB_LOC_QP_OP;
+	}
+}
+
+/* RNR: retry later from the progress thread, or give up (§10 table). */
+static bool loopback_rnr(struct rvt_qp *sqp, struct rvt_swqe *wqe, struct rvt_qp *qp)
+{
+	if (sqp->type == IBV_QPT_UC) {
+		rvt_send_complete(sqp, wqe, IBV_WC_SUCCESS);
+		return true;
+	}
+	if (!sqp->s_rnr_retry) {
+		rvt_send_complete(sqp, wqe, IBV_WC_RNR_RETRY_EXC_ERR);
+		rvt_error_qp(sqp, IBV_WC_WR_FLUSH_ERR);
+		return true;
+	}
+	if (sqp->rnr_retry != 7)
+		sqp->s_rnr_retry--;
+	sqp->s_flags |= RVT_S_WAIT_RNR;
+	atomic_store(&sqp->s_rnr_fired, false);
+	urvt_timer_mod(sqp->rdi->progress, &sqp->s_rnr_timer,
+		       urvt_now_ns() + (uint64_t)ib_rvt_rnr_table[qp->min_rnr_timer & 31] * 1000);
+	return false;
+}
+
+/* Returns true if the WQE was retired (the engine may continue). */
+static bool rvt_ruc_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
+{
+	enum ibv_wc_status send_status = IBV_WC_SUCCESS, recv_status = IBV_WC_SUCCESS;
+	struct rvt_qp *qp;
+	struct ibv_wc wc;
+	enum lb_result res;
+	bool recv_cqe, lastwqe = false;
+
+	qp = rvt_lookup_qpn(sqp->rdi, sqp->remote_qpn);
+	if (!qp || qp->type != sqp->type ||
+	    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
+		/* The packet would be dropped: RC times out, UC just loses it. */
+		if (qp)
+			rvt_put_qp(qp);
+		if (sqp->type == IBV_QPT_RC) {
+			rvt_send_complete(sqp, wqe, IBV_WC_RETRY_EXC_ERR);
+			rvt_error_qp(sqp, IBV_WC_WR_FLUSH_ERR);
+		} else {
+			rvt_send_complete(sqp, wqe, IBV_WC_SUCCESS);
+		}
+		return true;
+	}
+
+	urvt_spin_lock(&qp->r_lock);
+	/* Re-check under the lock: the responder may have left RTR/RTS. */
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK))
+		res = LB_INV;
+	else
+		res = loopback_execute(sqp, qp, wqe, &wc, &recv_cqe);
+	switch (res) {
+	case LB_OK:
+		if (recv_cqe) {
+			wc.wr_id = qp->r_wr_id;
+			wc.status = IBV_WC_SUCCESS;
+			wc.byte_len = wqe->length;
+			wc.qp_num = qp->qpn;
+			wc.src_qp = sqp->qpn;
+			responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
+		}
+		if (!qp->comm_est && rvt_qp_state(qp) == IBV_QPS_RTR) {
+			qp->comm_est = true;
+			urvt_spin_unlock(&qp->r_lock);
+			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_COMM_EST, qp);
+		} else {
+			urvt_spin_unlock(&qp->r_lock);
+		}
+		rvt_put_qp(qp);
+		sqp->s_rnr_retry = sqp->rnr_retry;
+		rvt_send_complete(sqp, wqe, IBV_WC_SUCCESS);
+		return true;
+	case LB_RNR:
+		urvt_spin_unlock(&qp->r_lock);
+		{
+			bool done = loopback_rnr(sqp, wqe, qp);
+			rvt_put_qp(qp);
+			return done;
+		}
+	case LB_OP_ERR:
+		/* the bad WQE already completed with LOC_PROT_ERR */
+		send_status = IBV_WC_REM_OP_ERR;
+		recv_status = IBV_WC_LOC_QP_OP_ERR;
+		break;
+	case LB_INV:
+		send_status = sqp->type == IBV_QPT_RC ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_SUCCESS;
+		/* An oversized SEND reports the IBTA local length error on the
+		 * receive (as hardware does; rdmavt says LOC_QP_OP_ERR,
+		 * rxe REM_INV_REQ_ERR; see docs/deviations.md). */
+		recv_status = (qp->r_wrid_valid && wqe->length > qp->r_len &&
+			       (wqe->opcode == IBV_WR_SEND || wqe->opcode == IBV_WR_SEND_WITH_IMM ||
+				wqe->opcode == IBV_WR_SEND_WITH_INV)) ?
+				      IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_QP_OP_ERR;
+		break;
+	case LB_ACC:
+		send_status = IBV_WC_REM_ACCESS_ERR;
+		recv_status = IBV_WC_LOC_PROT_ERR;
+		break;
+	case LB_LOC_QP_OP:
+		urvt_spin_unlock(&qp->r_lock);
+		rvt_put_qp(qp);
+		rvt_send_complete(sqp, wqe, IBV_WC_LOC_QP_OP_ERR);
+		if (sqp->type == IBV_QPT_RC)
+			rvt_error_qp(sqp, IBV_WC_WR_FLUSH_ERR);
+		return true;
+	}
+	/* The responder goes to ERR (rvt_rc_error), then the requester. */
+	lastwqe = rvt_error_qp_locked(qp, recv_status);
+	urvt_spin_unlock(&qp->r_lock);
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+	rvt_put_qp(qp);
+	rvt_send_complete(sqp, wqe, send_status);
+	if (sqp->type == IBV_QPT_RC)
+		rvt_error_qp(sqp, IBV_WC_WR_FLUSH_ERR);
+	return true;
+}
+
+/*
+ * UD to a QP of this process (rdmavt drivers' ud_loopback): Q_Key check,
+ * the 40-byte GRH image, then the payload. Drops are silent; the sender's
+ * WQE always completes successfully.
+ */
+static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
+{
+	struct rvt_dev_info *rdi = sqp->rdi;
+	struct rvt_qp *qp = rvt_lookup_qpn(rdi, wqe->wr.ud.remote_qpn);
+	struct urvt_ipinfo ip;
+	uint8_t grh[URVT_GRH_BYTES];
+	struct rvt_sge_state src;
+	struct ibv_wc wc;
+	uint32_t roce_len;
+	int ret;
+
+	if (!qp)
+		return;
+	if (qp->type != IBV_QPT_UD || wqe->wr.ud.remote_qkey != qp->qkey ||
+	    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK))
+		goto out_put;
+
+	urvt_spin_lock(&qp->r_lock);
+	ret = rvt_get_rwqe(qp, false);
+	if (ret < 0) {
+		bool lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+		urvt_spin_unlock(&qp->r_lock);
+		if (lastwqe)
+			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+		goto out_put;
+	}
+	if (ret == 0)
+		goto out_unlock;
+	if (wqe->length + URVT_GRH_BYTES > qp->r_len) {
+		/* too small: dropped, the WQE waits for the next packet */
+		qp->r_flags |= RVT_R_REUSE_SGE;
+		goto out_unlock;
+	}
+	/* The IP header this packet would have had on the wire. */
+	memset(&ip, 0, sizeof(ip));
+	memcpy(ip.sgid, rdi->gid.raw, 16);
+	memcpy(ip.dgid, wqe->ud_av->attr.grh.dgid.raw, 16);
+	ip.sport = 4791;
+	ip.dport = 4791;
+	ip.tclass = wqe->ud_av->attr.grh.traffic_class;
+	ip.hop_limit = wqe->ud_av->attr.grh.hop_limit;
+	ip.flow_label = wqe->ud_av->attr.grh.flow_label;
+	ip.df = true;
+	/* BTH + DETH (+ ImmDt) + payload + pad + ICRC */
+	roce_len = 12 + 8 + (wqe->opcode == IBV_WR_SEND_WITH_IMM ? 4 : 0) +
+		   ((wqe->length + 3) & ~3u) + 4;
+	urvt_grh_fill(grh, &ip, roce_len);
+	rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES, true, false);
+	rvt_sge_state_init(&src, wqe->sg_list, wqe->num_sge, wqe->length);
+	sge_to_sge(&qp->r_sge, &src, wqe->length, true, false);
+	rvt_release_rsge(qp);
+
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = qp->r_wr_id;
+	wc.status = IBV_WC_SUCCESS;
+	wc.opcode = IBV_WC_RECV;
+	wc.byte_len = wqe->length + URVT_GRH_BYTES;
+	wc.qp_num = qp->qpn;
+	wc.src_qp = sqp->qpn;
+	wc.wc_flags = IBV_WC_GRH;
+	if (wqe->opcode == IBV_WR_SEND_WITH_IMM) {
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+		wc.imm_data = wqe->ex.imm_data;
+	}
+	wc.pkey_index = qp->pkey_index;
+	wc.sl = wqe->ud_av->attr.sl;
+	responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
+out_unlock:
+	urvt_spin_unlock(&qp->r_lock);
+out_put:
+	rvt_put_qp(qp);
+}
+
+/* ------------------------------------------------------------------ */
+/* The engine                                                         */
+/* ------------------------------------------------------------------ */
+static void flush_send_queue(struct rvt_qp *qp)
+{
+	uint32_t head = load_acquire(&qp->s_head);
+
+	while (qp->s_last != head) {
+		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, qp->s_last);
+		rvt_send_complete(qp, wqe, IBV_WC_WR_FLUSH_ERR);
+	}
+}
+
+/* A queued LOCAL_INV reaching the engine (§2.5). */
+static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	if (!(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
+	    rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey))
+		st = IBV_WC_LOC_PROT_ERR;
+	rvt_send_complete(qp, wqe, st);
+}
+
+static void rvt_do_send(struct rvt_qp *qp)
+{
+	for (;;) {
+		int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
+		struct rvt_swqe *wqe;
+		uint32_t head;
+
+		if (!(ops & RVT_PROCESS_OR_FLUSH_SEND))
+			return;
+		if (ops & RVT_FLUSH_SEND) {
+			flush_send_queue(qp);
+			return;
+		}
+		if (qp->s_flags & RVT_S_WAIT_RNR) {
+			if (!atomic_exchange(&qp->s_rnr_fired, false))
+				return;
+			qp->s_flags &= ~RVT_S_WAIT_RNR;
+		}
+		if (qp->s_flags & RVT_S_WAIT_ACK)
+			return;
+		/* S0': pairs with the release of s_head in rvt_post_one_wr. */
+		head = load_acquire(&qp->s_head);
+		if (qp->s_last == head)
+			return;
+		/* SQD: finish what is in progress, start nothing new. */
+		if (!(ops & RVT_PROCESS_NEXT_SEND_OK) && qp->s_cur == qp->s_last)
+			return;
+		wqe = rvt_get_swqe_ptr(qp, qp->s_last);
+		if (wqe->opcode == IBV_WR_LOCAL_INV) {
+			do_local_inv(qp, wqe);
+			continue;
+		}
+		if (qp->type == IBV_QPT_UD) {
+			if (wqe->ud_av->loopback)
+				ud_loopback(qp, wqe);
+			else if (qp->rdi->transport)
+				qp->rdi->transport->ud_send(qp, wqe);
+			rvt_send_complete(qp, wqe, IBV_WC_SUCCESS);
+			continue;
+		}
+		if (qp->remote_av.loopback || !qp->rdi->transport) {
+			if (!rvt_ruc_loopback(qp, wqe))
+				return;
+			continue;
+		}
+		/* Remote RC/UC peers: the protocol engines take over. */
+		qp->rdi->transport->do_send(qp);
+		return;
+	}
+}
+
+void rvt_schedule_send(struct rvt_qp *qp)
+{
+	uint32_t seen;
+
+	/* Whoever moves s_sched from 0 runs the engine; others leave a mark
+	 * that makes the runner go round once more. */
+	if (atomic_fetch_add_explicit(&qp->s_sched, 1, memory_order_acq_rel))
+		return;
+	do {
+		seen = atomic_load_explicit(&qp->s_sched, memory_order_acquire);
+		rvt_do_send(qp);
+	} while (atomic_fetch_sub_explicit(&qp->s_sched, seen, memory_order_acq_rel) != seen);
+}
+
+void rvt_schedule_send_async(struct rvt_qp *qp)
+{
+	urvt_progress_queue_work(qp->rdi->progress, &qp->s_work);
+}
+
+void rvt_send_work_fn(struct urvt_work *w)
+{
+	rvt_schedule_send(container_of(w, struct rvt_qp, s_work));
+}
+
+void rvt_rnr_timer_fn(struct urvt_timer *t)
+{
+	struct rvt_qp *qp = container_of(t, struct rvt_qp, s_rnr_timer);
+
+	/* s_flags is engine state: the engine clears WAIT_RNR when it sees this. */
+	atomic_store(&qp->s_rnr_fired, true);
+	rvt_schedule_send(qp);
+}
+
+void rvt_retry_timer_fn(struct urvt_timer *t)
+{
+	struct rvt_qp *qp = container_of(t, struct rvt_qp, s_timer);
+
+	if (qp->rdi->transport)
+		qp->rdi->transport->retry_timeout(qp);
+}

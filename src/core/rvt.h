@@ -1,0 +1,535 @@
+/*
+ * urvt core: the rdmavt object model in user space.
+ *
+ * Every verbs object embeds its public libibverbs struct as the first member
+ * (so the header's inline verbs and the application see the layout they were
+ * compiled against) and adds the rdmavt state after it. Names follow
+ * rdmavt's (struct rvt_qp, rvt_post_send, rvt_lkey_ok, ...) so the code can
+ * be read beside the kernel documentation. Functions named rvt_* return 0 or
+ * a negative errno; the verbs edge (src/verbs) turns that into the positive
+ * errno / NULL+errno of libibverbs.
+ */
+#ifndef URVT_CORE_RVT_H
+#define URVT_CORE_RVT_H
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/compiler.h"
+#include "core/timer.h"
+
+struct rvt_dev_info;
+struct rvt_qp;
+struct rvt_cq;
+struct rvt_srq;
+struct rvt_pd;
+struct rvt_mregion;
+struct urvt_context;
+
+/* ------------------------------------------------------------------ */
+/* Device limits (reported by ibv_query_device and enforced)          */
+/* ------------------------------------------------------------------ */
+#define URVT_MAX_QP (1u << 17)          /* 131072: 100 000 QPs must fit */
+#define URVT_MAX_QP_WR 16384
+#define URVT_MAX_SGE 32
+#define URVT_MAX_INLINE 512
+#define URVT_MAX_CQ 65536
+#define URVT_MAX_CQE ((1u << 20) - 1)
+#define URVT_MAX_MR (1u << 18)
+#define URVT_MAX_MR_SIZE (1ull << 40)
+#define URVT_MAX_PD 65536
+#define URVT_MAX_AH 65536
+#define URVT_MAX_SRQ 16384
+#define URVT_MAX_SRQ_WR 16384
+#define URVT_MAX_SRQ_SGE 32
+#define URVT_MAX_RD_ATOMIC 16           /* rdmavt/hfi1 max_rdma_atomic */
+#define URVT_MAX_MCAST_GRP 0
+#define URVT_PORT_COUNT 1
+#define URVT_PKEY_TABLE_LEN 1
+#define URVT_DEFAULT_PKEY 0xffff
+#define URVT_GSI_QKEY 0x80010000u
+#define URVT_VENDOR_ID 0x0
+#define URVT_QPN_MASK 0xffffffu
+
+/* ------------------------------------------------------------------ */
+/* Device and context                                                 */
+/* ------------------------------------------------------------------ */
+
+/* QPN allocator: qp-semantics.md §4.3 with start 1, incr 1, QPN 0/1 reserved. */
+struct rvt_qpn_table {
+	pthread_mutex_t lock;
+	uint32_t last;              /* last QPN handed out */
+	uint32_t nmaps;             /* bitmap pages allocated */
+	uint64_t *map[512];         /* 512 pages of 32768 bits, allocated lazily */
+};
+
+/*
+ * QPN -> QP lookup for the receive and loopback paths. Two levels of pointer
+ * pages indexed by QPN; pages are never freed while the device lives, and QP
+ * structures are type-stable (recycled, not freed, see qp.c) so a lookup can
+ * take a reference without a global lock.
+ */
+#define RVT_QPT_PAGE_SHIFT 12
+#define RVT_QPT_PAGES (1u << (24 - RVT_QPT_PAGE_SHIFT))
+struct rvt_qp_table {
+	_Atomic(struct rvt_qp *) *page[RVT_QPT_PAGES];
+	pthread_mutex_t lock;       /* page allocation, QP free list */
+	struct rvt_qp *free_list;   /* destroyed QPs kept for reuse */
+};
+
+/*
+ * lkey/rkey table. A key is (slot index << RVT_LKEY_GEN_BITS) | generation;
+ * the generation of a slot starts at a random value and moves on every
+ * registration, so keys are not sequential and a key of a deregistered MR
+ * never matches again (until 2^RVT_LKEY_GEN_BITS reuses of that slot).
+ * Key 0 is never issued (it is the kernel's reserved DMA lkey).
+ */
+#define RVT_LKEY_GEN_BITS 14
+#define RVT_LKEY_GEN_MASK ((1u << RVT_LKEY_GEN_BITS) - 1)
+struct rvt_lkey_table {
+	uint32_t max;                          /* slots */
+	_Atomic(struct rvt_mregion *) *table;  /* published MRs by slot */
+	uint32_t *gen;                         /* next generation per slot */
+	pthread_mutex_t lock;                  /* allocation/free (slow path) */
+	uint32_t next;                         /* allocation cursor */
+	struct rvt_mregion *free_list;         /* type-stable MR structs */
+};
+
+struct urvt_progress;
+struct urvt_transport_ops;
+
+/* The process-wide device "urvt0" (rdmavt's struct rvt_dev_info). */
+struct rvt_dev_info {
+	struct ibv_device ibdev;          /* handed out by ibv_get_device_list */
+	struct ibv_device_attr dattr;     /* limits, fixed at init */
+	struct ibv_port_attr port_attr;   /* port 1 */
+	union ibv_gid gid;                /* GID index 0 (RoCEv2, IPv4-mapped or IPv6) */
+	int addr_family;                  /* AF_INET or AF_INET6 */
+	struct in6_addr addr6;            /* our address (v4-mapped for IPv4) */
+	unsigned int ifindex;             /* interface holding the address */
+	char ifname[32];
+	int udp_fd;                       /* bound to addr6, port 4791 */
+	uint64_t node_guid;
+
+	pthread_mutex_t lock;             /* open/close and the lists below */
+	int open_count;
+
+	_Atomic int n_qps, n_cqs, n_srqs, n_mrs, n_pds, n_ahs;
+
+	struct rvt_qpn_table qpn_table;
+	struct rvt_qp_table qp_table;
+	struct rvt_lkey_table lkey_table;
+
+	struct urvt_progress *progress;   /* timers + network + deferred work */
+	const struct urvt_transport_ops *transport; /* NULL: loopback only */
+	void *transport_priv;
+};
+
+/*
+ * One ibv_open_device(). verbs_context must come first: the header's inline
+ * verbs find it at a fixed negative offset from struct ibv_context.
+ */
+struct urvt_context {
+	struct verbs_context vctx;
+	struct rvt_dev_info *rdi;
+	int async_wfd;                    /* write end; vctx.context.async_fd reads */
+};
+
+static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
+{
+	return container_of(container_of(ibctx, struct verbs_context, context),
+			    struct urvt_context, vctx);
+}
+
+/* ------------------------------------------------------------------ */
+/* PD, AH                                                             */
+/* ------------------------------------------------------------------ */
+struct rvt_pd {
+	struct ibv_pd ibpd;
+	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs using it */
+};
+
+static inline struct rvt_pd *ibpd_to_rvtpd(struct ibv_pd *ibpd)
+{
+	return container_of(ibpd, struct rvt_pd, ibpd);
+}
+
+/*
+ * Address vector: the ah_attr as given plus what the transport needs to
+ * reach it (destination socket address, whether it is this device).
+ */
+struct urvt_av {
+	struct ibv_ah_attr attr;
+	bool loopback;                    /* destination GID is our own */
+	union {
+		struct sockaddr_in in4;
+		struct sockaddr_in6 in6;
+	} dest;                           /* UDP destination, port 4791 */
+};
+
+struct rvt_ah {
+	struct ibv_ah ibah;
+	struct urvt_av av;
+};
+
+static inline struct rvt_ah *ibah_to_rvtah(struct ibv_ah *ibah)
+{
+	return container_of(ibah, struct rvt_ah, ibah);
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory regions (rdmavt_mr.h)                                       */
+/* ------------------------------------------------------------------ */
+struct rvt_mregion {
+	struct ibv_mr ibmr;
+	_Atomic uint32_t refcount;        /* 0 = free; owner holds 1 */
+	uint32_t lkey;                    /* == rkey */
+	uint8_t *vaddr;                   /* host address of byte 0 */
+	uint64_t iova;                    /* remote address of byte 0 */
+	uint64_t length;
+	int access;                       /* IBV_ACCESS_* */
+	struct rvt_pd *pd;
+	_Atomic bool lkey_invalid;        /* LOCAL_INV / SEND_WITH_INV executed */
+	struct rvt_mregion *next_free;
+};
+
+static inline struct rvt_mregion *ibmr_to_rvtmr(struct ibv_mr *ibmr)
+{
+	return container_of(ibmr, struct rvt_mregion, ibmr);
+}
+
+/* One validated local segment (rdmavt struct rvt_sge). */
+struct rvt_sge {
+	struct rvt_mregion *mr;           /* referenced; NULL for inline data */
+	uint8_t *vaddr;                   /* next byte to read or write */
+	uint32_t length;                  /* bytes left in this segment */
+	uint32_t sge_length;              /* bytes of the segment in total */
+};
+
+/* A cursor over an SGE list (rdmavt struct rvt_sge_state). */
+struct rvt_sge_state {
+	struct rvt_sge *sg_list;          /* segments after 'sge' */
+	struct rvt_sge sge;               /* current segment */
+	uint32_t total_len;
+	uint8_t num_sge;                  /* segments left, including 'sge' */
+};
+
+/* ------------------------------------------------------------------ */
+/* Completion queues (rdmavt_cq.h)                                    */
+/* ------------------------------------------------------------------ */
+struct urvt_comp_channel {
+	struct ibv_comp_channel ibch;     /* fd = read end of the event pipe */
+	int wfd;                          /* write end: one CQ pointer per event */
+};
+
+enum rvt_cq_notify {
+	RVT_CQ_NOTIFY_NONE = 0,
+	RVT_CQ_NOTIFY_SOLICITED = 1,
+	RVT_CQ_NOTIFY_NEXT = 2,
+};
+
+/*
+ * The CQ ring: producers (send/receive engines of any QP, on any thread)
+ * serialise on p_lock, fill the entry, then publish 'head' with a release
+ * store (P1); the consumer (poll_cq) reads 'head' with an acquire load (C1)
+ * that pairs with P1, copies entries out, then publishes 'tail' with a
+ * release store (C2) that pairs with the producer's acquire load of 'tail'
+ * in the full check (P0). Indices run free; the ring size is a power of two.
+ */
+struct rvt_cq {
+	struct ibv_cq_ex ibcq;
+	struct urvt_context *uctx;
+	uint32_t ring_size;               /* power of two */
+	uint32_t mask;
+	uint32_t cqe;                     /* capacity reported to the user */
+	struct ibv_wc *queue;
+	bool ex;                          /* created by ibv_create_cq_ex */
+	uint64_t wc_flags;                /* cq_ex: requested read_* fields */
+
+	struct {
+		urvt_spinlock_t p_lock;
+		uint32_t head;            /* written under p_lock, release */
+		_Atomic int notify;       /* enum rvt_cq_notify, one-shot */
+		bool overflow;            /* IBV_EVENT_CQ_ERR raised once */
+	} __cacheline_aligned;
+
+	struct {
+		urvt_spinlock_t c_lock;   /* poll_cq callers may race */
+		uint32_t tail;            /* written under c_lock, release */
+		uint32_t ex_cur;          /* cq_ex: entry being read */
+	} __cacheline_aligned;
+
+	_Atomic int usecnt;               /* QPs using it */
+	struct urvt_comp_channel *channel;
+	_Atomic uint32_t comp_events_reported;
+	_Atomic uint32_t async_events_reported;
+};
+
+static inline struct rvt_cq *ibcq_to_rvtcq(struct ibv_cq *ibcq)
+{
+	return container_of((struct ibv_cq_ex *)ibcq, struct rvt_cq, ibcq);
+}
+
+/* ------------------------------------------------------------------ */
+/* Receive queues (QP RQ and SRQ share the ring)                      */
+/* ------------------------------------------------------------------ */
+struct rvt_rwqe {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+	struct ibv_sge sg_list[];         /* as posted; validated on consumption */
+};
+
+/*
+ * Producer: post_recv under p_lock, publishes head with release (R0).
+ * Consumer: the responder under c_lock, acquire of head (R1 pairs with R0);
+ * tail published with release, read by the producer's full check.
+ */
+struct rvt_rq {
+	uint32_t size;                    /* slots, power of two */
+	uint32_t mask;
+	uint32_t max_sge;
+	uint32_t stride;                  /* bytes per slot */
+	uint8_t *wq;
+	struct {
+		urvt_spinlock_t p_lock;
+		uint32_t head;
+	} __cacheline_aligned;
+	struct {
+		urvt_spinlock_t c_lock;
+		uint32_t tail;
+	} __cacheline_aligned;
+};
+
+static inline struct rvt_rwqe *rvt_get_rwqe_ptr(struct rvt_rq *rq, uint32_t n)
+{
+	return (struct rvt_rwqe *)(rq->wq + (size_t)(n & rq->mask) * rq->stride);
+}
+
+static inline uint32_t rvt_rq_count(struct rvt_rq *rq)
+{
+	return load_acquire(&rq->head) - load_acquire(&rq->tail);
+}
+
+struct rvt_srq {
+	struct ibv_srq ibsrq;
+	struct urvt_context *uctx;
+	struct rvt_pd *pd;
+	struct rvt_rq rq;
+	uint32_t max_wr;                  /* capacity reported */
+	_Atomic uint32_t limit;           /* armed while non-zero */
+	_Atomic int usecnt;               /* QPs attached */
+	_Atomic uint32_t async_events_reported;
+};
+
+static inline struct rvt_srq *ibsrq_to_rvtsrq(struct ibv_srq *ibsrq)
+{
+	return container_of(ibsrq, struct rvt_srq, ibsrq);
+}
+
+/* ------------------------------------------------------------------ */
+/* Queue pairs (rdmavt_qp.h)                                          */
+/* ------------------------------------------------------------------ */
+
+/* Per-state capability bits (qp-semantics.md §1, ib_rvt_state_ops). */
+enum {
+	RVT_POST_SEND_OK = 1 << 0,
+	RVT_POST_RECV_OK = 1 << 1,
+	RVT_PROCESS_RECV_OK = 1 << 2,
+	RVT_PROCESS_SEND_OK = 1 << 3,
+	RVT_PROCESS_NEXT_SEND_OK = 1 << 4,
+	RVT_FLUSH_SEND = 1 << 5,
+	RVT_FLUSH_RECV = 1 << 6,
+	RVT_PROCESS_OR_FLUSH_SEND = RVT_PROCESS_SEND_OK | RVT_FLUSH_SEND,
+};
+extern const int ib_rvt_state_ops[IBV_QPS_ERR + 1];
+
+/* Send WQE flags (internal). */
+enum {
+	RVT_SWQE_INLINE = 1 << 0,         /* data copied into the slot at post */
+	RVT_SWQE_LOCAL_DONE = 1 << 1,     /* local op executed at post time */
+};
+
+struct rvt_swqe {
+	uint64_t wr_id;
+	uint32_t opcode;                  /* enum ibv_wr_opcode */
+	uint32_t send_flags;              /* IBV_SEND_* */
+	union {
+		__be32 imm_data;
+		uint32_t invalidate_rkey;
+	} ex;
+	uint32_t length;                  /* message bytes */
+	union {
+		struct {
+			uint64_t remote_addr;
+			uint32_t rkey;
+		} rdma;
+		struct {
+			uint64_t remote_addr;
+			uint64_t compare_add;
+			uint64_t swap;
+			uint32_t rkey;
+		} atomic;
+		struct {
+			uint32_t remote_qpn;
+			uint32_t remote_qkey;
+		} ud;
+	} wr;
+	uint32_t ssn, psn, lpsn;
+	uint16_t num_sge;
+	uint16_t wqe_flags;
+	struct urvt_av *ud_av;            /* UD: points at the slot's snapshot */
+	struct rvt_sge sg_list[];         /* num_sge segments; inline data follows */
+};
+
+/* Responder resource for READ/atomic replay (rdmavt s_ack_queue). */
+struct rvt_ack_entry {
+	uint32_t psn, lpsn;
+	uint8_t opcode;
+	uint8_t valid;
+	uint64_t atomic_data;             /* original value (atomics) */
+	uint64_t va;
+	uint32_t rkey;
+	uint32_t length;
+};
+
+/* r_flags */
+enum {
+	RVT_R_REUSE_SGE = 1 << 0,         /* the current receive WQE is kept */
+};
+
+/* s_flags: why the send engine is not running (rdmavt RVT_S_*). */
+enum {
+	RVT_S_WAIT_RNR = 1 << 0,
+	RVT_S_WAIT_ACK = 1 << 1,
+	RVT_S_WAIT_FENCE = 1 << 2,
+	RVT_S_WAIT_RDMAR = 1 << 3,
+	RVT_S_WAIT_PSN = 1 << 4,
+	RVT_S_TIMER = 1 << 5,
+};
+
+struct rvt_qp {
+	struct ibv_qp_ex ibqp_ex;         /* ibv_qp at offset 0 */
+
+	/* ---- immutable after create ---- */
+	struct rvt_dev_info *rdi;
+	struct urvt_context *uctx;
+	struct rvt_pd *pd;
+	struct rvt_cq *send_cq, *recv_cq;
+	struct rvt_srq *srq;
+	uint32_t qpn;
+	enum ibv_qp_type type;
+	uint8_t allowed_ops;              /* opcode transport prefix (§4.4) */
+	bool sq_sig_all;
+	uint32_t s_size, s_mask, s_stride;
+	uint32_t max_send_wr;             /* capacity reported */
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	uint8_t *s_wq;                    /* send ring slots */
+	struct urvt_av *s_ud_av;          /* UD: one AV snapshot per slot */
+	uint32_t r_max_sge;               /* size of r_sg_list */
+
+	/* ---- attributes: written under state_lock, read by the engines ---- */
+	pthread_mutex_t state_lock;       /* modify/destroy (slow path) */
+	_Atomic int state;                /* enum ibv_qp_state */
+	int s_state_ops, r_state_ops;
+	uint32_t qkey;
+	uint32_t remote_qpn;
+	int qp_access_flags;
+	uint16_t pkey_index;
+	uint8_t port_num;
+	struct urvt_av remote_av;
+	uint32_t pmtu;                    /* bytes */
+	enum ibv_mtu path_mtu;
+	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+	uint8_t max_rd_atomic, max_dest_rd_atomic;
+	uint8_t sq_draining;
+	enum ibv_mig_state path_mig_state;
+	bool comm_est;                    /* IBV_EVENT_COMM_EST already raised */
+	uint64_t timeout_ns;              /* 4.096 us << timeout; 0 = none */
+	struct ibv_qp_cap cap;            /* as reported by query */
+
+	/* ---- posting side (post_send), under s_hlock ---- */
+	struct {
+		urvt_spinlock_t s_hlock;
+		uint32_t s_head;          /* next slot to fill; release */
+		uint32_t s_ssn;
+		uint32_t s_next_psn;      /* PSN of the next posted WR */
+		uint32_t local_ops_pending;
+	} __cacheline_aligned;
+
+	/*
+	 * ---- send engine (requester + completer) ----
+	 * Run by whoever takes the s_sched token (rvt_schedule_send): the
+	 * posting thread inline, the progress thread for timers and packets.
+	 */
+	struct {
+		_Atomic uint32_t s_sched;
+		uint32_t s_last;          /* oldest unretired slot; release */
+		uint32_t s_cur;           /* next slot to start */
+		uint32_t s_acked;         /* oldest slot not yet acknowledged */
+		uint32_t s_flags;
+		uint32_t s_psn;           /* requester: next PSN to send */
+		uint32_t s_sending_psn;
+		uint32_t s_last_psn;      /* last PSN sent */
+		uint32_t s_acked_psn;     /* completer: last acknowledged PSN */
+		uint32_t s_retry, s_rnr_retry;
+		uint32_t s_rd_atomic_outstanding;
+		uint32_t s_pkts_since_ackreq;
+		uint32_t s_offset;        /* bytes of s_cur already sent */
+		struct urvt_timer s_timer;    /* retransmit */
+		struct urvt_timer s_rnr_timer;
+		_Atomic bool s_rnr_fired;     /* set by the RNR timer, taken by the engine */
+	} __cacheline_aligned;
+
+	/* ---- responder, under r_lock ---- */
+	struct {
+		urvt_spinlock_t r_lock;
+		uint32_t r_psn;           /* next expected PSN */
+		uint32_t r_ack_psn;
+		uint32_t r_msn;
+		uint8_t r_state;          /* last opcode accepted */
+		uint8_t r_flags;
+		uint8_t r_nak_state;
+		bool r_wrid_valid;        /* a receive WQE is in progress */
+		uint64_t r_wr_id;
+		uint32_t r_len;           /* receive buffer length */
+		uint32_t r_rcv_len;       /* bytes placed so far */
+		struct rvt_sge_state r_sge;
+		struct rvt_sge *r_sg_list;
+		/* RDMA WRITE in progress */
+		struct rvt_sge r_rdma_sge;
+		struct rvt_ack_entry *r_ack_queue; /* max_dest_rd_atomic + 1 */
+		uint32_t r_head_ack, r_tail_ack;
+		bool r_sent_nak;
+		bool r_drop_msg;          /* UC: discarding a message */
+	} __cacheline_aligned;
+
+	struct rvt_rq rq;                 /* unused when srq != NULL */
+
+	/* ---- lifetime ---- */
+	struct urvt_work s_work;          /* run the send engine on the progress thread */
+	_Atomic uint32_t async_events_reported;
+	_Atomic uint32_t refcount;        /* 0 = free (type-stable memory) */
+	struct rvt_qp *next_free;
+	void *transport_priv;
+};
+
+static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)
+{
+	return container_of((struct ibv_qp_ex *)ibqp, struct rvt_qp, ibqp_ex);
+}
+
+static inline struct rvt_swqe *rvt_get_swqe_ptr(struct rvt_qp *qp, uint32_t n)
+{
+	return (struct rvt_swqe *)(qp->s_wq + (size_t)(n & qp->s_mask) * qp->s_stride);
+}
+
+static inline int rvt_qp_state(struct rvt_qp *qp)
+{
+	return atomic_load_explicit(&qp->state, memory_order_acquire);
+}
+
+#endif

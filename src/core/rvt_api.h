@@ -1,0 +1,104 @@
+/*
+ * The core's entry points, called by the verbs edge (src/verbs). All return
+ * 0 or a negative errno unless stated; constructors return the object or
+ * NULL with *err set to a negative errno.
+ */
+#ifndef URVT_CORE_RVT_API_H
+#define URVT_CORE_RVT_API_H
+
+#include "core/rvt.h"
+
+/* device.c: the process-wide device, created on first open. */
+struct rvt_dev_info *rvt_dev_get(int *err);      /* takes an open reference */
+void rvt_dev_put(struct rvt_dev_info *rdi);
+struct ibv_device *urvt_ibdev(void);             /* static descriptor, never NULL */
+int rvt_query_port(struct rvt_dev_info *rdi, uint8_t port, struct ibv_port_attr *attr);
+int rvt_query_gid(struct rvt_dev_info *rdi, uint8_t port, int index, union ibv_gid *gid);
+int rvt_query_pkey(struct rvt_dev_info *rdi, uint8_t port, int index, __be16 *pkey);
+
+/* event.c: contexts, async events and completion channels. */
+int urvt_context_init(struct urvt_context *uctx, struct rvt_dev_info *rdi);
+void urvt_context_fini(struct urvt_context *uctx);
+void urvt_dispatch_async_event(struct urvt_context *uctx, enum ibv_event_type type,
+			       void *obj);
+int urvt_get_async_event(struct urvt_context *uctx, struct ibv_async_event *event);
+void urvt_ack_async_event(struct ibv_async_event *event);
+struct urvt_comp_channel *urvt_create_comp_channel(struct urvt_context *uctx, int *err);
+int urvt_destroy_comp_channel(struct urvt_comp_channel *ch);
+int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq);
+
+/* pd.c, ah.c */
+struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err);
+int rvt_dealloc_pd(struct rvt_pd *pd);
+struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err);
+int rvt_destroy_ah(struct rvt_ah *ah);
+int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
+		     struct urvt_av *av);
+
+/* mr.c */
+int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max);
+void rvt_lkey_table_fini(struct rvt_lkey_table *t);
+struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
+			       uint64_t iova, int access, int *err);
+int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *addr,
+		 size_t length, int access);
+int rvt_dereg_mr(struct rvt_mregion *mr);
+/* Validate one local SGE and store it (referenced) in *isge. Returns 1 if
+ * stored, 0 if merged into last_sge, negative errno on failure. */
+int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
+		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc);
+/* Validate a remote key range; on success *sge holds a reference. */
+bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
+		 uint32_t rkey, int acc);
+void rvt_put_mr(struct rvt_mregion *mr);
+static inline void rvt_put_sge(struct rvt_sge *sge)
+{
+	if (sge->mr)
+		rvt_put_mr(sge->mr);
+	sge->mr = NULL;
+}
+/* Invalidate by rkey (LOCAL_INV / SEND_WITH_INV); -EINVAL if not found. */
+int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey);
+
+/* cq.c */
+struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
+			     struct urvt_comp_channel *ch, int comp_vector,
+			     const struct ibv_cq_init_attr_ex *ex, int *err);
+int rvt_destroy_cq(struct rvt_cq *cq);
+int rvt_resize_cq(struct rvt_cq *cq, int cqe);
+int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
+int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
+/* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
+bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);
+
+/* srq.c */
+struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr,
+			       int *err);
+int rvt_modify_srq(struct rvt_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+int rvt_query_srq(struct rvt_srq *srq, struct ibv_srq_attr *attr);
+int rvt_destroy_srq(struct rvt_srq *srq);
+int rvt_post_srq_recv(struct rvt_srq *srq, struct ibv_recv_wr *wr,
+		      struct ibv_recv_wr **bad_wr);
+int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge);
+/* Queue one receive WR (caller holds rq->p_lock): -EINVAL too many SGEs, -ENOMEM full. */
+int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr);
+void rvt_rq_fini(struct rvt_rq *rq);
+
+/* qp.c */
+extern const char *const rvt_qp_state_name[IBV_QPS_ERR + 1];
+bool rvt_modify_qp_is_ok(int cur, int next, enum ibv_qp_type type, int mask);
+struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *attr,
+			     int *err);
+int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr);
+int rvt_destroy_qp(struct rvt_qp *qp);
+struct rvt_qp *rvt_lookup_qpn(struct rvt_dev_info *rdi, uint32_t qpn); /* referenced */
+void rvt_put_qp(struct rvt_qp *qp);
+void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err);
+
+/* post.c */
+int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
+#endif

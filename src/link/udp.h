@@ -1,0 +1,25 @@
+/* The device's UDP endpoint: address selection and the RoCEv2 socket. */
+#ifndef URVT_LINK_UDP_H
+#define URVT_LINK_UDP_H
+
+#include <netinet/in.h>
+
+#define URVT_ROCE_PORT 4791
+
+struct urvt_udp_addr {
+	int family;                       /* AF_INET or AF_INET6 */
+	struct in6_addr addr6;            /* IPv4 addresses stored v4-mapped */
+	unsigned int ifindex;
+	char ifname[32];
+};
+
+/*
+ * Pick the device address and bind the RoCEv2 port on it. Order:
+ * URVT_ADDR (literal IPv4/IPv6), URVT_NETDEV (first address of that
+ * interface), else the first address in 127.0.0.1-127.0.0.254 whose port
+ * 4791 is free, so several processes on one host get distinct GIDs with no
+ * configuration. Returns the bound socket (>= 0) or a negative errno.
+ */
+int urvt_udp_bind_device(struct urvt_udp_addr *out);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * The functions the context's op tables point at (struct ibv_context_ops and
+ * struct verbs_context). They are implemented in verbs.c on top of the core;
+ * device.c installs them when a context is opened. Ops urvt does not provide
+ * stay NULL in the verbs_context: the header's inline wrappers then return
+ * EOPNOTSUPP (or NULL with errno EOPNOTSUPP) themselves.
+ */
+#ifndef URVT_VERBS_OPS_H
+#define URVT_VERBS_OPS_H
+
+#include <infiniband/verbs.h>
+
+/* struct ibv_context_ops */
+int urvt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int urvt_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int urvt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int urvt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int urvt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr);
+struct ibv_mw *urvt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int urvt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+int urvt_dealloc_mw(struct ibv_mw *mw);
+
+/* struct verbs_context */
+int urvt_vctx_query_port(struct ibv_context *context, uint8_t port_num,
+			 struct ibv_port_attr *port_attr, size_t port_attr_len);
+int urvt_query_device_ex(struct ibv_context *context,
+			 const struct ibv_query_device_ex_input *input,
+			 struct ibv_device_attr_ex *attr, size_t attr_size);
+struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
+				    struct ibv_cq_init_attr_ex *init_attr);
+struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
+				 struct ibv_qp_init_attr_ex *init_attr);
+struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
+				   struct ibv_srq_init_attr_ex *init_attr);
+
+#endif

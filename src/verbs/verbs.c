@@ -1,0 +1,622 @@
+/*
+ * The object verbs of the drop-in libibverbs: PDs, MRs, CQs, completion
+ * channels, SRQs, QPs, AHs, and the op-table functions of ops.h. Each is a
+ * thin edge over the core: negative errno inside, positive errno (or NULL
+ * with errno set) here, as libibverbs documents.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rvt_api.h"
+#include "verbs/ops.h"
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                            */
+/* ------------------------------------------------------------------ */
+static inline int fail_int(int neg)
+{
+	return -neg;
+}
+
+static inline void *fail_ptr(int neg)
+{
+	errno = -neg;
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Protection domains                                                 */
+/* ------------------------------------------------------------------ */
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	int err = 0;
+	struct rvt_pd *pd = rvt_alloc_pd(to_uctx(context), &err);
+
+	return pd ? &pd->ibpd : fail_ptr(err);
+}
+
+int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	return fail_int(rvt_dealloc_pd(ibpd_to_rvtpd(pd)));
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory regions                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Optional access bits are hints a provider may ignore (rdma-core drops
+ * them when unsupported). */
+static unsigned int strip_optional(unsigned int access)
+{
+	return access & ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	int err = 0;
+	struct rvt_mregion *mr;
+
+	mr = rvt_reg_mr(ibpd_to_rvtpd(pd), addr, length, iova, (int)strip_optional(access), &err);
+	return mr ? &mr->ibmr : fail_ptr(err);
+}
+
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uint64_t)(uintptr_t)addr, (unsigned int)access);
+}
+
+#undef ibv_reg_mr_iova
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			       int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+		 int access)
+{
+	struct rvt_mregion *rmr = ibmr_to_rvtmr(mr);
+	int ret;
+
+	/* libibverbs' own input rules come first, with its error codes. */
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || !flags ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	ret = rvt_rereg_mr(rmr, flags, pd ? ibpd_to_rvtpd(pd) : NULL, addr, length,
+			   (int)strip_optional((unsigned int)access));
+	if (ret) {
+		errno = -ret;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	return 0;
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+}
+
+/* Memory windows need fast-registration hardware semantics: not provided. */
+struct ibv_mw *urvt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	(void)pd;
+	(void)type;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+int urvt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+	(void)qp;
+	(void)mw;
+	(void)mw_bind;
+	return EOPNOTSUPP;
+}
+
+int urvt_dealloc_mw(struct ibv_mw *mw)
+{
+	(void)mw;
+	return EOPNOTSUPP;
+}
+
+/* ------------------------------------------------------------------ */
+/* Completion channels and CQs                                        */
+/* ------------------------------------------------------------------ */
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	int err = 0;
+	struct urvt_comp_channel *ch = urvt_create_comp_channel(to_uctx(context), &err);
+
+	return ch ? &ch->ibch : fail_ptr(err);
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	int ret = urvt_destroy_comp_channel(container_of(channel, struct urvt_comp_channel, ibch));
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	struct rvt_cq *rcq;
+	int ret = urvt_get_cq_event(container_of(channel, struct urvt_comp_channel, ibch), &rcq);
+
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	*cq = ibv_cq_ex_to_cq(&rcq->ibcq);
+	*cq_context = rcq->ibcq.cq_context;
+	return 0;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	int err = 0;
+	struct rvt_cq *cq;
+
+	cq = rvt_create_cq(to_uctx(context), cqe,
+			   channel ? container_of(channel, struct urvt_comp_channel, ibch) : NULL,
+			   comp_vector, NULL, &err);
+	if (!cq)
+		return fail_ptr(err);
+	cq->ibcq.cq_context = cq_context;
+	return ibv_cq_ex_to_cq(&cq->ibcq);
+}
+
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	return fail_int(rvt_resize_cq(ibcq_to_rvtcq(cq), cqe));
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct rvt_cq *rcq = ibcq_to_rvtcq(cq);
+
+	if (atomic_load(&rcq->usecnt))
+		return EBUSY;
+	/* rdma-core waits until every reported event has been acknowledged. */
+	pthread_mutex_lock(&cq->mutex);
+	while (cq->comp_events_completed != atomic_load(&rcq->comp_events_reported) ||
+	       cq->async_events_completed != atomic_load(&rcq->async_events_reported))
+		pthread_cond_wait(&cq->cond, &cq->mutex);
+	pthread_mutex_unlock(&cq->mutex);
+	return fail_int(rvt_destroy_cq(rcq));
+}
+
+int urvt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	return rvt_poll_cq(ibcq_to_rvtcq(cq), num_entries, wc);
+}
+
+int urvt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return fail_int(rvt_req_notify_cq(ibcq_to_rvtcq(cq), solicited_only));
+}
+
+/* ---- ibv_create_cq_ex: the start/next/end_poll iterator ---- */
+static inline struct rvt_cq *excq(struct ibv_cq_ex *cq)
+{
+	return container_of(cq, struct rvt_cq, ibcq);
+}
+
+static inline struct ibv_wc *ex_entry(struct rvt_cq *cq)
+{
+	return &cq->queue[cq->ex_cur & cq->mask];
+}
+
+/* Load the entry at ex_cur into the public wr_id/status fields, if any. */
+static int ex_load(struct rvt_cq *cq)
+{
+	if (cq->ex_cur == load_acquire(&cq->head))
+		return ENOENT;
+	cq->ibcq.wr_id = ex_entry(cq)->wr_id;
+	cq->ibcq.status = ex_entry(cq)->status;
+	return 0;
+}
+
+static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
+{
+	struct rvt_cq *cq = excq(ibcq);
+	int ret;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	urvt_spin_lock(&cq->c_lock);
+	cq->ex_cur = cq->tail;
+	ret = ex_load(cq);
+	if (ret)
+		urvt_spin_unlock(&cq->c_lock); /* no end_poll follows ENOENT */
+	return ret;
+}
+
+static int ex_next_poll(struct ibv_cq_ex *ibcq)
+{
+	struct rvt_cq *cq = excq(ibcq);
+
+	cq->ex_cur++;
+	store_release(&cq->tail, cq->ex_cur);
+	return ex_load(cq);
+}
+
+static void ex_end_poll(struct ibv_cq_ex *ibcq)
+{
+	struct rvt_cq *cq = excq(ibcq);
+
+	if (cq->ex_cur != load_acquire(&cq->head))
+		cq->ex_cur++;
+	store_release(&cq->tail, cq->ex_cur);
+	urvt_spin_unlock(&cq->c_lock);
+}
+
+static enum ibv_wc_opcode ex_read_opcode(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->opcode;
+}
+static uint32_t ex_read_vendor_err(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->vendor_err;
+}
+static uint32_t ex_read_byte_len(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->byte_len;
+}
+static __be32 ex_read_imm_data(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->imm_data;
+}
+static uint32_t ex_read_qp_num(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->qp_num;
+}
+static uint32_t ex_read_src_qp(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->src_qp;
+}
+static unsigned int ex_read_wc_flags(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->wc_flags;
+}
+static uint32_t ex_read_slid(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->slid;
+}
+static uint8_t ex_read_sl(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->sl;
+}
+static uint8_t ex_read_dlid_path_bits(struct ibv_cq_ex *cq)
+{
+	return ex_entry(excq(cq))->dlid_path_bits;
+}
+
+#define URVT_CQ_EX_WC_FLAGS                                                              \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |          \
+	 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                \
+	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
+				    struct ibv_cq_init_attr_ex *attr)
+{
+	int err = 0;
+	struct rvt_cq *cq;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
+		return fail_ptr(-EINVAL);
+	/* Timestamps, flow tags, tag matching: nothing to report them from. */
+	if (attr->wc_flags & ~(uint64_t)URVT_CQ_EX_WC_FLAGS)
+		return fail_ptr(-EOPNOTSUPP);
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
+		return fail_ptr(-EOPNOTSUPP);
+	cq = rvt_create_cq(to_uctx(context), (int)attr->cqe,
+			   attr->channel ? container_of(attr->channel, struct urvt_comp_channel,
+							ibch) : NULL,
+			   (int)attr->comp_vector, attr, &err);
+	if (!cq)
+		return fail_ptr(err);
+	cq->ibcq.cq_context = attr->cq_context;
+	cq->ibcq.start_poll = ex_start_poll;
+	cq->ibcq.next_poll = ex_next_poll;
+	cq->ibcq.end_poll = ex_end_poll;
+	cq->ibcq.read_opcode = ex_read_opcode;
+	cq->ibcq.read_vendor_err = ex_read_vendor_err;
+	cq->ibcq.read_wc_flags = ex_read_wc_flags;
+	if (attr->wc_flags & IBV_WC_EX_WITH_BYTE_LEN)
+		cq->ibcq.read_byte_len = ex_read_byte_len;
+	if (attr->wc_flags & IBV_WC_EX_WITH_IMM)
+		cq->ibcq.read_imm_data = ex_read_imm_data;
+	if (attr->wc_flags & IBV_WC_EX_WITH_QP_NUM)
+		cq->ibcq.read_qp_num = ex_read_qp_num;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SRC_QP)
+		cq->ibcq.read_src_qp = ex_read_src_qp;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SLID)
+		cq->ibcq.read_slid = ex_read_slid;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SL)
+		cq->ibcq.read_sl = ex_read_sl;
+	if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
+		cq->ibcq.read_dlid_path_bits = ex_read_dlid_path_bits;
+	return &cq->ibcq;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared receive queues                                              */
+/* ------------------------------------------------------------------ */
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	int err = 0;
+	struct rvt_srq *srq = rvt_create_srq(ibpd_to_rvtpd(pd), attr, &err);
+
+	if (!srq)
+		return fail_ptr(err);
+	srq->ibsrq.srq_context = attr->srq_context;
+	return &srq->ibsrq;
+}
+
+struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
+				   struct ibv_srq_init_attr_ex *attr)
+{
+	struct ibv_srq_init_attr basic;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+					  IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
+					  IBV_SRQ_INIT_ATTR_TM))
+		return fail_ptr(-EINVAL);
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
+		return fail_ptr(-EOPNOTSUPP);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd ||
+	    attr->pd->context != context)
+		return fail_ptr(-EINVAL);
+	basic.srq_context = attr->srq_context;
+	basic.attr = attr->attr;
+	{
+		struct ibv_srq *srq = ibv_create_srq(attr->pd, &basic);
+		if (srq)
+			attr->attr = basic.attr;
+		return srq;
+	}
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask)
+{
+	return fail_int(rvt_modify_srq(ibsrq_to_rvtsrq(srq), srq_attr, srq_attr_mask));
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr)
+{
+	return fail_int(rvt_query_srq(ibsrq_to_rvtsrq(srq), srq_attr));
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct rvt_srq *rsrq = ibsrq_to_rvtsrq(srq);
+
+	if (atomic_load(&rsrq->usecnt))
+		return EBUSY;
+	pthread_mutex_lock(&srq->mutex);
+	while (srq->events_completed != atomic_load(&rsrq->async_events_reported))
+		pthread_cond_wait(&srq->cond, &srq->mutex);
+	pthread_mutex_unlock(&srq->mutex);
+	return fail_int(rvt_destroy_srq(rsrq));
+}
+
+int urvt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	return fail_int(rvt_post_srq_recv(ibsrq_to_rvtsrq(srq), wr, bad_wr));
+}
+
+/* ------------------------------------------------------------------ */
+/* Queue pairs                                                        */
+/* ------------------------------------------------------------------ */
+struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
+{
+	int err = 0;
+	struct rvt_qp *qp;
+
+	if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) && attr->pd && attr->pd->context != context)
+		return fail_ptr(-EINVAL);
+	/* The ibv_wr_* post API arrives with its own issue; until then a QP
+	 * that asks for it is refused rather than handed out half-built. */
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		return fail_ptr(-EOPNOTSUPP);
+	qp = rvt_create_qp(to_uctx(context), attr, &err);
+	return qp ? &qp->ibqp_ex.qp_base : fail_ptr(err);
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct ibv_qp_init_attr_ex ex;
+	struct ibv_qp *qp;
+
+	memset(&ex, 0, sizeof(ex));
+	ex.qp_context = qp_init_attr->qp_context;
+	ex.send_cq = qp_init_attr->send_cq;
+	ex.recv_cq = qp_init_attr->recv_cq;
+	ex.srq = qp_init_attr->srq;
+	ex.cap = qp_init_attr->cap;
+	ex.qp_type = qp_init_attr->qp_type;
+	ex.sq_sig_all = qp_init_attr->sq_sig_all;
+	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ex.pd = pd;
+	qp = urvt_create_qp_ex(pd->context, &ex);
+	if (qp)
+		qp_init_attr->cap = ex.cap;
+	return qp;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	(void)qp;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	int ret = rvt_query_qp(ibqp_to_rvtqp(qp), attr, attr_mask, init_attr);
+
+	if (!ret)
+		qp->state = attr->qp_state;
+	return fail_int(ret);
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	int ret = rvt_modify_qp(ibqp_to_rvtqp(qp), attr, attr_mask);
+
+	if (!ret && (attr_mask & IBV_QP_STATE))
+		qp->state = attr->qp_state;
+	return fail_int(ret);
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct rvt_qp *rqp = ibqp_to_rvtqp(qp);
+
+	pthread_mutex_lock(&qp->mutex);
+	while (qp->events_completed != atomic_load(&rqp->async_events_reported))
+		pthread_cond_wait(&qp->cond, &qp->mutex);
+	pthread_mutex_unlock(&qp->mutex);
+	return fail_int(rvt_destroy_qp(rqp));
+}
+
+int urvt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	return fail_int(rvt_post_send(ibqp_to_rvtqp(qp), wr, bad_wr));
+}
+
+int urvt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	return fail_int(rvt_post_recv(ibqp_to_rvtqp(qp), wr, bad_wr));
+}
+
+/* Data placement order is not promised beyond what IBTA requires. */
+int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp;
+	(void)op;
+	(void)flags;
+	return 0;
+}
+
+/* Enhanced connection establishment needs vendor options: not provided. */
+int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	return EOPNOTSUPP;
+}
+
+int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	return EOPNOTSUPP;
+}
+
+/* Multicast needs group membership on the link: max_mcast_grp is 0. */
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp;
+	(void)gid;
+	(void)lid;
+	return EOPNOTSUPP;
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp;
+	(void)gid;
+	(void)lid;
+	return EOPNOTSUPP;
+}
+
+/* ------------------------------------------------------------------ */
+/* Address handles                                                    */
+/* ------------------------------------------------------------------ */
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	int err = 0;
+	struct rvt_ah *ah = rvt_create_ah(ibpd_to_rvtpd(pd), attr, &err);
+
+	return ah ? &ah->ibah : fail_ptr(err);
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	return fail_int(rvt_destroy_ah(ibah_to_rvtah(ah)));
+}
+
+/*
+ * The reply address of a UD receive: the GRH image holds the sender's IP
+ * header (roce-wire.md §11). IPv4: 20 zero bytes then the IPv4 header;
+ * IPv6: the IPv6 header.
+ */
+int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	const uint8_t *g = (const uint8_t *)grh;
+	static const uint8_t zero[20];
+	struct rvt_dev_info *rdi = to_uctx(context)->rdi;
+
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port_num;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0;
+	ah_attr->is_global = 1;
+	ah_attr->grh.sgid_index = 0;
+	ah_attr->grh.hop_limit = 0xff;
+	if (!memcmp(g, zero, sizeof(zero)) && (g[20] >> 4) == 4) {
+		uint8_t *d = ah_attr->grh.dgid.raw;
+		memset(d, 0, 10);
+		d[10] = d[11] = 0xff;
+		memcpy(d + 12, g + 20 + 12, 4); /* IPv4 source address */
+		ah_attr->grh.traffic_class = g[21];
+		if (memcmp(g + 20 + 16, &rdi->gid.raw[12], 4))
+			return EINVAL; /* not addressed to our GID */
+	} else {
+		uint32_t vtf = be32toh(grh->version_tclass_flow);
+		ah_attr->grh.dgid = grh->sgid;
+		ah_attr->grh.traffic_class = (uint8_t)(vtf >> 20);
+		ah_attr->grh.flow_label = vtf & 0xfffff;
+		if (memcmp(grh->dgid.raw, rdi->gid.raw, 16))
+			return EINVAL;
+	}
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+	int ret = ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr);
+
+	if (ret)
+		return fail_ptr(-ret);
+	return ibv_create_ah(pd, &attr);
+}
