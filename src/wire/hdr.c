@@ -107,18 +107,15 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 
 	if (!mask || cap < info->length)
 		return 0;
-	memset(buf, 0, info->length); /* reserved fields are sent as 0 (§2, §3) */
-	bth_set_opcode(buf, f->opcode);
-	bth_set_se(buf, f->se);
-	bth_set_mig(buf, f->mig);
-	bth_set_pad(buf, (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0);
-	bth_set_tver(buf, f->tver);
-	bth_set_pkey(buf, f->pkey);
-	bth_set_fecn(buf, f->fecn);
-	bth_set_becn(buf, f->becn);
-	bth_set_qpn(buf, f->dest_qpn);
-	bth_set_ackreq(buf, f->ackreq);
-	bth_set_psn(buf, f->psn);
+	/* BTH in one pass; reserved bits are sent as 0 (§2) */
+	uint8_t pad = (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0;
+	buf[0] = f->opcode;
+	buf[1] = (uint8_t)((f->se ? URVT_BTH_SE : 0) | (f->mig ? URVT_BTH_MIG : 0) |
+			   pad << URVT_BTH_PAD_SHIFT | (f->tver & URVT_BTH_TVER_MASK));
+	urvt_put_be16(buf + 2, f->pkey);
+	urvt_put_be32(buf + 4, (f->fecn ? 0x80000000u : 0) | (f->becn ? 0x40000000u : 0) |
+				       (f->dest_qpn & URVT_QPN_MASK));
+	urvt_put_be32(buf + 8, (f->ackreq ? 0x80000000u : 0) | (f->psn & 0xffffffu));
 
 	uint8_t *o;
 	if (mask & URVT_FETH_MASK)
@@ -152,7 +149,8 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 		immdt_set_imm(buf + info->offset[URVT_IMMDT], f->immdt);
 	if (mask & URVT_IETH_MASK)
 		ieth_set_rkey(buf + info->offset[URVT_IETH], f->ieth_rkey);
-	/* CNP reserved bytes stay zero (§4.4) */
+	if (mask & URVT_CNPRSV_MASK)
+		memset(buf + info->offset[URVT_CNPRSV], 0, URVT_CNPRSV_BYTES); /* §4.4 */
 	return info->length;
 }
 

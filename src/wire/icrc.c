@@ -244,7 +244,9 @@ bool urvt_icrc_v4_verify_unknown_id(uint32_t saddr_be, uint32_t daddr_be, uint16
 	}
 	size_t n = LRH_STANDIN + URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len;
 	size_t k = n - WIN_END; /* bytes after the window */
-	uint32_t w = urvt_gf2_mulmod(d, urvt_gf2_xinv8((uint32_t)(k + 4)));
+	uint32_t j = (uint32_t)(k + 4); /* x^-(8k+32) = x^-8j, j < 65536 by the length check */
+	pthread_once(&xinv8_once, xinv8_init);
+	uint32_t w = urvt_gf2_mulmod(urvt_gf2_mulmod(d, xinv8_lo[j & 0xff]), xinv8_hi[j >> 8]);
 	if (w & 0xff)
 		return false;
 	uint8_t flags_diff = (uint8_t)(w >> 24);
