@@ -19,7 +19,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 
 # 1. Which file provides libibverbs.so.1 (the loader's "ldd" mode).
-LD_TRACE_LOADED_OBJECTS=1 "$urvt_run" "$prog" >"$tmp/ldd" 2>&1
+# (Set for PROG only: the urvt-run shell itself must run normally.)
+"$urvt_run" env LD_TRACE_LOADED_OBJECTS=1 "$prog" >"$tmp/ldd" 2>&1
 grep 'libibverbs\.so\.1' "$tmp/ldd"
 if ! grep -q "libibverbs\.so\.1 => $libdir/libibverbs\.so\.1 " "$tmp/ldd"; then
 	echo "FAIL: libibverbs.so.1 does not resolve to $libdir"
@@ -31,8 +32,8 @@ if [ "$(grep -c 'libibverbs' "$tmp/ldd")" -ne 1 ]; then
 fi
 
 # 2 + 3. Run it, recording every symbol binding into a libibverbs.
-(cd "$tmp" && LD_DEBUG=bindings LD_DEBUG_OUTPUT="$tmp/bind" \
-	"$urvt_run" "$prog" -h >"$tmp/out" 2>"$tmp/err")
+"$urvt_run" env LD_DEBUG=bindings LD_DEBUG_OUTPUT="$tmp/bind" \
+	"$prog" -h >"$tmp/out" 2>"$tmp/err"
 rc=$?
 "$prog" -h >/dev/null 2>&1
 want=$?
