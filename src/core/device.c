@@ -32,6 +32,33 @@ struct ibv_device *urvt_ibdev(void)
 	return &g_ibdev;
 }
 
+/*
+ * One GUID per process, stable from the first call on and known before the
+ * device is opened (librdmacm asks for it at start-up). Its first byte
+ * carries the locally administered bit, as a software-made EUI-64 should;
+ * the rest mixes the host id and the pid.
+ */
+static __be64 g_guid;
+static pthread_once_t g_guid_once = PTHREAD_ONCE_INIT;
+
+static void init_guid(void)
+{
+	uint64_t v = ((uint64_t)(uint32_t)gethostid() << 24) ^ (uint64_t)getpid();
+	uint8_t b[8];
+
+	v *= 0x9e3779b97f4a7c15ull; /* spread the bits */
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (56 - 8 * i));
+	b[0] = (uint8_t)((b[0] & ~0x01) | 0x02); /* unicast, locally administered */
+	memcpy(&g_guid, b, 8);
+}
+
+__be64 urvt_node_guid(void)
+{
+	pthread_once(&g_guid_once, init_guid);
+	return g_guid;
+}
+
 /* URVT_MTU: 256..4096 bytes (or the enum 1..5); default 1024. */
 static enum ibv_mtu mtu_from_env(void)
 {
@@ -57,11 +84,7 @@ static void init_attrs(struct rvt_dev_info *rdi)
 {
 	struct ibv_device_attr *a = &rdi->dattr;
 	struct ibv_port_attr *p = &rdi->port_attr;
-	uint64_t guid;
-
-	/* GUID from the address, as rxe derives it from the MAC. */
-	memcpy(&guid, &rdi->addr6.s6_addr[8], 8);
-	rdi->node_guid = guid ^ 0x0200000000000000ull;
+	rdi->node_guid = urvt_node_guid();
 
 	memset(a, 0, sizeof(*a));
 	snprintf(a->fw_ver, sizeof(a->fw_ver), "urvt-0.1.0");

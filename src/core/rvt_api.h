@@ -12,6 +12,7 @@
 struct rvt_dev_info *rvt_dev_get(int *err);      /* takes an open reference */
 void rvt_dev_put(struct rvt_dev_info *rdi);
 struct ibv_device *urvt_ibdev(void);             /* static descriptor, never NULL */
+__be64 urvt_node_guid(void);                     /* per process; no device needed */
 int rvt_query_port(struct rvt_dev_info *rdi, uint8_t port, struct ibv_port_attr *attr);
 int rvt_query_gid(struct rvt_dev_info *rdi, uint8_t port, int index, union ibv_gid *gid);
 int rvt_query_pkey(struct rvt_dev_info *rdi, uint8_t port, int index, __be16 *pkey);

@@ -53,22 +53,12 @@ const char *ibv_get_device_name(struct ibv_device *device)
  */
 __be64 ibv_get_device_guid(struct ibv_device *device)
 {
-	struct rvt_dev_info *rdi;
-	__be64 guid;
-	int err = 0;
-
 	if (device != urvt_ibdev()) {
 		errno = ENODEV;
 		return 0;
 	}
-	rdi = rvt_dev_get(&err);
-	if (!rdi) {
-		errno = -err;
-		return 0;
-	}
-	guid = rdi->dattr.node_guid;
-	rvt_dev_put(rdi);
-	return guid;
+	/* Known without opening the device: no socket, no thread. */
+	return urvt_node_guid();
 }
 
 /* rdma-core's kernel device index; urvt0 is the only (and first) device. */
