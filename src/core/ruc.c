@@ -55,9 +55,10 @@ static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
 		if (bytewise) {
-			volatile uint8_t *d = ss->sge.vaddr;
+			/* release: everything copied before is visible to a
+			 * reader that observes any of these bytes */
 			for (uint32_t i = 0; i < len; i++)
-				d[i] = src[i];
+				__atomic_store_n(&ss->sge.vaddr[i], src[i], __ATOMIC_RELEASE);
 		} else {
 			memcpy(ss->sge.vaddr, src, len);
 		}
@@ -68,8 +69,8 @@ static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_
 }
 
 /*
- * copy_last: the final 8 bytes land last, one by one, after a release
- * fence, so a peer polling the last byte of an RDMA WRITE sees the rest.
+ * copy_last: the final 8 bytes land last, one by one, with release stores,
+ * so a peer polling the last byte of an RDMA WRITE sees the rest.
  */
 void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 		  bool release, bool copy_last)
@@ -79,7 +80,6 @@ void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 	if (copy_last) {
 		uint32_t head = length > 8 ? length - 8 : 0;
 		copy_sge_bytes(ss, src, head, release, false);
-		__atomic_thread_fence(__ATOMIC_RELEASE);
 		copy_sge_bytes(ss, src + head, length - head, release, true);
 		return;
 	}

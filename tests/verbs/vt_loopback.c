@@ -29,7 +29,7 @@ static struct ibv_mr *mr;
 static union ibv_gid gid;
 static int failures;
 
-static void fail(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
 {
 	va_list ap;
 
