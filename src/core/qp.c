@@ -187,13 +187,11 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 			     IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
 			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		return -EINVAL;
-	/* C1: no create flags; C6: only RC, UC and UD (others need hardware). */
+	/* C1: no create flags. */
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
 		return -EOPNOTSUPP;
 	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
 			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
-		return -EOPNOTSUPP;
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
 		return -EOPNOTSUPP;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq || !a->recv_cq)
 		return -EINVAL;
@@ -211,6 +209,9 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 		    !cap->max_recv_wr)
 			return -EINVAL;
 	}
+	/* C6, after the cap checks as in rdmavt (§4.1 order) */
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
+		return -EOPNOTSUPP;
 	return 0;
 }
 
