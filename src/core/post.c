@@ -31,11 +31,12 @@ static inline uint8_t qp_type_bit(enum ibv_qp_type t)
 	return t == IBV_QPT_RC ? OP_RC : t == IBV_QPT_UC ? OP_UC : OP_UD;
 }
 
-/* Free slots in the send ring (§2.4); s_last moves on the engine's side. */
-static inline bool sq_full(struct rvt_qp *qp)
+/* Free slots in the send ring (§2.4) for a WR going to slot 'head' (s_head,
+ * or further on inside an ibv_wr_* batch); s_last moves on the engine's side. */
+static inline bool sq_full(struct rvt_qp *qp, uint32_t head)
 {
 	/* pairs with the release of s_last in rvt_send_complete */
-	return qp->s_head - load_acquire(&qp->s_last) >= qp->max_send_wr;
+	return head - load_acquire(&qp->s_last) >= qp->max_send_wr;
 }
 
 static void put_sges(struct rvt_sge *list, uint32_t n)
@@ -53,12 +54,25 @@ static int local_inv_now(struct rvt_qp *qp, uint32_t rkey)
 	return rvt_invalidate_rkey(qp, rkey);
 }
 
-/* Caller holds s_hlock. */
-static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
+/*
+ * Check one WR (W1-W11, in rdmavt's order) and fill the send slot after the
+ * ones already taken: s_head for post_send, s_head + b->n inside an ibv_wr_*
+ * batch. The caller publishes the slot (advances s_head). Caller holds
+ * s_hlock. Returns 1 (slot filled), 0 (executed at post time, no slot:
+ * an unsignaled LOCAL_INV) or a negative errno (nothing kept).
+ *
+ * A batch (b != NULL) may still be discarded by wr_abort or a later failure,
+ * so it must leave no trace before rvt_post_batch_end: its PSN/SSN counters
+ * run in b, and a local operation is always queued (as with IBV_SEND_FENCE)
+ * rather than executed here, where it could not be undone.
+ */
+static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
+			   struct rvt_post_batch *b)
 {
 	struct rvt_swqe *wqe;
 	uint32_t opcode = wr->opcode, parms, acc, length = 0, j = 0;
-	bool is_inline;
+	uint32_t head = qp->s_head + (b ? b->n : 0);
+	bool is_inline, local_now = false;
 
 	/* W1 */
 	if (unlikely(wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge))
@@ -83,9 +97,12 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		if (unlikely(!wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd))
 			return -EINVAL;
 	}
-	/* W8: local operations */
+	/* W8: local operations. Decided once: the engine may lower
+	 * local_ops_pending concurrently (it does not take s_hlock). */
 	if (parms & OPF_LOCAL) {
-		if (!(wr->send_flags & IBV_SEND_FENCE) && !qp->local_ops_pending) {
+		local_now = !b && !(wr->send_flags & IBV_SEND_FENCE) &&
+			    !READ_ONCE(qp->local_ops_pending);
+		if (local_now) {
 			int ret = local_inv_now(qp, wr->invalidate_rkey);
 			if (ret)
 				return ret;
@@ -94,10 +111,10 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		}
 	}
 	/* W9 */
-	if (unlikely(sq_full(qp)))
+	if (unlikely(sq_full(qp, head)))
 		return -ENOMEM;
 
-	wqe = rvt_get_swqe_ptr(qp, qp->s_head);
+	wqe = rvt_get_swqe_ptr(qp, head);
 	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
 	if (is_inline) {
 		/* rxe-style inline (§2.7 decision): copy now, no lkey check. */
@@ -148,8 +165,8 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		struct rvt_ah *ah = ibah_to_rvtah(wr->wr.ud.ah);
 		if (unlikely(length > qp->pmtu))
 			goto bail_inval;
-		qp->s_ud_av[qp->s_head & qp->s_mask] = ah->av;
-		wqe->ud_av = &qp->s_ud_av[qp->s_head & qp->s_mask];
+		qp->s_ud_av[head & qp->s_mask] = ah->av;
+		wqe->ud_av = &qp->s_ud_av[head & qp->s_mask];
 		wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
 		/* IBTA controlled Q_Key: bit 31 means "use the QP's own" (rdmavt) */
 		wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ?
@@ -180,23 +197,24 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		break;
 	}
 	if (parms & OPF_LOCAL) {
-		if ((wr->send_flags & IBV_SEND_FENCE) || qp->local_ops_pending) {
-			qp->local_ops_pending++;
-		} else {
+		if (local_now)
 			wqe->wqe_flags |= RVT_SWQE_LOCAL_DONE;
-		}
+		else if (b)
+			b->n_local++; /* added to local_ops_pending on commit */
+		else
+			__atomic_fetch_add(&qp->local_ops_pending, 1, __ATOMIC_RELAXED);
 		wqe->ssn = wqe->psn = wqe->lpsn = 0;
 	} else {
 		uint32_t shift = (uint32_t)__builtin_ctz(qp->pmtu);
-		wqe->ssn = qp->s_ssn++;
-		wqe->psn = qp->s_next_psn;
+		uint32_t *ssn = b ? &b->ssn : &qp->s_ssn;
+		uint32_t *next_psn = b ? &b->next_psn : &qp->s_next_psn;
+		wqe->ssn = (*ssn)++;
+		wqe->psn = *next_psn;
 		wqe->lpsn = (wqe->psn + (qp->type != IBV_QPT_UD && length ?
 					 (length - 1) >> shift : 0)) & URVT_QPN_MASK;
-		qp->s_next_psn = (wqe->lpsn + 1) & URVT_QPN_MASK;
+		*next_psn = (wqe->lpsn + 1) & URVT_QPN_MASK;
 	}
-	/* S0: publish the slot to the engine (acquire of s_head in rvt_do_send). */
-	store_release(&qp->s_head, qp->s_head + 1);
-	return 0;
+	return 1;
 
 bail_inval:
 	if (!is_inline)
@@ -216,17 +234,81 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		return -EINVAL;
 	}
 	for (; wr; wr = wr->next) {
-		ret = rvt_post_one_wr(qp, wr);
-		if (unlikely(ret)) {
+		ret = rvt_post_one_wr(qp, wr, NULL);
+		if (unlikely(ret < 0)) {
 			*bad_wr = wr;
 			break;
 		}
+		/* S0: publish the slot to the engine (acquire of s_head in rvt_do_send). */
+		if (ret)
+			store_release(&qp->s_head, qp->s_head + 1);
+		ret = 0;
 		posted++;
 	}
 	urvt_spin_unlock(&qp->s_hlock);
 	if (posted)
 		rvt_schedule_send(qp);
 	return ret;
+}
+
+/*
+ * The ibv_wr_* API (verbs/qp_ex.c) posts through the same rvt_post_one_wr.
+ * Its contract differs from post_send in one way: ibv_wr_complete either
+ * posts the whole batch or none of it (ibv_wr_post(3): "the entire posting
+ * will be aborted"). So the slots are filled as the WRs come and s_head is
+ * advanced once, at the end. s_hlock is held from start to end, as
+ * providers hold their SQ lock between wr_start and wr_complete/wr_abort.
+ */
+void rvt_post_batch_start(struct rvt_qp *qp, struct rvt_post_batch *b)
+{
+	urvt_spin_lock(&qp->s_hlock);
+	b->n = 0;
+	b->n_local = 0;
+	b->ssn = qp->s_ssn;
+	b->next_psn = qp->s_next_psn;
+	/* L1 first, so it wins over any WR's error as it does in post_send. */
+	b->err = (ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_SEND_OK) ? 0 : -EINVAL;
+}
+
+void rvt_post_batch_add(struct rvt_qp *qp, struct rvt_post_batch *b,
+			const struct ibv_send_wr *wr)
+{
+	int ret;
+
+	if (unlikely(b->err))
+		return; /* nothing after the first failure is looked at */
+	ret = rvt_post_one_wr(qp, wr, b);
+	if (unlikely(ret < 0))
+		b->err = ret;
+	else
+		b->n += (uint32_t)ret;
+}
+
+int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit)
+{
+	int ret = commit ? b->err : 0;
+
+	/* L1 again: a reset stores RESET without s_hlock (it takes s_hlock
+	 * only later, to drop the WQEs, and waits for us there). */
+	if (commit && !ret && !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_SEND_OK))
+		ret = -EINVAL;
+	if (!commit || ret) {
+		/* Unpublished slots: only their MR references need undoing. */
+		for (uint32_t i = 0; i < b->n; i++)
+			rvt_put_swqe(rvt_get_swqe_ptr(qp, qp->s_head + i));
+		urvt_spin_unlock(&qp->s_hlock);
+		return ret;
+	}
+	if (b->n_local)
+		__atomic_fetch_add(&qp->local_ops_pending, b->n_local, __ATOMIC_RELAXED);
+	qp->s_ssn = b->ssn;
+	qp->s_next_psn = b->next_psn;
+	/* S0 for the whole batch (acquire of s_head in rvt_do_send). */
+	store_release(&qp->s_head, qp->s_head + b->n);
+	urvt_spin_unlock(&qp->s_hlock);
+	if (b->n)
+		rvt_schedule_send(qp);
+	return 0;
 }
 
 int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)

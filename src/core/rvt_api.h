@@ -102,4 +102,29 @@ void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err);
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 
+/*
+ * An ibv_wr_* batch: WRs checked by post_send's own rvt_post_one_wr and
+ * written to the slots after s_head, published all together or not at all.
+ * start takes s_hlock and end releases it: nothing else may post to the QP
+ * (or modify it) in between.
+ */
+struct rvt_post_batch {
+	uint32_t n;             /* slots filled: s_head .. s_head + n - 1 */
+	uint32_t n_local;       /* queued local operations among them */
+	uint32_t ssn, next_psn; /* the batch's s_ssn / s_next_psn, stored on commit */
+	int err;                /* first failure (negative errno); the rest is skipped */
+};
+void rvt_post_batch_start(struct rvt_qp *qp, struct rvt_post_batch *b);
+void rvt_post_batch_add(struct rvt_qp *qp, struct rvt_post_batch *b,
+			const struct ibv_send_wr *wr);
+/* An error found outside rvt_post_one_wr (an unsupported builder). */
+static inline void rvt_post_batch_fail(struct rvt_post_batch *b, int err)
+{
+	if (!b->err)
+		b->err = err;
+}
+/* commit: publish and run the engine, or return the first error (nothing
+ * posted); !commit: discard. Returns 0 or a negative errno. */
+int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit);
+
 #endif
