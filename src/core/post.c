@@ -70,7 +70,8 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 			   struct rvt_post_batch *b)
 {
 	struct rvt_swqe *wqe;
-	uint32_t opcode = wr->opcode, parms, acc, length = 0, j = 0;
+	uint32_t opcode = wr->opcode, parms, acc, j = 0;
+	uint64_t length = 0; /* 64-bit: 32 SGEs of up to 4 GiB must not wrap (W11, inline) */
 	uint32_t head = qp->s_head + (b ? b->n : 0);
 	bool is_inline, local_now = false;
 
@@ -131,8 +132,8 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		}
 		if (length) {
 			wqe->sg_list[0] = (struct rvt_sge){ .mr = NULL, .vaddr = buf,
-							    .length = length,
-							    .sge_length = length };
+							    .length = (uint32_t)length,
+							    .sge_length = (uint32_t)length };
 			j = 1;
 		}
 		wqe->wqe_flags = RVT_SWQE_INLINE;
@@ -177,7 +178,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	wqe->opcode = opcode;
 	wqe->send_flags = wr->send_flags;
 	wqe->ex.imm_data = wr->imm_data; /* union with invalidate_rkey */
-	wqe->length = length;
+	wqe->length = (uint32_t)length;
 	wqe->num_sge = (uint16_t)j;
 	switch (opcode) {
 	case IBV_WR_RDMA_WRITE:
