@@ -251,10 +251,18 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	return ret;
 }
 
+/*
+ * ex_cur stays on the entry handed out last until the next one exists:
+ * end_poll then always consumes exactly that entry. (Stepping past it
+ * first and letting end_poll guess from 'head' lost an entry whenever a
+ * producer added one between next_poll's ENOENT and end_poll.)
+ */
 static int ex_next_poll(struct ibv_cq_ex *ibcq)
 {
 	struct rvt_cq *cq = excq(ibcq);
 
+	if (cq->ex_cur + 1 == load_acquire(&cq->head))
+		return ENOENT;
 	cq->ex_cur++;
 	store_release(&cq->tail, cq->ex_cur);
 	return ex_load(cq);
@@ -264,8 +272,7 @@ static void ex_end_poll(struct ibv_cq_ex *ibcq)
 {
 	struct rvt_cq *cq = excq(ibcq);
 
-	if (cq->ex_cur != load_acquire(&cq->head))
-		cq->ex_cur++;
+	cq->ex_cur++;
 	store_release(&cq->tail, cq->ex_cur);
 	urvt_spin_unlock(&cq->c_lock);
 }
