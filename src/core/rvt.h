@@ -430,6 +430,7 @@ struct rvt_qp {
 	uint8_t *s_wq;                    /* send ring slots */
 	struct urvt_av *s_ud_av;          /* UD: one AV snapshot per slot */
 	uint32_t r_max_sge;               /* size of r_sg_list */
+	void *wr_priv;                    /* ibv_wr_* state (verbs/qp_ex.c); NULL: plain QP */
 
 	/* ---- attributes: written under state_lock, read by the engines ---- */
 	pthread_mutex_t state_lock;       /* modify/destroy (slow path) */

@@ -34,4 +34,10 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
 
+/* qp_ex.c: the ibv_wr_* API of QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
+struct rvt_qp;
+int urvt_qp_ex_check(const struct ibv_qp_init_attr_ex *attr); /* 0 or -EOPNOTSUPP */
+int urvt_qp_ex_init(struct rvt_qp *qp);                        /* 0 or -ENOMEM */
+void urvt_qp_ex_fini(void *wr_priv);
+
 #endif

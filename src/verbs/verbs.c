@@ -443,12 +443,24 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context, struct ibv_qp_init
 
 	if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) && attr->pd && attr->pd->context != context)
 		return fail_ptr(-EINVAL);
-	/* The ibv_wr_* post API arrives with its own issue; until then a QP
-	 * that asks for it is refused rather than handed out half-built. */
-	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-		return fail_ptr(-EOPNOTSUPP);
+	/* The ibv_wr_* API (qp_ex.c): operations are vetted before anything
+	 * is built, as rxe does. */
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		err = urvt_qp_ex_check(attr);
+		if (err)
+			return fail_ptr(err);
+	}
 	qp = rvt_create_qp(to_uctx(context), attr, &err);
-	return qp ? &qp->ibqp_ex.qp_base : fail_ptr(err);
+	if (!qp)
+		return fail_ptr(err);
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		err = urvt_qp_ex_init(qp);
+		if (err) {
+			rvt_destroy_qp(qp);
+			return fail_ptr(err);
+		}
+	}
+	return &qp->ibqp_ex.qp_base;
 }
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
@@ -470,13 +482,6 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init
 	if (qp)
 		qp_init_attr->cap = ex.cap;
 	return qp;
-}
-
-struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	(void)qp;
-	errno = EOPNOTSUPP;
-	return NULL;
 }
 
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
@@ -501,12 +506,17 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct rvt_qp *rqp = ibqp_to_rvtqp(qp);
+	void *wr_priv = rqp->wr_priv; /* the struct may be reused once destroyed */
+	int ret;
 
 	pthread_mutex_lock(&qp->mutex);
 	while (qp->events_completed != atomic_load(&rqp->async_events_reported))
 		pthread_cond_wait(&qp->cond, &qp->mutex);
 	pthread_mutex_unlock(&qp->mutex);
-	return fail_int(rvt_destroy_qp(rqp));
+	ret = rvt_destroy_qp(rqp);
+	if (!ret)
+		urvt_qp_ex_fini(wr_priv);
+	return fail_int(ret);
 }
 
 int urvt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
