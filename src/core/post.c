@@ -288,6 +288,7 @@ void rvt_post_batch_add(struct rvt_qp *qp, struct rvt_post_batch *b,
 int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit)
 {
 	int ret = commit ? b->err : 0;
+	uint32_t n = b->n; /* b belongs to the next batch once s_hlock is dropped */
 
 	/* L1 again: a reset stores RESET without s_hlock (it takes s_hlock
 	 * only later, to drop the WQEs, and waits for us there). */
@@ -295,7 +296,7 @@ int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit)
 		ret = -EINVAL;
 	if (!commit || ret) {
 		/* Unpublished slots: only their MR references need undoing. */
-		for (uint32_t i = 0; i < b->n; i++)
+		for (uint32_t i = 0; i < n; i++)
 			rvt_put_swqe(rvt_get_swqe_ptr(qp, qp->s_head + i));
 		urvt_spin_unlock(&qp->s_hlock);
 		return ret;
@@ -305,9 +306,9 @@ int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit)
 	qp->s_ssn = b->ssn;
 	qp->s_next_psn = b->next_psn;
 	/* S0 for the whole batch (acquire of s_head in rvt_do_send). */
-	store_release(&qp->s_head, qp->s_head + b->n);
+	store_release(&qp->s_head, qp->s_head + n);
 	urvt_spin_unlock(&qp->s_hlock);
-	if (b->n)
+	if (n)
 		rvt_schedule_send(qp);
 	return 0;
 }
