@@ -1,0 +1,413 @@
+/*
+ * Concurrency of the posting paths, the send engine token (s_sched) and the
+ * CQ ring: two threads post RDMA WRITEs and SENDs on their own RC pairs and
+ * RDMA WRITEs on one shared QP, while a third thread polls every CQ.
+ * Every completion must arrive exactly once, in order per (thread, QP),
+ * successful, with the data it moved intact. Bounded by count and time;
+ * run under TSan by scripts/test (label "threads").
+ *
+ * Flow control: each (thread, stream) has NSLOTS buffer slots and at most
+ * WINDOW WRs outstanding (WINDOW <= NSLOTS), so a slot is only rewritten
+ * after the poller has checked the completion that last used it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ut.h"
+
+#define WRS_PER_THREAD 100000u /* 200k WRs in all; about 2 s under TSan */
+#define DEADLINE_MS 60000
+#define NSLOTS 64u
+#define SLOT 64u
+#define WINDOW 32u
+
+enum { Q_WRITE, Q_SEND, Q_SHARED, NQ };
+#define NT 2
+
+struct stream {
+	_Atomic uint64_t posted;      /* by the poster */
+	_Atomic uint64_t done;        /* send CQEs checked, by the poller */
+	_Atomic uint64_t rdone;       /* receive CQEs checked (Q_SEND) */
+	uint8_t *src;                 /* NSLOTS source slots (requester MR) */
+	uint8_t *dst;                 /* NSLOTS destination slots (responder MR) */
+	uint32_t lkey, rkey, dlkey;
+};
+
+static struct ut_dev dev;
+static struct rvt_pd *pd;
+static struct rvt_cq *cq_a[NT], *cq_b[NT], *cq_s, *cq_t;
+static struct rvt_qp *qa[NT], *qb[NT], *qs, *qt;
+static struct stream st[NT][NQ];
+static struct rvt_mregion *mrs[NT][NQ][2];
+static _Atomic int failed;
+static char fail_text[256];
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t deadline;
+
+__attribute__((format(printf, 1, 2))) static void t_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&fail_lock);
+	if (!atomic_load(&failed)) {
+		va_start(ap, fmt);
+		vsnprintf(fail_text, sizeof(fail_text), fmt, ap);
+		va_end(ap);
+		atomic_store(&failed, 1);
+	}
+	pthread_mutex_unlock(&fail_lock);
+}
+
+static bool t_stop(void)
+{
+	if (atomic_load(&failed))
+		return true;
+	if (ut_now_ms() > deadline) {
+		t_fail("deadline of %d ms passed", DEADLINE_MS);
+		return true;
+	}
+	return false;
+}
+
+static uint64_t mk_id(int t, int q, uint64_t seq)
+{
+	return ((uint64_t)t << 56) | ((uint64_t)q << 48) | seq;
+}
+
+static uint32_t msg_len(uint64_t seq)
+{
+	return 8 + (uint32_t)(seq * 7 % (SLOT - 7)); /* 8 .. 64 */
+}
+
+/* The message of seq: its sequence number, then a pattern from it. */
+static void fill_msg(uint8_t *p, int t, int q, uint64_t seq)
+{
+	uint64_t id = mk_id(t, q, seq);
+
+	memcpy(p, &id, 8);
+	ut_fill(p + 8, msg_len(seq) - 8, (uint32_t)id ^ (uint32_t)(id >> 32));
+}
+
+static bool check_msg(const uint8_t *p, int t, int q, uint64_t seq)
+{
+	uint64_t id = mk_id(t, q, seq), got;
+
+	memcpy(&got, p, 8);
+	return got == id && ut_check(p + 8, msg_len(seq) - 8, (uint32_t)id ^ (uint32_t)(id >> 32));
+}
+
+/* ---------------------------------------------------------------- */
+static void post_one(int t, int q, uint64_t seq)
+{
+	struct stream *s = &st[t][q];
+	uint32_t slot = (uint32_t)(seq % NSLOTS) * SLOT, len = msg_len(seq);
+	struct ibv_sge sge = { .addr = (uintptr_t)s->src + slot, .length = len, .lkey = s->lkey };
+	struct ibv_send_wr wr = { .wr_id = mk_id(t, q, seq), .sg_list = &sge, .num_sge = 1,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct rvt_qp *qp = q == Q_SHARED ? qs : qa[t];
+	int ret;
+
+	fill_msg(s->src + slot, t, q, seq);
+	if (q == Q_SEND) {
+		struct ibv_sge rs = { .addr = (uintptr_t)s->dst + slot, .length = SLOT,
+				      .lkey = s->dlkey };
+		struct ibv_recv_wr rw = { .wr_id = mk_id(t, q, seq), .sg_list = &rs, .num_sge = 1 };
+		struct ibv_recv_wr *rbad;
+		ret = rvt_post_recv(qb[t], &rw, &rbad);
+		if (ret) {
+			t_fail("post_recv t%d seq %llu: %d", t, (unsigned long long)seq, ret);
+			return;
+		}
+		wr.opcode = IBV_WR_SEND;
+	} else {
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr.rdma.remote_addr = (uintptr_t)s->dst + slot;
+		wr.wr.rdma.rkey = s->rkey;
+	}
+	for (;;) {
+		ret = rvt_post_send(qp, &wr, &bad);
+		if (ret != -ENOMEM)
+			break;
+		/* the engine is running on another thread: let it retire */
+		if (t_stop())
+			return;
+		sched_yield();
+	}
+	if (ret)
+		t_fail("post_send t%d q%d seq %llu: %d", t, q, (unsigned long long)seq, ret);
+	else
+		atomic_store_explicit(&s->posted, seq + 1, memory_order_release);
+}
+
+static void *poster(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+
+	for (uint64_t i = 0; i < WRS_PER_THREAD && !atomic_load(&failed); i++) {
+		/* 2 of 5 on the shared QP, the rest alternating WRITE/SEND */
+		int q = (i % 5 == 1 || i % 5 == 3) ? Q_SHARED : (i & 1) ? Q_SEND : Q_WRITE;
+		struct stream *s = &st[t][q];
+		uint64_t seq = atomic_load_explicit(&s->posted, memory_order_relaxed);
+
+		for (;;) {
+			uint64_t done = atomic_load_explicit(&s->done, memory_order_acquire);
+			if (q == Q_SEND) {
+				uint64_t r = atomic_load_explicit(&s->rdone, memory_order_acquire);
+				done = r < done ? r : done;
+			}
+			if (seq - done < WINDOW)
+				break;
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		post_one(t, q, seq);
+	}
+	return NULL;
+}
+
+/* Send completions: stream order, success, data at the destination. */
+static void on_send_cqe(const struct ibv_wc *wc)
+{
+	int t = (int)(wc->wr_id >> 56), q = (int)((wc->wr_id >> 48) & 0xff);
+	uint64_t seq = wc->wr_id & 0xffffffffffffull;
+	struct stream *s;
+
+	if (t >= NT || q >= NQ) {
+		t_fail("unknown wr_id %#llx", (unsigned long long)wc->wr_id);
+		return;
+	}
+	s = &st[t][q];
+	if (wc->status != IBV_WC_SUCCESS) {
+		t_fail("t%d q%d seq %llu: status %d", t, q, (unsigned long long)seq, wc->status);
+		return;
+	}
+	if (seq != atomic_load_explicit(&s->done, memory_order_relaxed)) {
+		t_fail("t%d q%d: completion %llu, expected %llu (lost, duplicated or reordered)",
+		       t, q, (unsigned long long)seq,
+		       (unsigned long long)atomic_load(&s->done));
+		return;
+	}
+	if (wc->byte_len != msg_len(seq) ||
+	    wc->opcode != (q == Q_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE)) {
+		t_fail("t%d q%d seq %llu: byte_len %u opcode %d", t, q, (unsigned long long)seq,
+		       wc->byte_len, wc->opcode);
+		return;
+	}
+	if (q != Q_SEND && !check_msg(s->dst + (seq % NSLOTS) * SLOT, t, q, seq)) {
+		t_fail("t%d q%d seq %llu: RDMA WRITE data wrong", t, q, (unsigned long long)seq);
+		return;
+	}
+	atomic_store_explicit(&s->done, seq + 1, memory_order_release);
+}
+
+static void on_recv_cqe(int t, const struct ibv_wc *wc)
+{
+	struct stream *s = &st[t][Q_SEND];
+	uint64_t seq = atomic_load_explicit(&s->rdone, memory_order_relaxed);
+
+	if (wc->status != IBV_WC_SUCCESS || wc->wr_id != mk_id(t, Q_SEND, seq) ||
+	    wc->opcode != IBV_WC_RECV || wc->byte_len != msg_len(seq) ||
+	    wc->src_qp != qa[t]->qpn) {
+		t_fail("t%d receive %llu: wr_id %#llx status %d byte_len %u", t,
+		       (unsigned long long)seq, (unsigned long long)wc->wr_id, wc->status,
+		       wc->byte_len);
+		return;
+	}
+	if (!check_msg(s->dst + (seq % NSLOTS) * SLOT, t, Q_SEND, seq)) {
+		t_fail("t%d receive %llu: data wrong", t, (unsigned long long)seq);
+		return;
+	}
+	atomic_store_explicit(&s->rdone, seq + 1, memory_order_release);
+}
+
+static bool all_done(void)
+{
+	for (int t = 0; t < NT; t++)
+		for (int q = 0; q < NQ; q++) {
+			struct stream *s = &st[t][q];
+			uint64_t want = atomic_load(&s->posted);
+			if (atomic_load(&s->done) != want ||
+			    (q == Q_SEND && atomic_load(&s->rdone) != want))
+				return false;
+		}
+	return true;
+}
+
+static _Atomic int posters_running;
+
+static void *poller(void *arg)
+{
+	struct ibv_wc wc[16];
+
+	(void)arg;
+	while (!t_stop()) {
+		int got = 0;
+		for (int t = 0; t < NT; t++) {
+			int n = rvt_poll_cq(cq_a[t], 16, wc);
+			for (int i = 0; i < n; i++)
+				on_send_cqe(&wc[i]);
+			got += n;
+			n = rvt_poll_cq(cq_b[t], 16, wc);
+			for (int i = 0; i < n; i++)
+				on_recv_cqe(t, &wc[i]);
+			got += n;
+		}
+		{
+			int n = rvt_poll_cq(cq_s, 16, wc);
+			for (int i = 0; i < n; i++)
+				on_send_cqe(&wc[i]);
+			got += n;
+			if (rvt_poll_cq(cq_t, 16, wc) > 0)
+				t_fail("completion on the shared QP's responder");
+		}
+		if (!got) {
+			if (!atomic_load(&posters_running) && all_done())
+				return NULL;
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- */
+static void connect_pair(struct rvt_qp *a, struct rvt_qp *b)
+{
+	int acc = IBV_ACCESS_REMOTE_WRITE;
+
+	ut_to_init(a, acc, 0);
+	ut_to_init(b, acc, 0);
+	ut_to_rtr(&dev, a, b->qpn, 1);
+	ut_to_rtr(&dev, b, a->qpn, 1);
+	ut_to_rts(a, 7, 7, 0);
+	ut_to_rts(b, 7, 7, 0);
+}
+
+static int setup(void **state)
+{
+	struct ut_qp_caps caps = { 128, 128, 1, 1, 0 };
+
+	(void)state;
+	ut_open(&dev);
+	pd = ut_pd(&dev);
+	for (int t = 0; t < NT; t++) {
+		cq_a[t] = ut_cq(&dev, 512);
+		cq_b[t] = ut_cq(&dev, 512);
+		qa[t] = ut_qp(&dev, pd, IBV_QPT_RC, cq_a[t], cq_a[t], NULL, &caps, false);
+		qb[t] = ut_qp(&dev, pd, IBV_QPT_RC, cq_b[t], cq_b[t], NULL, &caps, false);
+		connect_pair(qa[t], qb[t]);
+	}
+	cq_s = ut_cq(&dev, 512);
+	cq_t = ut_cq(&dev, 16);
+	qs = ut_qp(&dev, pd, IBV_QPT_RC, cq_s, cq_s, NULL, &caps, false);
+	qt = ut_qp(&dev, pd, IBV_QPT_RC, cq_t, cq_t, NULL, &caps, false);
+	connect_pair(qs, qt);
+	for (int t = 0; t < NT; t++)
+		for (int q = 0; q < NQ; q++) {
+			struct stream *s = &st[t][q];
+			s->src = aligned_alloc(64, NSLOTS * SLOT);
+			s->dst = aligned_alloc(64, NSLOTS * SLOT);
+			assert_non_null(s->src);
+			assert_non_null(s->dst);
+			memset(s->src, 0, NSLOTS * SLOT);
+			memset(s->dst, 0, NSLOTS * SLOT);
+			mrs[t][q][0] = ut_mr(pd, s->src, NSLOTS * SLOT, 0);
+			mrs[t][q][1] = ut_mr(pd, s->dst, NSLOTS * SLOT,
+					     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+			s->lkey = mrs[t][q][0]->ibmr.lkey;
+			s->rkey = mrs[t][q][1]->ibmr.rkey;
+			s->dlkey = mrs[t][q][1]->ibmr.lkey;
+		}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int t = 0; t < NT; t++) {
+		assert_int_equal(rvt_destroy_qp(qa[t]), 0);
+		assert_int_equal(rvt_destroy_qp(qb[t]), 0);
+		assert_int_equal(rvt_destroy_cq(cq_a[t]), 0);
+		assert_int_equal(rvt_destroy_cq(cq_b[t]), 0);
+	}
+	assert_int_equal(rvt_destroy_qp(qs), 0);
+	assert_int_equal(rvt_destroy_qp(qt), 0);
+	assert_int_equal(rvt_destroy_cq(cq_s), 0);
+	assert_int_equal(rvt_destroy_cq(cq_t), 0);
+	for (int t = 0; t < NT; t++)
+		for (int q = 0; q < NQ; q++) {
+			for (int k = 0; k < 2; k++) {
+				assert_int_equal(atomic_load(&mrs[t][q][k]->refcount), 1);
+				assert_int_equal(rvt_dereg_mr(mrs[t][q][k]), 0);
+			}
+			free(st[t][q].src);
+			free(st[t][q].dst);
+		}
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+	ut_async_drain(&dev);
+	ut_close(&dev);
+	return 0;
+}
+
+static void test_two_posters_one_poller(void **state)
+{
+	pthread_t p[NT], c;
+	uint64_t t0 = ut_now_ms(), total = 0;
+
+	(void)state;
+	deadline = t0 + DEADLINE_MS;
+	atomic_store(&posters_running, 1);
+	assert_int_equal(pthread_create(&c, NULL, poller, NULL), 0);
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(pthread_create(&p[t], NULL, poster, (void *)(intptr_t)t), 0);
+	for (int t = 0; t < NT; t++)
+		pthread_join(p[t], NULL);
+	atomic_store(&posters_running, 0);
+	pthread_join(c, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	for (int t = 0; t < NT; t++) {
+		uint64_t sum = 0;
+		for (int q = 0; q < NQ; q++) {
+			struct stream *s = &st[t][q];
+			assert_int_equal(atomic_load(&s->done), atomic_load(&s->posted));
+			sum += atomic_load(&s->posted);
+		}
+		assert_int_equal(atomic_load(&st[t][Q_SEND].rdone),
+				 atomic_load(&st[t][Q_SEND].posted));
+		assert_int_equal(sum, WRS_PER_THREAD);
+		total += sum;
+	}
+	/* nothing left anywhere, every WQE retired */
+	for (int t = 0; t < NT; t++) {
+		ut_cq_empty(cq_a[t], 0);
+		ut_cq_empty(cq_b[t], 0);
+		assert_int_equal(qa[t]->s_last, qa[t]->s_head);
+		assert_int_equal(ut_state(qa[t]), IBV_QPS_RTS);
+		assert_int_equal(ut_state(qb[t]), IBV_QPS_RTS);
+	}
+	ut_cq_empty(cq_s, 0);
+	assert_int_equal(qs->s_last, qs->s_head);
+	assert_int_equal(ut_state(qs), IBV_QPS_RTS);
+	print_message("%llu WRs in %llu ms\n", (unsigned long long)total,
+		      (unsigned long long)(ut_now_ms() - t0));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_two_posters_one_poller),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
