@@ -14,6 +14,7 @@
 #include "core/rvt_api.h"
 #include "core/qp_table.h"
 #include "link/udp.h"
+#include "transport/net.h"
 
 static pthread_mutex_t g_dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rvt_dev_info *g_rdi;
@@ -170,8 +171,14 @@ static struct rvt_dev_info *dev_create(int *err)
 	rdi->progress = urvt_progress_create(&ret);
 	if (!rdi->progress)
 		goto err_lkey;
+	/* the network transport needs the progress thread (fd, timers) */
+	ret = urvt_transport_create(rdi);
+	if (ret)
+		goto err_progress;
 	return rdi;
 
+err_progress:
+	urvt_progress_destroy(rdi->progress);
 err_lkey:
 	rvt_lkey_table_fini(&rdi->lkey_table);
 err_qpt:
@@ -188,6 +195,7 @@ err_free:
 
 static void dev_destroy(struct rvt_dev_info *rdi)
 {
+	urvt_transport_destroy(rdi);
 	urvt_progress_destroy(rdi->progress);
 	rvt_lkey_table_fini(&rdi->lkey_table);
 	rvt_qp_table_fini(&rdi->qp_table);

@@ -11,6 +11,7 @@
 #include "core/qp_table.h"
 #include "core/rvt_api.h"
 #include "core/ruc.h"
+#include "core/transport.h"
 
 /* qp-semantics.md §1 */
 const int ib_rvt_state_ops[IBV_QPS_ERR + 1] = {
@@ -429,6 +430,9 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		rvt_qp_table_remove(&qp->rdi->qp_table, qp);
 		while (atomic_load_explicit(&qp->refcount, memory_order_acquire) > 1)
 			sched_yield();
+		/* 3b. the transport's queued packets and per-QP state */
+		if (qp->rdi->transport && qp->rdi->transport->qp_reset)
+			qp->rdi->transport->qp_reset(qp);
 		/* 4. Discard the send WQEs and the responder's references. */
 		urvt_spin_lock(&qp->s_hlock);
 		drop_send_wqes(qp);

@@ -625,6 +625,13 @@ static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
 
 static void rvt_do_send(struct rvt_qp *qp)
 {
+	/* Remote RC/UC peers: the protocol engines (src/transport) run the
+	 * whole requester and completer, flush and RNR/retry waits included
+	 * (they keep state across calls the loop below would not see). */
+	if (qp->type != IBV_QPT_UD && qp->rdi->transport && !qp->remote_av.loopback) {
+		qp->rdi->transport->do_send(qp);
+		return;
+	}
 	for (;;) {
 		int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
 		struct rvt_swqe *wqe;

@@ -334,6 +334,9 @@ static inline struct rvt_srq *ibsrq_to_rvtsrq(struct ibv_srq *ibsrq)
 /* Queue pairs (rdmavt_qp.h)                                          */
 /* ------------------------------------------------------------------ */
 
+/* transport: the network protocol engines' per-QP state (src/transport) */
+#include "transport/tp_qp.h"
+
 /* Per-state capability bits (qp-semantics.md §1, ib_rvt_state_ops). */
 enum {
 	RVT_POST_SEND_OK = 1 << 0,
@@ -509,6 +512,9 @@ struct rvt_qp {
 	} __cacheline_aligned;
 
 	struct rvt_rq rq;                 /* unused when srq != NULL */
+
+	/* ---- transport: protocol engines, src/transport/tp_qp.h ---- */
+	struct urvt_tp_qp tp;
 
 	/* ---- lifetime ---- */
 	struct urvt_work s_work;          /* run the send engine on the progress thread */

@@ -17,6 +17,10 @@ struct urvt_transport_ops {
 	void (*ud_send)(struct rvt_qp *qp, struct rvt_swqe *wqe);
 	/* Progress thread: the RC retransmit timer of qp expired. */
 	void (*retry_timeout)(struct rvt_qp *qp);
+	/* Reset/destroy, after the QP left the lookup table and its engine,
+	 * timers and lookups have drained: drop queued packets and per-QP
+	 * transport state (qp.c rvt_reset_qp). */
+	void (*qp_reset)(struct rvt_qp *qp);
 };
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
+#include "transport/net.h"
 #include "verbs/ops.h"
 
 /* ------------------------------------------------------------------ */
@@ -207,7 +208,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 int urvt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
-	return rvt_poll_cq(ibcq_to_rvtcq(cq), num_entries, wc);
+	return urvt_net_poll_cq(ibcq_to_rvtcq(cq), num_entries, wc);
 }
 
 int urvt_req_notify_cq(struct ibv_cq *cq, int solicited_only)

@@ -1,0 +1,312 @@
+/*
+ * Requester (rc-protocol.md §2, §6, §7): turns send WQEs into request
+ * packets. Runs in engine context (the s_sched token, core/ruc.c) and owns
+ * s_cur, s_offset, s_psn and tp.{sge,cur_*,psn_hi}.
+ *
+ * WQE positions: [s_last, s_cur) have been sent completely (RC: "pending",
+ * waiting for the completer); s_cur is the next to (continue to) send, with
+ * s_offset bytes already sent. The PSNs were assigned at post (post.c).
+ */
+#include <string.h>
+
+#include "core/ruc.h"
+#include "core/rvt_api.h"
+#include "transport/tp.h"
+#include "wire/psn.h"
+
+/* §2.3 / roce-wire §4: opcode from the WR and the position in the message. */
+static uint8_t req_opcode(const struct rvt_swqe *wqe, bool uc, bool first, bool last)
+{
+	uint8_t base = uc ? 0x20 : 0x00;
+
+	switch (wqe->opcode) {
+	case IBV_WR_SEND:
+		return base + (first ? (last ? 0x04 : 0x00) : (last ? 0x02 : 0x01));
+	case IBV_WR_SEND_WITH_IMM:
+		return base + (first ? (last ? 0x05 : 0x00) : (last ? 0x03 : 0x01));
+	case IBV_WR_SEND_WITH_INV: /* RC only (post table) */
+		return first ? (last ? 0x17 : 0x00) : (last ? 0x16 : 0x01);
+	case IBV_WR_RDMA_WRITE:
+		return base + (first ? (last ? 0x0a : 0x06) : (last ? 0x08 : 0x07));
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return base + (first ? (last ? 0x0b : 0x06) : (last ? 0x09 : 0x07));
+	case IBV_WR_RDMA_READ:
+		return URVT_OP_RC_RDMA_READ_REQUEST;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return URVT_OP_RC_COMPARE_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return URVT_OP_RC_FETCH_ADD;
+	default:
+		return 0xff;
+	}
+}
+
+void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n)
+{
+	while (n && ss->num_sge) {
+		uint32_t len = ss->sge.length < n ? ss->sge.length : n;
+		ss->sge.vaddr += len;
+		ss->sge.length -= len;
+		n -= len;
+		if (!ss->sge.length) {
+			if (--ss->num_sge)
+				ss->sge = *ss->sg_list++;
+		}
+	}
+}
+
+/* Position the gather cursor at s_cur + s_offset. */
+static void cur_position(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	rvt_sge_state_init(&qp->tp.sge, wqe->sg_list, wqe->num_sge, wqe->length);
+	urvt_sge_skip(&qp->tp.sge, qp->s_offset);
+	qp->tp.cur_idx = qp->s_cur;
+	qp->tp.cur_valid = true;
+}
+
+/* s_cur moved on to a new WQE. */
+static void cur_next(struct rvt_qp *qp)
+{
+	qp->s_offset = 0;
+	qp->tp.cur_started = false;
+	qp->tp.cur_valid = false;
+	qp->s_pkts_since_ackreq = 0;
+}
+
+/*
+ * §4.3 rewind: restart at the oldest unretired WQE from comp_psn. SEND and
+ * WRITE skip the packets already acknowledged; READ asks for the bytes not
+ * received yet; every later WQE is resent from its start.
+ */
+void urvt_req_rewind(struct rvt_qp *qp)
+{
+	uint32_t head = load_acquire(&qp->s_head);
+	struct rvt_swqe *wqe;
+	int32_t npsn;
+
+	qp->s_cur = qp->s_last;
+	cur_next(qp);
+	qp->s_psn = qp->tp.comp_psn;
+	if (qp->s_last == head)
+		return;
+	wqe = rvt_get_swqe_ptr(qp, qp->s_last);
+	npsn = urvt_psn_diff(qp->tp.comp_psn, wqe->psn);
+	if (npsn < 0)
+		npsn = 0;
+	if (npsn > urvt_psn_diff(wqe->lpsn, wqe->psn))
+		npsn = urvt_psn_diff(wqe->lpsn, wqe->psn);
+	if (wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+	    wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		uint64_t off = (uint64_t)npsn * qp->pmtu;
+		qp->s_offset = off > wqe->length ? wqe->length : (uint32_t)off;
+	}
+	qp->s_psn = urvt_psn_add(wqe->psn, (uint32_t)npsn);
+	URVT_DBG("qp %u: rewind to psn %#x (wqe psn %#x, offset %u)", qp->qpn, qp->s_psn,
+		 wqe->psn, qp->s_offset);
+}
+
+/* LOCAL_INV reaching the requester (§2.1: done at once, in order). */
+static void req_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	if (!(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
+	    rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey))
+		st = IBV_WC_LOC_PROT_ERR;
+	rvt_send_complete(qp, wqe, st); /* s_cur == s_last: moves s_cur too */
+	cur_next(qp);
+}
+
+/* Note a packet with this PSN went out. */
+static void sent_psn(struct rvt_qp *qp, uint32_t psn, uint32_t npsn)
+{
+	uint32_t next = urvt_psn_add(psn, npsn);
+
+	if (urvt_psn_cmp(psn, qp->tp.psn_hi) < 0)
+		qp_count(qp, URVT_CTR_RETRANSMITS, 1);
+	/* nothing was outstanding: the retransmit timer starts now (§4.2) */
+	if (qp->tp.psn_hi == qp->tp.comp_psn)
+		qp->tp.progress_ns = urvt_now_ns();
+	if (urvt_psn_cmp(next, qp->tp.psn_hi) > 0)
+		qp->tp.psn_hi = next;
+	qp->s_psn = next;
+	qp->tp.cur_started = true;
+}
+
+/* One SEND/WRITE packet of s_cur. Returns true when it was the last. */
+static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
+			   uint32_t psn)
+{
+	bool uc = qp->type == IBV_QPT_UC;
+	uint32_t remaining = wqe->length - qp->s_offset;
+	uint32_t paylen = remaining > qp->pmtu ? qp->pmtu : remaining;
+	bool first = qp->s_offset == 0, last = remaining <= qp->pmtu;
+	struct urvt_pkt f;
+	uint32_t h;
+	uint8_t *p;
+
+	memset(&f, 0, sizeof(f));
+	f.opcode = req_opcode(wqe, uc, first, last);
+	f.pkey = URVT_DEFAULT_PKEY;
+	f.dest_qpn = qp->remote_qpn;
+	f.psn = psn;
+	f.paylen = paylen;
+	/* §2.3: AckReq on the last packet and every 64 packets in between */
+	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK) {
+		f.ackreq = true;
+		qp->s_pkts_since_ackreq = 0;
+	}
+	if (last) {
+		f.se = (wqe->send_flags & IBV_SEND_SOLICITED) &&
+		       (urvt_opcode[f.opcode].mask & URVT_SE_OK_MASK);
+		if (wqe->opcode == IBV_WR_SEND_WITH_IMM ||
+		    wqe->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			f.immdt = be32toh(wqe->ex.imm_data);
+		if (wqe->opcode == IBV_WR_SEND_WITH_INV)
+			f.ieth_rkey = wqe->ex.invalidate_rkey;
+	}
+	if (first && (urvt_opcode[f.opcode].mask & URVT_RETH_MASK)) {
+		f.reth.va = wqe->wr.rdma.remote_addr;
+		f.reth.rkey = wqe->wr.rdma.rkey;
+		f.reth.len = wqe->length;
+	}
+	p = urvt_build_start(qp, q, &f, &h);
+	rvt_copy_from_sge(p + h, &qp->tp.sge, paylen);
+	urvt_build_finish(qp, q, p, h + paylen, &qp->remote_av);
+	qp->s_offset += paylen;
+	sent_psn(qp, psn, 1);
+	return last;
+}
+
+/* READ request (§2.3 RETH with the remainder) or atomic (AtomicETH). */
+static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
+			  uint32_t psn)
+{
+	struct urvt_pkt f;
+	uint32_t h, npsn = 1;
+	uint8_t *p;
+
+	memset(&f, 0, sizeof(f));
+	f.opcode = req_opcode(wqe, false, true, true);
+	f.pkey = URVT_DEFAULT_PKEY;
+	f.dest_qpn = qp->remote_qpn;
+	f.psn = psn;
+	f.ackreq = true;
+	if (wqe->opcode == IBV_WR_RDMA_READ) {
+		uint32_t left = wqe->length - qp->s_offset;
+		f.reth.va = wqe->wr.rdma.remote_addr + qp->s_offset;
+		f.reth.rkey = wqe->wr.rdma.rkey;
+		f.reth.len = left;
+		/* §2.3: a READ takes max(1, ceil(len / PMTU)) PSNs */
+		npsn = left ? (left + qp->pmtu - 1) / qp->pmtu : 1;
+	} else {
+		f.atmeth.va = wqe->wr.atomic.remote_addr;
+		f.atmeth.rkey = wqe->wr.atomic.rkey;
+		if (wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			f.atmeth.swap_add = wqe->wr.atomic.swap;
+			f.atmeth.comp = wqe->wr.atomic.compare_add;
+		} else {
+			f.atmeth.swap_add = wqe->wr.atomic.compare_add;
+		}
+	}
+	p = urvt_build_start(qp, q, &f, &h);
+	urvt_build_finish(qp, q, p, h, &qp->remote_av);
+	sent_psn(qp, psn, npsn);
+}
+
+void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
+{
+	bool rc = qp->type == IBV_QPT_RC;
+
+	for (;;) {
+		int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
+		struct rvt_swqe *wqe;
+		uint32_t head, psn;
+		bool started;
+
+		if (!(ops & RVT_PROCESS_SEND_OK) || (qp->s_flags & RVT_S_WAIT_RNR))
+			return;
+		/* S0': pairs with the release of s_head in post.c */
+		head = load_acquire(&qp->s_head);
+		if (qp->s_cur == head)
+			return;
+		wqe = rvt_get_swqe_ptr(qp, qp->s_cur);
+		started = qp->tp.cur_started || qp->s_offset || (wqe->wqe_flags & RVT_SWQE_T_SENT);
+		if (!started) {
+			/* SQD: finish what is in progress, start nothing new */
+			if (!(ops & RVT_PROCESS_NEXT_SEND_OK))
+				return;
+			if (wqe->opcode == IBV_WR_LOCAL_INV) {
+				if (qp->s_cur != qp->s_last)
+					return; /* runs once everything before it is done */
+				req_local_inv(qp, wqe);
+				continue;
+			}
+			/* §2.2 fence, rxe rule: wait until it is the oldest */
+			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)
+				return;
+			if (wqe_is_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
+				/* §2.2 initiator depth */
+				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic)
+					return;
+				qp->s_rd_atomic_outstanding++;
+				wqe->wqe_flags |= RVT_SWQE_T_CREDIT;
+			}
+		}
+		if (!qp->tp.cur_valid || qp->tp.cur_idx != qp->s_cur)
+			cur_position(qp, wqe);
+		psn = urvt_psn_add(wqe->psn, qp->s_offset / qp->pmtu);
+		/* §2.2: at most 128 PSNs beyond the oldest unacknowledged one */
+		if (rc && urvt_psn_diff(psn, qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS)
+			return;
+		if (wqe_is_rd_atomic(wqe)) {
+			req_rd_atomic(qp, wqe, q, psn);
+		} else if (!req_send_write(qp, wqe, q, psn)) {
+			continue;
+		}
+		/* the last packet of the WQE went out */
+		wqe->wqe_flags |= RVT_SWQE_T_SENT;
+		if (!rc) {
+			/* §6: UC completes when the last packet is sent; every
+			 * earlier UC WQE already did, so this is s_last */
+			rvt_send_complete(qp, wqe, IBV_WC_SUCCESS);
+		} else {
+			qp->s_cur++;
+		}
+		cur_next(qp);
+	}
+}
+
+/* §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
+void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	struct urvt_net *net = qp_net(qp);
+	struct urvt_txq *q = urvt_txq_get();
+	struct rvt_sge_state ss;
+	struct urvt_pkt f;
+	uint32_t h;
+	uint8_t *p;
+
+	if (unlikely(!q))
+		return;
+	memset(&f, 0, sizeof(f));
+	f.opcode = wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
+						       : URVT_OP_UD_SEND_ONLY;
+	f.pkey = URVT_DEFAULT_PKEY;
+	f.dest_qpn = wqe->wr.ud.remote_qpn;
+	f.psn = wqe->psn;
+	f.ackreq = true; /* rxe sets it on every last packet; ignored by receivers */
+	f.se = !!(wqe->send_flags & IBV_SEND_SOLICITED);
+	f.paylen = wqe->length;
+	f.deth.qkey = wqe->wr.ud.remote_qkey;
+	f.deth.sqp = qp->qpn;
+	if (wqe->opcode == IBV_WR_SEND_WITH_IMM)
+		f.immdt = be32toh(wqe->ex.imm_data);
+	p = urvt_build_start(qp, q, &f, &h);
+	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
+	rvt_copy_from_sge(p + h, &ss, wqe->length);
+	urvt_build_finish(qp, q, p, h + wqe->length, wqe->ud_av);
+	/* the caller retires this WQE next; send now unless more follow */
+	if (qp->s_last + 1 == load_acquire(&qp->s_head))
+		urvt_txq_flush_unless_rx(net, q);
+}

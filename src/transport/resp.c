@@ -1,0 +1,678 @@
+/*
+ * Responder (rc-protocol.md §3, §6, §7): executes request packets and
+ * sends ACKs, NAKs, READ responses and atomic ACKs. Runs on the receiving
+ * thread (progress thread or an inline poller) under qp->r_lock, one packet
+ * at a time in arrival order. Status choices for local completions follow
+ * the in-process path (core/ruc.c loopback): invalid request ->
+ * LOC_QP_OP_ERR, oversized SEND -> LOC_LEN_ERR, access -> LOC_PROT_ERR.
+ */
+#include <string.h>
+
+#include "core/ruc.h"
+#include "core/rvt_api.h"
+#include "transport/tp.h"
+#include "wire/aeth.h"
+#include "wire/grh.h"
+#include "wire/psn.h"
+
+enum resp_res {
+	RESP_OK,
+	RESP_DROP,          /* silently (UC/UD rules) */
+	RESP_RNR,           /* class B: RNR NAK */
+	RESP_NAK_INV,       /* class C: invalid request */
+	RESP_NAK_LEN,       /* class C, oversized SEND: invalid request + LOC_LEN_ERR */
+	RESP_NAK_ACCESS,    /* class C: remote access error */
+	RESP_NAK_OP,        /* class A: remote operational error */
+	RESP_INV_FAIL,      /* class J: SEND_WITH_INV of a bad key */
+};
+
+/* What the responder of a connected QP replies to (port 4791, §1.2). */
+static inline const struct urvt_av *peer_av(struct rvt_qp *qp)
+{
+	return &qp->remote_av;
+}
+
+/* ACKNOWLEDGE with syndrome syn for psn (§3.10). Caller holds r_lock. */
+void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
+{
+	struct urvt_txq *q = urvt_txq_get();
+	struct urvt_pkt f;
+	uint32_t h;
+	uint8_t *p;
+
+	if (unlikely(!q))
+		return;
+	memset(&f, 0, sizeof(f));
+	f.opcode = URVT_OP_RC_ACKNOWLEDGE;
+	f.pkey = URVT_DEFAULT_PKEY;
+	f.dest_qpn = qp->remote_qpn;
+	f.psn = psn;
+	f.aeth.syn = syn;
+	f.aeth.msn = qp->r_msn;
+	p = urvt_build_start(qp, q, &f, &h);
+	urvt_build_finish(qp, q, p, h, peer_av(qp));
+	switch (urvt_aeth_syn_type(syn)) {
+	case URVT_AETH_ACK:
+		qp_count(qp, URVT_CTR_ACKS_SENT, 1);
+		break;
+	case URVT_AETH_RNR_NAK:
+		qp_count(qp, URVT_CTR_RNR_NAKS_SENT, 1);
+		break;
+	default:
+		switch (urvt_aeth_syn_value(syn)) {
+		case URVT_NAK_PSN_SEQ_ERR:
+			qp_count(qp, URVT_CTR_NAK_SENT_SEQ, 1);
+			break;
+		case URVT_NAK_INVALID_REQUEST:
+			qp_count(qp, URVT_CTR_NAK_SENT_INV, 1);
+			break;
+		case URVT_NAK_REMOTE_ACCESS:
+			qp_count(qp, URVT_CTR_NAK_SENT_ACCESS, 1);
+			break;
+		default:
+			qp_count(qp, URVT_CTR_NAK_SENT_OP, 1);
+			break;
+		}
+		URVT_DBG("qp %u: NAK %#x psn %#x", qp->qpn, syn, psn);
+		break;
+	}
+}
+
+static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
+{
+	struct urvt_txq *q = urvt_txq_get();
+	struct urvt_pkt f;
+	uint32_t h;
+	uint8_t *p;
+
+	if (unlikely(!q))
+		return;
+	memset(&f, 0, sizeof(f));
+	f.opcode = URVT_OP_RC_ATOMIC_ACKNOWLEDGE;
+	f.pkey = URVT_DEFAULT_PKEY;
+	f.dest_qpn = qp->remote_qpn;
+	f.psn = psn;
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.aeth.msn = qp->r_msn;
+	f.atmack_orig = orig;
+	p = urvt_build_start(qp, q, &f, &h);
+	urvt_build_finish(qp, q, p, h, peer_av(qp));
+}
+
+/*
+ * §3.9 READ responses for len bytes at src (NULL when len is 0), first PSN
+ * psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its first
+ * PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
+ */
+static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
+			 bool restart)
+{
+	struct urvt_txq *q = urvt_txq_get();
+	struct rvt_sge_state ss;
+	uint32_t left = len;
+	bool first = true;
+
+	if (unlikely(!q))
+		return;
+	if (src)
+		rvt_sge_state_init(&ss, src, 1, len);
+	do {
+		uint32_t paylen = left > qp->pmtu ? qp->pmtu : left;
+		bool last = left <= qp->pmtu;
+		struct urvt_pkt f;
+		uint32_t h;
+		uint8_t *p;
+
+		memset(&f, 0, sizeof(f));
+		if (first && restart)
+			f.opcode = last ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
+					: URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
+		else
+			f.opcode = last ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
+					: URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
+		f.pkey = URVT_DEFAULT_PKEY;
+		f.dest_qpn = qp->remote_qpn;
+		f.psn = psn;
+		f.paylen = paylen;
+		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
+		f.aeth.msn = qp->r_msn;
+		p = urvt_build_start(qp, q, &f, &h);
+		if (paylen)
+			rvt_copy_from_sge(p + h, &ss, paylen);
+		urvt_build_finish(qp, q, p, h + paylen, peer_av(qp));
+		left -= paylen;
+		psn = urvt_psn_next(psn);
+		first = false;
+	} while (left);
+}
+
+/* Enter a receive completion; an overflowing CQ takes the QP to ERR. */
+static bool recv_complete(struct rvt_qp *qp, struct ibv_wc *wc, bool se)
+{
+	rvt_release_rsge(qp);
+	qp->r_wrid_valid = false;
+	if (!rvt_cq_enter(qp->recv_cq, wc, se))
+		return rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+	return false;
+}
+
+static void wc_init(struct rvt_qp *qp, struct ibv_wc *wc, enum ibv_wc_opcode op, uint32_t len)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = qp->r_wr_id;
+	wc->status = IBV_WC_SUCCESS;
+	wc->opcode = op;
+	wc->byte_len = len;
+	wc->qp_num = qp->qpn;
+	wc->src_qp = qp->remote_qpn;
+	wc->pkey_index = qp->pkey_index;
+}
+
+/* Release the WRITE target (its MR reference). */
+static void rdma_done(struct rvt_qp *qp)
+{
+	if (qp->tp.r_rdma_valid) {
+		rvt_put_sge(&qp->r_rdma_sge);
+		qp->tp.r_rdma_valid = false;
+	}
+}
+
+/* A receive WQE for a SEND's first packet (or reuse the one a dropped UC
+ * message left behind). 1 ok, 0 none, -1 bad WQE. */
+static int take_rwqe(struct rvt_qp *qp, bool wr_id_only)
+{
+	int ret;
+
+	if (qp->r_wrid_valid) {
+		qp->tp.r_cur = qp->r_sge;
+		qp->r_rcv_len = 0;
+		return 1;
+	}
+	ret = rvt_get_rwqe(qp, wr_id_only);
+	if (ret > 0) {
+		qp->tp.r_cur = qp->r_sge;
+		qp->r_rcv_len = 0;
+	}
+	return ret;
+}
+
+/* §3.5 payload length of SEND/WRITE packets by position. */
+static bool len_ok(const struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	uint32_t m = pkt->mask;
+
+	if (m & URVT_ONLY_MASK)
+		return pkt->paylen <= qp->pmtu;
+	if (m & (URVT_FIRST_MASK | URVT_MIDDLE_MASK))
+		return pkt->paylen == qp->pmtu;
+	return pkt->paylen >= 1 && pkt->paylen <= qp->pmtu; /* LAST */
+}
+
+/* SEND packet execution (RC and UC). */
+static enum resp_res exec_send(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *lastwqe)
+{
+	struct ibv_wc wc;
+
+	if (pkt->mask & URVT_START_MASK) {
+		int ret = take_rwqe(qp, false);
+		if (ret < 0)
+			return RESP_NAK_OP;
+		if (ret == 0)
+			return RESP_RNR;
+	} else if (!qp->r_wrid_valid) {
+		return RESP_NAK_INV;
+	}
+	if (!len_ok(qp, pkt))
+		return RESP_NAK_INV;
+	if (qp->r_rcv_len + pkt->paylen > qp->r_len)
+		return RESP_NAK_LEN;
+	if (pkt->paylen)
+		rvt_copy_sge(&qp->tp.r_cur, pkt->payload, pkt->paylen, false, false);
+	qp->r_rcv_len += pkt->paylen;
+	if (!(pkt->mask & URVT_END_MASK))
+		return RESP_OK;
+
+	wc_init(qp, &wc, IBV_WC_RECV, qp->r_rcv_len);
+	if (pkt->mask & URVT_IMMDT_MASK) {
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+		wc.imm_data = htobe32(pkt->immdt);
+	}
+	if (pkt->mask & URVT_IETH_MASK) {
+		if (rvt_invalidate_rkey(qp, pkt->ieth_rkey))
+			return RESP_INV_FAIL;
+		wc.wc_flags |= IBV_WC_WITH_INV;
+		wc.invalidated_rkey = pkt->ieth_rkey;
+	}
+	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
+	*lastwqe |= recv_complete(qp, &wc, pkt->se);
+	return RESP_OK;
+}
+
+/* RDMA WRITE packet execution (RC and UC). */
+static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *lastwqe)
+{
+	bool imm = pkt->mask & URVT_IMMDT_MASK;
+	struct rvt_sge_state ss;
+	uint32_t left;
+
+	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+		return RESP_NAK_INV; /* §3.3 */
+	/* WRITE WITH IMMEDIATE needs its receive WQE before anything moves */
+	if (imm && !qp->r_wrid_valid) {
+		int ret = rvt_get_rwqe(qp, true);
+		if (ret < 0)
+			return RESP_NAK_OP;
+		if (ret == 0)
+			return RESP_RNR;
+	}
+	if (pkt->mask & URVT_START_MASK) {
+		rdma_done(qp);
+		if (pkt->reth.len > (1u << 31))
+			return RESP_NAK_INV;
+		qp->tp.r_rdma_total = pkt->reth.len;
+		memset(&qp->r_rdma_sge, 0, sizeof(qp->r_rdma_sge));
+		/* §3.6: zero-length WRITE: no key check at all */
+		if (pkt->reth.len) {
+			if (!rvt_rkey_ok(qp, &qp->r_rdma_sge, pkt->reth.len, pkt->reth.va,
+					 pkt->reth.rkey, IBV_ACCESS_REMOTE_WRITE))
+				return RESP_NAK_ACCESS;
+			qp->tp.r_rdma_valid = true;
+		}
+	}
+	/* §3.6: PMTU-sized packets while more than a PMTU remains, then the rest */
+	left = qp->r_rdma_sge.length;
+	if (left > qp->pmtu) {
+		if (pkt->paylen != qp->pmtu || (pkt->mask & URVT_END_MASK))
+			return RESP_NAK_INV;
+	} else if (pkt->paylen != left || !(pkt->mask & URVT_END_MASK)) {
+		return RESP_NAK_INV;
+	}
+	if (pkt->paylen) {
+		ss.sge = qp->r_rdma_sge;
+		ss.sg_list = NULL;
+		ss.num_sge = 1;
+		ss.total_len = left;
+		/* the final bytes land last (a peer may poll them) */
+		rvt_copy_sge(&ss, pkt->payload, pkt->paylen, false,
+			     !!(pkt->mask & URVT_END_MASK));
+		qp->r_rdma_sge.vaddr = ss.sge.vaddr;
+		qp->r_rdma_sge.length = ss.sge.length;
+	}
+	if (!(pkt->mask & URVT_END_MASK))
+		return RESP_OK;
+	rdma_done(qp);
+	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
+	if (imm) {
+		struct ibv_wc wc;
+		wc_init(qp, &wc, IBV_WC_RECV_RDMA_WITH_IMM, qp->tp.r_rdma_total);
+		wc.wc_flags = IBV_WC_WITH_IMM;
+		wc.imm_data = htobe32(pkt->immdt);
+		*lastwqe |= recv_complete(qp, &wc, pkt->se);
+	}
+	return RESP_OK;
+}
+
+/* A responder resource (§3.4): ring of max_dest_rd_atomic entries. */
+static struct rvt_ack_entry *res_alloc(struct rvt_qp *qp)
+{
+	uint32_t n = qp->max_dest_rd_atomic;
+	struct rvt_ack_entry *e;
+
+	if (qp->r_head_ack >= n)
+		qp->r_head_ack = 0;
+	e = &qp->r_ack_queue[qp->r_head_ack];
+	qp->r_head_ack = (qp->r_head_ack + 1) % n;
+	return e;
+}
+
+static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	struct rvt_ack_entry *e;
+	struct rvt_sge sge;
+	uint32_t len = pkt->reth.len, npkts;
+
+	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_READ) || !qp->max_dest_rd_atomic ||
+	    len > (1u << 31))
+		return RESP_NAK_INV;
+	memset(&sge, 0, sizeof(sge));
+	if (len && !rvt_rkey_ok(qp, &sge, len, pkt->reth.va, pkt->reth.rkey,
+				IBV_ACCESS_REMOTE_READ))
+		return RESP_NAK_ACCESS;
+	/* IBTA C9-148: the MSN counts the READ now */
+	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
+	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
+	e = res_alloc(qp);
+	e->psn = pkt->psn;
+	e->lpsn = urvt_psn_add(pkt->psn, npkts - 1);
+	e->opcode = pkt->opcode;
+	e->valid = 1;
+	e->va = pkt->reth.va;
+	e->rkey = pkt->reth.rkey;
+	e->length = len;
+	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true);
+	if (len)
+		rvt_put_sge(&sge);
+	qp->r_psn = qp->r_ack_psn = urvt_psn_add(pkt->psn, npkts);
+	return RESP_OK;
+}
+
+static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	struct rvt_ack_entry *e;
+	struct rvt_sge sge;
+	uint64_t *target, orig;
+
+	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || !qp->max_dest_rd_atomic)
+		return RESP_NAK_INV;
+	if (pkt->atmeth.va & 7)
+		return RESP_NAK_INV; /* misaligned atomic */
+	if (!rvt_rkey_ok(qp, &sge, sizeof(uint64_t), pkt->atmeth.va, pkt->atmeth.rkey,
+			 IBV_ACCESS_REMOTE_ATOMIC))
+		return RESP_NAK_ACCESS;
+	if ((uintptr_t)sge.vaddr & 7) {
+		rvt_put_sge(&sge);
+		return RESP_NAK_INV;
+	}
+	target = (uint64_t *)(void *)sge.vaddr;
+	if (pkt->opcode == URVT_OP_RC_FETCH_ADD) {
+		orig = __atomic_fetch_add(target, pkt->atmeth.swap_add, __ATOMIC_SEQ_CST);
+	} else {
+		orig = pkt->atmeth.comp;
+		__atomic_compare_exchange_n(target, &orig, pkt->atmeth.swap_add, false,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	}
+	rvt_put_sge(&sge);
+	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
+	/* saved: a duplicate gets this value again, never a second execution */
+	e = res_alloc(qp);
+	e->psn = e->lpsn = pkt->psn;
+	e->opcode = pkt->opcode;
+	e->valid = 1;
+	e->atomic_data = orig;
+	e->va = pkt->atmeth.va;
+	e->rkey = pkt->atmeth.rkey;
+	e->length = 8;
+	send_atomic_ack(qp, pkt->psn, orig);
+	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
+	return RESP_OK;
+}
+
+/* §3.8 duplicates (RC): re-ACK, replay READ, resend the saved atomic result. */
+static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	uint32_t n = qp->max_dest_rd_atomic;
+
+	qp_count(qp, URVT_CTR_DUP_REQUESTS, 1);
+	if (pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK)) {
+		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, urvt_psn_sub(qp->r_ack_psn, 1));
+		return;
+	}
+	for (uint32_t i = 0; i < n && i <= URVT_MAX_RD_ATOMIC; i++) {
+		struct rvt_ack_entry *e = &qp->r_ack_queue[i];
+		if (!e->valid || e->opcode != pkt->opcode)
+			continue;
+		if (urvt_psn_cmp(pkt->psn, e->psn) < 0 || urvt_psn_cmp(pkt->psn, e->lpsn) > 0)
+			continue;
+		if (pkt->mask & URVT_ATOMIC_MASK) {
+			if (pkt->psn == e->psn)
+				send_atomic_ack(qp, pkt->psn, e->atomic_data);
+			return;
+		}
+		/* READ: the duplicate must ask for a part of the original */
+		{
+			uint64_t va = pkt->reth.va, end = va + pkt->reth.len;
+			struct rvt_sge sge;
+			if (pkt->reth.rkey != e->rkey || va < e->va || end > e->va + e->length)
+				break;
+			memset(&sge, 0, sizeof(sge));
+			if (pkt->reth.len && !rvt_rkey_ok(qp, &sge, pkt->reth.len, va,
+							  pkt->reth.rkey, IBV_ACCESS_REMOTE_READ))
+				break;
+			read_respond(qp, pkt->reth.len ? &sge : NULL, pkt->reth.len, pkt->psn,
+				     pkt->psn == e->psn);
+			if (pkt->reth.len)
+				rvt_put_sge(&sge);
+			return;
+		}
+	}
+	/* not (or no longer) known: the requester will time out */
+	qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
+}
+
+static bool is_mid_send(uint8_t op)
+{
+	op &= 0x1f;
+	return op == 0x00 || op == 0x01; /* SEND_FIRST, SEND_MIDDLE */
+}
+
+static bool is_mid_write(uint8_t op)
+{
+	op &= 0x1f;
+	return op == 0x06 || op == 0x07; /* WRITE_FIRST, WRITE_MIDDLE */
+}
+
+/* §3.2: is pkt allowed after the previous accepted opcode? */
+static bool seq_ok(uint8_t prev, const struct urvt_pkt *pkt)
+{
+	uint32_t m = pkt->mask;
+
+	if (is_mid_send(prev))
+		return (m & URVT_SEND_MASK) && (m & (URVT_MIDDLE_MASK | URVT_LAST_MASK));
+	if (is_mid_write(prev))
+		return (m & URVT_WRITE_MASK) && (m & (URVT_MIDDLE_MASK | URVT_LAST_MASK));
+	return m & URVT_START_MASK;
+}
+
+/* Send the NAK a failed request earns and move the responder to ERR. */
+static bool rc_fail(struct rvt_qp *qp, const struct urvt_pkt *pkt, enum resp_res res)
+{
+	enum ibv_wc_status st;
+	uint8_t syn;
+
+	switch (res) {
+	case RESP_NAK_INV:
+		syn = urvt_aeth_syn_nak(URVT_NAK_INVALID_REQUEST);
+		st = IBV_WC_LOC_QP_OP_ERR;
+		break;
+	case RESP_NAK_LEN:
+		syn = urvt_aeth_syn_nak(URVT_NAK_INVALID_REQUEST);
+		st = IBV_WC_LOC_LEN_ERR;
+		break;
+	case RESP_NAK_ACCESS:
+		syn = urvt_aeth_syn_nak(URVT_NAK_REMOTE_ACCESS);
+		st = IBV_WC_LOC_PROT_ERR;
+		break;
+	case RESP_NAK_OP:
+		syn = urvt_aeth_syn_nak(URVT_NAK_REMOTE_OP);
+		st = IBV_WC_LOC_QP_OP_ERR;
+		break;
+	default: /* RESP_INV_FAIL: class J, no NAK of its own */
+		syn = 0;
+		st = IBV_WC_REM_INV_REQ_ERR;
+		break;
+	}
+	if (syn)
+		urvt_send_ack(qp, syn, pkt->psn);
+	rdma_done(qp);
+	return rvt_error_qp_locked(qp, st);
+}
+
+static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	int32_t diff = urvt_psn_cmp(pkt->psn, qp->r_psn);
+	enum resp_res res;
+	bool lastwqe = false;
+
+	/* §3.1 PSN check */
+	if (diff > 0) {
+		qp_count(qp, URVT_CTR_SEQ_ERRORS, 1);
+		if (!qp->r_sent_nak) {
+			qp->r_sent_nak = true;
+			urvt_send_ack(qp, urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), qp->r_psn);
+		}
+		return false;
+	}
+	if (diff < 0) {
+		rc_duplicate(qp, pkt);
+		return false;
+	}
+	qp->r_sent_nak = false;
+	/* §3.2 opcode sequence */
+	if (!seq_ok(qp->r_state, pkt))
+		return rc_fail(qp, pkt, RESP_NAK_INV);
+
+	if (pkt->mask & URVT_SEND_MASK)
+		res = exec_send(qp, pkt, &lastwqe);
+	else if (pkt->mask & URVT_WRITE_MASK)
+		res = exec_write(qp, pkt, &lastwqe);
+	else if (pkt->mask & URVT_READ_MASK)
+		res = exec_read(qp, pkt);
+	else if (pkt->mask & URVT_ATOMIC_MASK)
+		res = exec_atomic(qp, pkt);
+	else
+		res = RESP_NAK_INV; /* FLUSH, ATOMIC_WRITE: not supported */
+
+	switch (res) {
+	case RESP_OK:
+		break;
+	case RESP_RNR:
+		/* §3.4: nothing changes; the requester resends this PSN */
+		urvt_send_ack(qp, urvt_aeth_syn_rnr(qp->min_rnr_timer), pkt->psn);
+		return lastwqe;
+	default:
+		return rc_fail(qp, pkt, res) || lastwqe;
+	}
+	qp->r_state = pkt->opcode;
+	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK))
+		return lastwqe; /* answered by their responses */
+	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
+	/* §3.10: ACK only what asks for it (coalescing) */
+	if (pkt->ackreq)
+		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt->psn);
+	return lastwqe;
+}
+
+/* UC: forget a partially received message (§6); the WQE is kept for reuse. */
+static void uc_reset_msg(struct rvt_qp *qp)
+{
+	if (qp->r_wrid_valid) {
+		qp->tp.r_cur = qp->r_sge;
+		qp->r_rcv_len = 0;
+	}
+	rdma_done(qp);
+	qp->r_state = URVT_OP_UC_SEND_LAST;
+}
+
+static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	enum resp_res res;
+	bool lastwqe = false;
+
+	if (qp->r_drop_msg || pkt->psn != qp->r_psn || !seq_ok(qp->r_state, pkt)) {
+		/* §6: a gap or a sequence error loses the rest of the message;
+		 * a FIRST/ONLY starts a new one (the expected PSN resyncs) */
+		if (pkt->psn != qp->r_psn && !qp->r_drop_msg)
+			qp_count(qp, URVT_CTR_SEQ_ERRORS, 1);
+		uc_reset_msg(qp);
+		if (!(pkt->mask & URVT_START_MASK)) {
+			qp->r_drop_msg = true;
+			qp->r_psn = urvt_psn_next(pkt->psn);
+			qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
+			return false;
+		}
+		qp->r_drop_msg = false;
+	}
+	if (pkt->mask & URVT_SEND_MASK) {
+		res = exec_send(qp, pkt, &lastwqe);
+	} else {
+		res = exec_write(qp, pkt, &lastwqe);
+	}
+	qp->r_psn = urvt_psn_next(pkt->psn);
+	switch (res) {
+	case RESP_OK:
+		qp->r_state = pkt->opcode;
+		return lastwqe;
+	case RESP_NAK_OP:
+		/* a malformed receive WQE (already completed LOC_PROT_ERR) */
+		return rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR) || lastwqe;
+	case RESP_INV_FAIL:
+		return rvt_error_qp_locked(qp, IBV_WC_REM_INV_REQ_ERR) || lastwqe;
+	default:
+		/* UC never NAKs: drop the message (§6) */
+		uc_reset_msg(qp);
+		qp->r_drop_msg = !(pkt->mask & URVT_END_MASK);
+		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
+		return lastwqe;
+	}
+}
+
+/* §7 UD receive: GRH image + payload into one receive WQE. */
+static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
+{
+	uint8_t grh[URVT_GRH_BYTES];
+	struct ibv_wc wc;
+	int ret;
+
+	if (pkt->paylen > qp->pmtu)
+		goto drop;
+	ret = rvt_get_rwqe(qp, false);
+	if (ret < 0)
+		return rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+	if (ret == 0)
+		goto drop;
+	if (pkt->paylen + URVT_GRH_BYTES > qp->r_len) {
+		/* too small: dropped; the WQE waits for the next packet */
+		qp->r_flags |= RVT_R_REUSE_SGE;
+		goto drop;
+	}
+	/* roce-wire §11: the IP header this packet arrived with */
+	urvt_grh_fill(grh, ip, pkt->len);
+	rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES, true, false);
+	if (pkt->paylen)
+		rvt_copy_sge(&qp->r_sge, pkt->payload, pkt->paylen, true, false);
+	wc_init(qp, &wc, IBV_WC_RECV, pkt->paylen + URVT_GRH_BYTES);
+	wc.src_qp = pkt->deth.sqp;
+	wc.wc_flags = IBV_WC_GRH;
+	if (pkt->mask & URVT_IMMDT_MASK) {
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+		wc.imm_data = htobe32(pkt->immdt);
+	}
+	return recv_complete(qp, &wc, pkt->se);
+drop:
+	qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
+	return false;
+}
+
+void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
+{
+	bool comm_est = false, lastwqe = false;
+
+	urvt_spin_lock(&qp->r_lock);
+	/* re-check under the lock: modify/reset/error may have run */
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
+		urvt_spin_unlock(&qp->r_lock);
+		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_BAD_STATE, 1);
+		return;
+	}
+	switch (qp->type) {
+	case IBV_QPT_RC:
+		lastwqe = rc_rcv(qp, pkt);
+		break;
+	case IBV_QPT_UC:
+		lastwqe = uc_rcv(qp, pkt);
+		break;
+	default:
+		lastwqe = ud_rcv(qp, pkt, ip);
+		break;
+	}
+	/* qp-semantics §5.6: the first packet in RTR */
+	if (qp->type != IBV_QPT_UD && !qp->comm_est && rvt_qp_state(qp) == IBV_QPS_RTR) {
+		qp->comm_est = true;
+		comm_est = true;
+	}
+	urvt_spin_unlock(&qp->r_lock);
+	if (comm_est)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_COMM_EST, qp);
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+}

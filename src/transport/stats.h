@@ -1,0 +1,99 @@
+/*
+ * Transport counters (docs/usage.md "Counters"). One table of 64-bit
+ * counters per device and per QP, in a shared-memory file
+ * /dev/shm/urvt.<pid> that tools/urvt-stat maps read-only. Layout below is
+ * the interface: bump URVT_STATS_VERSION when it changes.
+ */
+#ifndef URVT_TRANSPORT_STATS_H
+#define URVT_TRANSPORT_STATS_H
+
+#include <stdint.h>
+
+#include "wire/drop.h"
+
+#define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
+#define URVT_STATS_VERSION 1
+#define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
+
+/* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
+enum urvt_tp_drop {
+	URVT_TDROP_BAD_STATE = URVT_DROP_NUM, /* QP state does not accept it (§3) */
+	URVT_TDROP_NO_BUF,                    /* packet pool exhausted */
+	URVT_TDROP_RXQ_FULL,                  /* completer queue of the QP full */
+	URVT_TDROP_OVERSIZE,                  /* datagram larger than a packet buffer */
+	URVT_TDROP_MCAST,                     /* multicast QPN: not supported */
+	URVT_TDROP_STALE_RESP,                /* response with no WQE waiting for it (§4 step 1) */
+	URVT_TDROP_BAD_RESP,                  /* response out of sequence / wrong PSN */
+	URVT_TDROP_RESP_SILENT,               /* responder silent drops (UC/UD rules, dup READ unknown) */
+	URVT_TDROP_NUM
+};
+
+enum urvt_ctr {
+	URVT_CTR_TX_PKTS,
+	URVT_CTR_TX_BYTES,
+	URVT_CTR_RX_PKTS,
+	URVT_CTR_RX_BYTES,
+	URVT_CTR_TX_ERRORS,          /* sendmmsg failures (packets lost locally) */
+	URVT_CTR_RETRANSMITS,        /* request packets sent again after a rewind */
+	URVT_CTR_TIMEOUTS,           /* retransmit timer expiries that rewound */
+	URVT_CTR_RETRY_EXC,
+	URVT_CTR_RNR_RETRY_EXC,
+	URVT_CTR_ACKS_SENT,
+	URVT_CTR_ACKS_RCVD,
+	URVT_CTR_RNR_NAKS_SENT,
+	URVT_CTR_RNR_NAKS_RCVD,
+	URVT_CTR_DUP_REQUESTS,       /* duplicate requests seen by the responder */
+	URVT_CTR_SEQ_ERRORS,         /* PSN gaps seen by the responder */
+	URVT_CTR_NAK_SENT_SEQ,
+	URVT_CTR_NAK_SENT_INV,
+	URVT_CTR_NAK_SENT_ACCESS,
+	URVT_CTR_NAK_SENT_OP,
+	URVT_CTR_NAK_RCVD_SEQ,
+	URVT_CTR_NAK_RCVD_INV,
+	URVT_CTR_NAK_RCVD_ACCESS,
+	URVT_CTR_NAK_RCVD_OP,
+	URVT_CTR_FAULT_DROP,
+	URVT_CTR_FAULT_DUP,
+	URVT_CTR_FAULT_REORDER,
+	URVT_CTR_FAULT_CORRUPT,
+	URVT_CTR_FAULT_DELAY,
+	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
+	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
+};
+
+struct urvt_ctrs {
+	uint64_t v[URVT_CTR_NUM];
+};
+
+struct urvt_stats_qp {
+	uint32_t qpn;                 /* valid when in_use or ever used */
+	uint32_t in_use;              /* 1 while the QP lives */
+	uint32_t type;                /* enum ibv_qp_type */
+	uint32_t pad;
+	struct urvt_ctrs c;
+};
+
+struct urvt_stats_shm {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t ncounters;           /* URVT_CTR_NUM */
+	uint32_t nslots;              /* URVT_STATS_QP_SLOTS */
+	uint32_t pid;
+	uint32_t family;              /* AF_INET / AF_INET6 */
+	uint8_t gid[16];
+	char ifname[32];
+	uint64_t start_ns;            /* CLOCK_REALTIME at creation */
+	uint64_t pad[4];
+	struct urvt_ctrs dev;
+	struct urvt_stats_qp qp[URVT_STATS_QP_SLOTS];
+};
+
+/* Counter names for printing (stats.c). */
+extern const char *const urvt_ctr_name[URVT_CTR_NUM];
+
+static inline void urvt_ctr_add(struct urvt_ctrs *c, enum urvt_ctr i, uint64_t n)
+{
+	__atomic_fetch_add(&c->v[i], n, __ATOMIC_RELAXED);
+}
+
+#endif

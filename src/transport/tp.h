@@ -1,0 +1,235 @@
+/*
+ * The RoCEv2 transport: internal interfaces between net.c (sockets, packet
+ * pool, transmit queues, receive loop), recv.c (classification), req.c
+ * (requester), comp.c (completer) and resp.c (responder). See
+ * docs/transport.md for the threading model.
+ */
+#ifndef URVT_TRANSPORT_TP_H
+#define URVT_TRANSPORT_TP_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/rvt.h"
+#include "transport/stats.h"
+#include "wire/hdr.h"
+#include "wire/ip.h"
+
+struct urvt_pcap;
+struct urvt_fault;
+
+/* Largest UDP payload a packet buffer holds: PMTU 4096 + headers + pad + ICRC. */
+#define URVT_PKT_MAX (4096 + 64)
+#define URVT_PKTBUF_DATA 4224
+
+/* A received packet handed to a QP's completer (tp.rxq). */
+struct urvt_pktbuf {
+	struct urvt_pktbuf *next;
+	struct urvt_pkt pkt;              /* parsed; pointers into data[] */
+	uint32_t len;
+	uint8_t data[URVT_PKTBUF_DATA] __attribute__((aligned(64)));
+};
+
+/* Send WQE flags owned by the transport (bits 8+ of wqe_flags; post clears them). */
+enum {
+	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (§2.1 pending) */
+	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (§2.2) */
+};
+
+/* Per-QP completer queue bound. */
+#define URVT_RXQ_MAX 1024
+/* §2.2: RXE_MAX_UNACKED_PSNS */
+#define URVT_MAX_UNACKED_PSNS 128
+/* §2.3 / roce-wire §10: RXE_MAX_PKT_PER_ACK */
+#define URVT_MAX_PKT_PER_ACK 64
+
+/*
+ * Transmit queue: packets built back to back in one buffer, sent with one
+ * sendmmsg (consecutive equal-size packets to one peer as one UDP GSO
+ * send). One per thread (TLS), so engines on different threads never share.
+ */
+#define URVT_TXQ_BYTES (256 * 1024)
+#define URVT_TXQ_PKTS 128
+union urvt_sockaddr {
+	struct sockaddr sa;
+	struct sockaddr_in in4;
+	struct sockaddr_in6 in6;
+};
+
+struct urvt_txpkt {
+	uint32_t off, len;
+	union urvt_sockaddr dst;
+	struct urvt_stats_qp *qs;
+};
+
+struct urvt_txq {
+	uint32_t used, n;
+	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
+	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
+};
+
+/* The device's transport (rdi->transport_priv). */
+struct urvt_net {
+	struct rvt_dev_info *rdi;
+	int fd;                           /* rdi->udp_fd */
+	bool v4;
+	bool gso;                         /* UDP_SEGMENT usable */
+	struct urvt_ipinfo ip_tmpl;       /* our side of what we send: sgid, ports */
+
+	/* packet pool: a free stack under pool_lock */
+	struct {
+		_Atomic int pool_lock;
+		struct urvt_pktbuf **pool_free;
+		uint32_t pool_n, pool_cap;
+	} __attribute__((aligned(64)));
+	struct urvt_pktbuf *pool_mem;
+
+	/* the receive side: one thread at a time (rx_lock) */
+	pthread_mutex_t rx_lock;
+	struct urvt_rx *rx;
+
+	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
+	bool shm_mapped;
+	char shm_path[64];
+
+	struct urvt_pcap *pcap;
+	struct urvt_fault *fault;
+
+	/* progress-thread barrier for teardown */
+	pthread_mutex_t bar_lock;
+	pthread_cond_t bar_cond;
+	bool bar_done;
+};
+
+extern int urvt_debug;
+#define URVT_DBG(...)                                                     \
+	do {                                                              \
+		if (unlikely(urvt_debug))                                 \
+			urvt_dbg_printf(__VA_ARGS__);                     \
+	} while (0)
+void urvt_dbg_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline struct urvt_net *qp_net(struct rvt_qp *qp)
+{
+	return qp->rdi->transport_priv;
+}
+
+/* ---- tiny spinlock on an int (zero = unlocked; no init needed) ---- */
+static inline void tp_lock(_Atomic int *l)
+{
+	while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+		while (atomic_load_explicit(l, memory_order_relaxed))
+			__builtin_ia32_pause();
+}
+static inline void tp_unlock(_Atomic int *l)
+{
+	atomic_store_explicit(l, 0, memory_order_release);
+}
+
+/* ---- counters ---- */
+struct urvt_stats_qp *urvt_qp_stats(struct rvt_qp *qp);
+static inline void tp_count(struct urvt_net *net, struct urvt_stats_qp *qs, enum urvt_ctr c,
+			    uint64_t n)
+{
+	urvt_ctr_add(&net->shm->dev, c, n);
+	if (qs)
+		urvt_ctr_add(&qs->c, c, n);
+}
+static inline void qp_count(struct rvt_qp *qp, enum urvt_ctr c, uint64_t n)
+{
+	tp_count(qp_net(qp), urvt_qp_stats(qp), c, n);
+}
+void urvt_stats_release(struct urvt_net *net, struct rvt_qp *qp);
+
+/* ---- net.c ---- */
+struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net);
+void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b);
+void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
+
+/* This thread's transmit queue (allocated on first use; NULL if out of memory). */
+struct urvt_txq *urvt_txq_get(void);
+/*
+ * Room for one packet of up to maxlen bytes; flushes first when full.
+ * Fill it, then urvt_txq_commit with the final length.
+ */
+uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen);
+void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_sockaddr *dst,
+		     struct urvt_stats_qp *qs);
+void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
+/* Flush, except while this thread is inside a receive batch (which flushes
+ * once at its end, so ACK-driven engine runs share one sendmmsg). */
+void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q);
+/* Send raw datagrams now (fault release, no fault injection). */
+void urvt_net_sendto(struct urvt_net *net, const uint8_t *buf, uint32_t len,
+		     const union urvt_sockaddr *dst);
+
+/* IP info of a packet we send to dst (for the ICRC): ID 0 + DF, port 4791 both ways. */
+void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip);
+
+/* Destination of a QP / AV as a socket address. */
+static inline const union urvt_sockaddr *av_sockaddr(const struct urvt_av *av)
+{
+	return (const union urvt_sockaddr *)(const void *)&av->dest;
+}
+
+/* Pull up to one batch from the socket (caller holds rx_lock). Returns packets read. */
+int urvt_net_rx_batch(struct urvt_net *net);
+
+/* ---- recv.c ---- */
+/*
+ * Classify one received UDP payload. ip holds the addresses (ID unknown
+ * for IPv4). Returns true if the buffer b was handed to a QP (the caller
+ * needs a new one), false if it may be reused.
+ */
+bool urvt_recv_pkt(struct urvt_net *net, struct urvt_pktbuf *b, struct urvt_ipinfo *ip);
+
+/* ---- req.c ---- */
+void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
+/* Restart sending at the oldest unretired WQE from comp_psn (§4.3 rewind). */
+void urvt_req_rewind(struct rvt_qp *qp);
+/* Build and queue one UD packet. */
+void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
+
+/* ---- comp.c ---- */
+/* Retire s_last with a status (rvt_send_complete) and keep the requester's
+ * cursor consistent if s_cur moved with it. */
+void urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
+void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b);
+void urvt_comp_timeout(struct rvt_qp *qp);
+void urvt_comp_flush(struct rvt_qp *qp);
+/* The engine entry point (transport->do_send). */
+void urvt_tp_do_send(struct rvt_qp *qp);
+void urvt_tp_retry_timeout(struct rvt_qp *qp);
+void urvt_tp_qp_reset(struct rvt_qp *qp);
+/* Hand a response to the QP's completer and kick the engine (recv.c). */
+void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
+		       bool *consumed);
+
+/* ---- resp.c ---- */
+/* A request for qp (referenced; state checked by recv.c). */
+void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip);
+
+/* ---- helpers shared by the engines ---- */
+static inline bool wqe_is_rd_atomic(const struct rvt_swqe *wqe)
+{
+	return wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* Advance an SGE cursor by n bytes without copying (rvt_copy_sge's walk). */
+void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
+
+/* Start a packet to the QP's peer: BTH + headers into the txq. */
+uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			  uint32_t *hlen);
+/* Finish (pad + ICRC for the QP's path) and commit. */
+void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len,
+		       const struct urvt_av *av);
+
+/* Responder: send an ACK/NAK (syndrome) for psn now (queued on this thread's txq). */
+void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * Per-QP state of the network transport (src/transport), embedded in
+ * struct rvt_qp as 'tp' (the transport section of core/rvt.h, which
+ * includes this file after struct rvt_sge_state). Zeroed by create_qp and
+ * by the transport's qp_reset hook.
+ *
+ * Lock map:
+ *   rxq_*          the QP's completer queue: receive threads append under
+ *                  rxq_lock, the send engine (s_sched holder) takes the list.
+ *   timeout_fired  set by the retransmit timer, taken by the engine.
+ *   engine group   owned by whoever holds the s_sched token (ruc.c).
+ *   r_* group      under qp->r_lock (the responder).
+ */
+#ifndef URVT_TRANSPORT_TP_QP_H
+#define URVT_TRANSPORT_TP_QP_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct urvt_pktbuf;
+struct urvt_stats_qp;
+
+struct urvt_tp_qp {
+	struct {
+		_Atomic int rxq_lock;
+		struct urvt_pktbuf *rxq_head, *rxq_tail;
+		uint32_t rxq_len;
+		_Atomic bool timeout_fired;
+		_Atomic(struct urvt_stats_qp *) stats; /* shm slot, NULL: none */
+	} __attribute__((aligned(64)));
+
+	/* ---- requester + completer (s_sched holder) ---- */
+	struct {
+		bool inited;              /* comp_psn/psn_hi loaded from sq_psn */
+		bool timer_armed;         /* s_timer is (or may be) pending */
+		bool cur_started;         /* s_cur has had a packet sent this pass */
+		bool rewind_valid;        /* rewind_psn holds the last NAK rewind */
+		bool rd_valid;            /* rd_sge is positioned for slot rd_idx */
+		bool cur_valid;           /* sge is positioned for slot cur_idx */
+		bool rewind_by_nak;       /* rewind_psn came from a NAK (dup filter) */
+		uint8_t comp_opcode;      /* last READ response opcode accepted (§4) */
+		uint32_t comp_psn;        /* oldest unacknowledged PSN (comp.psn, §1) */
+		uint32_t psn_hi;          /* highest PSN sent + 1 (never rewound) */
+		uint32_t rewind_psn;
+		uint32_t cur_idx;         /* slot the gather cursor belongs to */
+		uint32_t rd_idx;
+		uint64_t progress_ns;     /* last forward progress (retransmit timer) */
+		struct rvt_sge_state sge; /* gather cursor at s_cur + s_offset */
+		struct rvt_sge_state rd_sge; /* READ response scatter cursor */
+	} __attribute__((aligned(64)));
+
+	/* ---- responder (qp->r_lock) ---- */
+	struct rvt_sge_state r_cur;   /* scatter cursor; qp->r_sge keeps the whole WQE */
+	uint32_t r_rdma_total;        /* RETH DMA length of the WRITE in progress */
+	bool r_rdma_valid;            /* r_rdma_sge holds an MR reference */
+};
+
+#endif
