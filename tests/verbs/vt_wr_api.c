@@ -269,6 +269,20 @@ static void post_recv(struct ibv_qp *qp, uint64_t wr_id, uint8_t *buf, uint32_t 
 		fail("ibv_post_recv");
 }
 
+/* The send PSN the QP will use next: a batch that is not posted must not
+ * consume any (the loopback path does not look at PSNs; a peer would). */
+static uint32_t sq_psn(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	if (ibv_query_qp(qp, &a, IBV_QP_SQ_PSN, &ia)) {
+		fail("ibv_query_qp");
+		return 0;
+	}
+	return a.sq_psn;
+}
+
 /* ------------------------------------------------------------------ */
 /* Building WRs with ibv_wr_*                                         */
 /* ------------------------------------------------------------------ */
@@ -717,17 +731,20 @@ static void test_abort(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 	};
 	struct cqe s, r;
 	char what[64];
+	uint32_t psn;
 
 	snprintf(what, sizeof(what), "%s wr_abort", tn);
 	fill(src, 3000, 21);
 	memset(dst, 0, 3000);
 	memset(rx, 0, 3000);
 	post_recv(b, 0xa10, rx, 3000, 1);
+	psn = sq_psn(a);
 	ibv_wr_start(qx);
 	build(qx, &w[0]);
 	build(qx, &w[1]);
 	ibv_wr_abort(qx);
 	expect_quiet(what, 0.2);
+	CHECK(sq_psn(a) == psn, "%s: sq_psn moved from %u to %u", what, psn, sq_psn(a));
 	for (int i = 0; i < 3000; i++)
 		if (dst[i] || rx[i]) {
 			fail("%s: data moved", what);
@@ -745,6 +762,8 @@ static void test_abort(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 	}
 	expect_cqe(&s, 0xa02, IBV_WC_SEND, 100, what);
 	expect_cqe(&r, 0xa10, IBV_WC_RECV, 100, what);
+	CHECK(sq_psn(a) == ((psn + 1) & 0xffffff), "%s: one SEND moved sq_psn %u to %u", what,
+	      psn, sq_psn(a));
 	CHECK(!memcmp(rx, src, 100), "%s: data after abort", what);
 }
 
@@ -767,12 +786,14 @@ static void test_errors(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 	struct wrspec w[3];
 	struct cqe r;
 	char what[64];
+	uint32_t psn;
 	int ret;
 
 	snprintf(what, sizeof(what), "%s errors", tn);
 	fill(src, 64, 31);
 	memset(dst, 0, 64);
 	post_recv(b, 0xe10, rx, 64, 1);
+	psn = sq_psn(a);
 
 	/* a bad lkey in the middle, first and last: EINVAL, nothing executes */
 	for (int pos = 0; pos < 3; pos++) {
@@ -851,6 +872,8 @@ static void test_errors(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 			fail("%s: a failed batch wrote data", what);
 			break;
 		}
+	CHECK(sq_psn(a) == psn, "%s: failed batches moved sq_psn from %u to %u", what, psn,
+	      sq_psn(a));
 	/* after all that, the QP and its PSNs are fine */
 	w[0] = good;
 	w[1] = (struct wrspec){ .op = IBV_WR_SEND, .wr_id = 0xe05, .flags = IBV_SEND_SIGNALED,
@@ -867,6 +890,8 @@ static void test_errors(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 		expect_cqe(&s2[1], 0xe05, IBV_WC_SEND, 64, what);
 		expect_cqe(&r, 0xe10, IBV_WC_RECV, 64, what);
 		CHECK(!memcmp(dst, src, 64) && !memcmp(rx, src, 64), "%s: data after errors", what);
+		CHECK(sq_psn(a) == ((psn + 2) & 0xffffff), "%s: 2 one-packet WRs moved sq_psn "
+		      "%u to %u", what, psn, sq_psn(a));
 	}
 }
 
