@@ -46,6 +46,7 @@ struct pair_opts {
 	bool sig_all;
 	struct rvt_srq *b_srq;
 	uint32_t sges;                /* max send/recv SGEs */
+	int bcq_size;                 /* b's CQ (0: 1024) */
 };
 
 static const struct pair_opts defaults = {
@@ -92,7 +93,7 @@ static struct pair *pair_new_opts(enum ibv_qp_type type, const struct pair_opts 
 	p->type = type;
 	p->pd = pd ? pd : ut_pd(&dev);
 	p->acq = ut_cq(&dev, 1024);
-	p->bcq = ut_cq(&dev, 1024);
+	p->bcq = ut_cq(&dev, o->bcq_size ? o->bcq_size : 1024);
 	p->a = ut_qp(&dev, p->pd, type, p->acq, p->acq, NULL, &caps, o->sig_all);
 	p->b = ut_qp(&dev, p->pd, type, p->bcq, p->bcq, o->b_srq, &caps, o->sig_all);
 	p->abuf = aligned_alloc(64, BUFSZ);
@@ -140,6 +141,11 @@ static void pair_free(struct pair *p, bool free_pd)
 	ut_async_drain(&dev);
 }
 
+static uint64_t wr1_id(int opcode)
+{
+	return 0xa000 + (uint64_t)opcode;
+}
+
 /* A one-SGE WR from a's buffer. */
 static void wr1(struct pair *p, struct ibv_send_wr *wr, struct ibv_sge *sge, int opcode,
 		uint32_t off, uint32_t len, uint64_t raddr)
@@ -147,7 +153,7 @@ static void wr1(struct pair *p, struct ibv_send_wr *wr, struct ibv_sge *sge, int
 	memset(wr, 0, sizeof(*wr));
 	*sge = (struct ibv_sge){ .addr = (uintptr_t)p->abuf + off, .length = len,
 				 .lkey = p->amr->ibmr.lkey };
-	wr->wr_id = 0xa000 + (uint64_t)opcode;
+	wr->wr_id = wr1_id(opcode);
 	wr->opcode = (enum ibv_wr_opcode)opcode;
 	wr->send_flags = IBV_SEND_SIGNALED;
 	wr->sg_list = sge;
@@ -1314,6 +1320,155 @@ static void test_srq_last_wqe(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
+/* A remote atomic address that is not 8-byte aligned: invalid request. */
+static void test_misaligned_remote_atomic(void **state)
+{
+	static const enum ibv_wc_status flush1[] = { IBV_WC_WR_FLUSH_ERR };
+	struct pair *p = pair_new(IBV_QPT_RC);
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	(void)state;
+	brecv(p, 1, 0, 64);
+	wr1(p, &wr, &sge, IBV_WR_ATOMIC_FETCH_AND_ADD, 64, 8, 0);
+	wr.wr.atomic.remote_addr = baddr(p, 4);
+	wr.wr.atomic.rkey = p->bmr->ibmr.rkey;
+	wr.wr.atomic.compare_add = 1;
+	expect_requester_error(p, &wr, IBV_WC_REM_INV_REQ_ERR, true);
+	expect_responder(p, flush1, 1, IBV_QPS_ERR);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(p->bbuf[i], 0);
+	pair_free(p, true);
+}
+
+/* UD: the AH is snapshotted at post time (§2.2): destroying it after
+ * posting does not affect the queued WR. */
+static void test_ud_ah_snapshot(void **state)
+{
+	struct pair *p = pair_new(IBV_QPT_UD);
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+
+	(void)state;
+	brecv(p, 1, 0, 128);
+	ut_modify_state(p->a, IBV_QPS_SQD);
+	ut_fill(p->abuf, 30, 12);
+	wr1(p, &wr, &sge, IBV_WR_SEND, 0, 30, 0);
+	ut_post_send(p->a, &wr);
+	assert_int_equal(rvt_destroy_ah(p->ah), 0);
+	p->ah = NULL;
+	ut_cq_empty(p->bcq, 10);
+	ut_modify_state(p->a, IBV_QPS_RTS);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	wc = expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, 70);
+	assert_true(ut_check(p->bbuf + 40, 30, 12));
+	pair_free(p, true);
+}
+
+/* The responder's CQ overflows: CQ_ERR once, the responder goes to ERR. */
+static void test_responder_cq_overflow(void **state)
+{
+	struct pair_opts o = defaults;
+	struct pair *p;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	int cap;
+
+	(void)state;
+	o.bcq_size = 2;
+	p = pair_new_opts(IBV_QPT_RC, &o, NULL);
+	cap = p->bcq->ibcq.cqe;
+	ut_async_drain(&dev);
+	for (int i = 0; i < cap + 2; i++)
+		brecv(p, 1 + (uint64_t)i, 0, 64);
+	for (int i = 0; i <= cap; i++) {
+		wr1(p, &wr, &sge, IBV_WR_SEND, 0, 8, 0);
+		wr.wr_id = 100 + (uint64_t)i;
+		ut_post_send(p->a, &wr);
+		/* the requester's side was fine each time */
+		expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	}
+	assert_int_equal(ut_state(p->b), IBV_QPS_ERR);
+	assert_int_equal(ut_async_count(&dev, IBV_EVENT_CQ_ERR, p->bcq, 20), 1);
+	for (int i = 0; i < cap; i++)
+		expect_wc(p->bcq, 1 + (uint64_t)i, IBV_WC_SUCCESS);
+	ut_cq_empty(p->bcq, 5);
+	/* b no longer receives: RC requester times out */
+	wr1(p, &wr, &sge, IBV_WR_SEND, 0, 8, 0);
+	expect_requester_error(p, &wr, IBV_WC_RETRY_EXC_ERR, true);
+	pair_free(p, true);
+}
+
+/* A responder that goes to ERR flushes its own send queue (asynchronously,
+ * §5.5 step 3), also a WQE waiting on an RNR timer. */
+static void test_error_flushes_responder_sq(void **state)
+{
+	struct pair_opts o = defaults;
+	struct pair *p;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge[2];
+
+	(void)state;
+	o.a_min_rnr_timer = 0x0e; /* b's SENDs to a (no receives) retry every 1.28 ms */
+	p = pair_new_opts(IBV_QPT_RC, &o, NULL);
+	memset(&wr, 0, sizeof(wr));
+	sge[0] = (struct ibv_sge){ .addr = (uintptr_t)p->bbuf, .length = 8, .lkey = p->bmr->ibmr.lkey };
+	wr = (struct ibv_send_wr){ .wr_id = 0xbb, .sg_list = &sge[0], .num_sge = 1,
+				   .opcode = IBV_WR_SEND };
+	ut_post_send(p->b, &wr);
+	wr.wr_id = 0xbc;
+	ut_post_send(p->b, &wr);
+	ut_cq_empty(p->bcq, 20);
+	/* a bad WRITE from a puts b in ERR */
+	wr1(p, &wr, &sge[1], IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
+	wr.wr.rdma.rkey = 0;
+	expect_requester_error(p, &wr, IBV_WC_REM_ACCESS_ERR, true);
+	expect_wc(p->bcq, 0xbb, IBV_WC_WR_FLUSH_ERR);
+	expect_wc(p->bcq, 0xbc, IBV_WC_WR_FLUSH_ERR);
+	ut_cq_empty(p->bcq, 10);
+	assert_int_equal(ut_state(p->b), IBV_QPS_ERR);
+	pair_free(p, true);
+}
+
+/* Moving to ERR or destroying a QP whose WQE waits on RNR retries. */
+static void test_rnr_then_err_or_destroy(void **state)
+{
+	(void)state;
+	for (int destroy = 0; destroy < 2; destroy++) {
+		struct pair_opts o = defaults;
+		struct pair *p;
+		struct ibv_send_wr wr;
+		struct ibv_sge sge;
+		uint64_t t0;
+
+		o.b_min_rnr_timer = 0x01; /* 10 us: retrying all the time */
+		p = pair_new_opts(IBV_QPT_RC, &o, NULL);
+		wr1(p, &wr, &sge, IBV_WR_SEND, 0, 8, 0);
+		ut_post_send(p->a, &wr);
+		wr.wr_id = 2;
+		ut_post_send(p->a, &wr);
+		ut_sleep_ms(30);
+		assert_int_equal(atomic_load(&p->amr->refcount), 3);
+		t0 = ut_now_ms();
+		if (destroy) {
+			assert_int_equal(rvt_destroy_qp(p->a), 0);
+			p->a = ut_qp(&dev, p->pd, IBV_QPT_RC, p->acq, p->acq, NULL, NULL, false);
+			ut_cq_empty(p->acq, 20);
+		} else {
+			ut_modify_state(p->a, IBV_QPS_ERR);
+			expect_wc(p->acq, wr1_id(IBV_WR_SEND), IBV_WC_WR_FLUSH_ERR);
+			expect_wc(p->acq, 2, IBV_WC_WR_FLUSH_ERR);
+			ut_cq_empty(p->acq, 20);
+		}
+		assert_true(ut_now_ms() - t0 < 1000);
+		assert_int_equal(atomic_load(&p->amr->refcount), 1);
+		ut_cq_empty(p->bcq, 5);
+		pair_free(p, true);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1346,6 +1501,11 @@ int main(void)
 		cmocka_unit_test(test_reset_discards),
 		cmocka_unit_test(test_err_flushes_recv),
 		cmocka_unit_test(test_srq_last_wqe),
+		cmocka_unit_test(test_misaligned_remote_atomic),
+		cmocka_unit_test(test_ud_ah_snapshot),
+		cmocka_unit_test(test_responder_cq_overflow),
+		cmocka_unit_test(test_error_flushes_responder_sq),
+		cmocka_unit_test(test_rnr_then_err_or_destroy),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
