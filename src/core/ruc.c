@@ -186,7 +186,7 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 	store_release(&rq->tail, tail + 1);
 	if (srq) {
 		uint32_t limit = atomic_load_explicit(&srq->limit, memory_order_relaxed);
-		if (limit && rq->head - rq->tail < limit) {
+		if (limit && load_acquire(&rq->head) - rq->tail < limit) {
 			atomic_store(&srq->limit, 0);
 			fire_limit = true;
 		}
