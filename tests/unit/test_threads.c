@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -403,10 +404,208 @@ static void test_two_posters_one_poller(void **state)
 		      (unsigned long long)(ut_now_ms() - t0));
 }
 
+/* ---------------------------------------------------------------- */
+/* Two responders sharing one SRQ: the SRQ is consumed by two engines  */
+/* while the poller refills it and re-arms its limit.                 */
+/* ---------------------------------------------------------------- */
+#define SRQ_SENDS_PER_THREAD 50000u
+#define NRSLOTS 64u
+
+static struct rvt_srq *srq;
+static struct rvt_cq *cq_x[NT], *cq_y[NT];
+static struct rvt_qp *qx[NT], *qy[NT];
+static uint8_t *ssrc[NT], *rbuf;
+static struct rvt_mregion *ssrc_mr[NT], *rbuf_mr;
+static _Atomic uint64_t sposted[NT], sdone[NT], rseq[NT];
+static uint64_t limit_events, rearms;
+
+static int post_srq_slot(uint32_t k)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)rbuf + k * SLOT, .length = SLOT,
+			       .lkey = rbuf_mr->ibmr.lkey };
+	struct ibv_recv_wr wr = { .wr_id = k, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return rvt_post_srq_recv(srq, &wr, &bad);
+}
+
+static void *srq_sender(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+
+	for (uint64_t seq = 0; seq < SRQ_SENDS_PER_THREAD && !atomic_load(&failed); seq++) {
+		uint32_t slot = (uint32_t)(seq % NSLOTS) * SLOT;
+		struct ibv_sge sge = { .addr = (uintptr_t)ssrc[t] + slot, .length = msg_len(seq),
+				       .lkey = ssrc_mr[t]->ibmr.lkey };
+		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr *bad;
+		int ret;
+
+		while (seq - atomic_load_explicit(&sdone[t], memory_order_acquire) >= WINDOW) {
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		fill_msg(ssrc[t] + slot, t, Q_SEND, seq);
+		while ((ret = rvt_post_send(qx[t], &wr, &bad)) == -ENOMEM) {
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		if (ret) {
+			t_fail("srq sender t%d: post_send %d", t, ret);
+			return NULL;
+		}
+		atomic_store_explicit(&sposted[t], seq + 1, memory_order_release);
+	}
+	return NULL;
+}
+
+static void srq_drain_events(void)
+{
+	struct pollfd pfd = { .fd = dev.uctx->vctx.context.async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+
+	while (poll(&pfd, 1, 0) == 1) {
+		if (urvt_get_async_event(dev.uctx, &ev))
+			break;
+		if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == &srq->ibsrq)
+			limit_events++;
+		else
+			t_fail("unexpected async event %d", ev.event_type);
+	}
+}
+
+static void *srq_poller(void *arg)
+{
+	struct ibv_wc wc[16];
+	uint64_t recvs = 0;
+
+	(void)arg;
+	while (!t_stop()) {
+		int got = 0;
+		for (int t = 0; t < NT; t++) {
+			int n = rvt_poll_cq(cq_x[t], 16, wc);
+			for (int i = 0; i < n; i++) {
+				uint64_t want = atomic_load_explicit(&sdone[t], memory_order_relaxed);
+				if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != want)
+					t_fail("srq t%d send %llu: wr_id %llu status %d", t,
+					       (unsigned long long)want,
+					       (unsigned long long)wc[i].wr_id, wc[i].status);
+				else
+					atomic_store_explicit(&sdone[t], want + 1,
+							      memory_order_release);
+			}
+			got += n;
+			n = rvt_poll_cq(cq_y[t], 16, wc);
+			for (int i = 0; i < n; i++) {
+				uint64_t want = atomic_load_explicit(&rseq[t], memory_order_relaxed);
+				uint32_t k = (uint32_t)wc[i].wr_id;
+				if (wc[i].status != IBV_WC_SUCCESS || k >= NRSLOTS ||
+				    wc[i].byte_len != msg_len(want) ||
+				    !check_msg(rbuf + k * SLOT, t, Q_SEND, want)) {
+					t_fail("srq t%d receive %llu: slot %u status %d len %u", t,
+					       (unsigned long long)want, k, wc[i].status,
+					       wc[i].byte_len);
+					break;
+				}
+				atomic_store_explicit(&rseq[t], want + 1, memory_order_relaxed);
+				if (post_srq_slot(k))
+					t_fail("srq re-post of slot %u failed", k);
+				if (++recvs % 512 == 0) {
+					struct ibv_srq_attr a = { .srq_limit = 16 };
+					if (rvt_modify_srq(srq, &a, IBV_SRQ_LIMIT))
+						t_fail("modify_srq LIMIT failed");
+					rearms++;
+				}
+			}
+			got += n;
+		}
+		srq_drain_events();
+		if (!got) {
+			bool done = !atomic_load(&posters_running);
+			for (int t = 0; t < NT && done; t++)
+				done = atomic_load(&sdone[t]) == atomic_load(&sposted[t]) &&
+				       atomic_load(&rseq[t]) == atomic_load(&sposted[t]);
+			if (done)
+				return NULL;
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+static void test_shared_srq(void **state)
+{
+	struct ut_qp_caps caps = { 64, 0, 1, 1, 0 };
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 2 * NRSLOTS, .max_sge = 1 } };
+	pthread_t p[NT], c;
+	uint64_t t0 = ut_now_ms();
+	int err = 0;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = t0 + DEADLINE_MS;
+	ut_async_drain(&dev);
+	srq = rvt_create_srq(pd, &sa, &err);
+	assert_non_null(srq);
+	rbuf = aligned_alloc(64, NRSLOTS * SLOT);
+	assert_non_null(rbuf);
+	rbuf_mr = ut_mr(pd, rbuf, NRSLOTS * SLOT, IBV_ACCESS_LOCAL_WRITE);
+	for (int t = 0; t < NT; t++) {
+		cq_x[t] = ut_cq(&dev, 256);
+		cq_y[t] = ut_cq(&dev, 256);
+		qx[t] = ut_qp(&dev, pd, IBV_QPT_RC, cq_x[t], cq_x[t], NULL, &caps, false);
+		qy[t] = ut_qp(&dev, pd, IBV_QPT_RC, cq_y[t], cq_y[t], srq, &caps, false);
+		connect_pair(qx[t], qy[t]);
+		ssrc[t] = aligned_alloc(64, NSLOTS * SLOT);
+		assert_non_null(ssrc[t]);
+		ssrc_mr[t] = ut_mr(pd, ssrc[t], NSLOTS * SLOT, 0);
+	}
+	for (uint32_t k = 0; k < NRSLOTS; k++)
+		assert_int_equal(post_srq_slot(k), 0);
+
+	atomic_store(&posters_running, 1);
+	assert_int_equal(pthread_create(&c, NULL, srq_poller, NULL), 0);
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(pthread_create(&p[t], NULL, srq_sender, (void *)(intptr_t)t), 0);
+	for (int t = 0; t < NT; t++)
+		pthread_join(p[t], NULL);
+	atomic_store(&posters_running, 0);
+	pthread_join(c, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	for (int t = 0; t < NT; t++) {
+		assert_int_equal(atomic_load(&sposted[t]), SRQ_SENDS_PER_THREAD);
+		assert_int_equal(atomic_load(&sdone[t]), SRQ_SENDS_PER_THREAD);
+		assert_int_equal(atomic_load(&rseq[t]), SRQ_SENDS_PER_THREAD);
+		ut_cq_empty(cq_x[t], 0);
+		ut_cq_empty(cq_y[t], 0);
+	}
+	/* every slot is posted again; the limit fired at most once per arming */
+	assert_int_equal(rvt_rq_count(&srq->rq), NRSLOTS);
+	assert_true(limit_events <= rearms);
+	for (int t = 0; t < NT; t++) {
+		assert_int_equal(rvt_destroy_qp(qx[t]), 0);
+		assert_int_equal(rvt_destroy_qp(qy[t]), 0);
+		assert_int_equal(rvt_destroy_cq(cq_x[t]), 0);
+		assert_int_equal(rvt_destroy_cq(cq_y[t]), 0);
+		assert_int_equal(rvt_dereg_mr(ssrc_mr[t]), 0);
+		free(ssrc[t]);
+	}
+	assert_int_equal(rvt_destroy_srq(srq), 0);
+	assert_int_equal(rvt_dereg_mr(rbuf_mr), 0);
+	free(rbuf);
+	print_message("%u SENDs through a shared SRQ in %llu ms (%llu limit events, %llu arms)\n",
+		      NT * SRQ_SENDS_PER_THREAD, (unsigned long long)(ut_now_ms() - t0),
+		      (unsigned long long)limit_events, (unsigned long long)rearms);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_posters_one_poller),
+		cmocka_unit_test(test_shared_srq),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
