@@ -642,9 +642,11 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if (attr_mask & IBV_QP_MIN_RNR_TIMER)
 		qp->min_rnr_timer = attr->min_rnr_timer;
 	if (attr_mask & IBV_QP_TIMEOUT) {
-		qp->timeout = attr->timeout > 31 ? 31 : attr->timeout;
-		/* 4.096 us << timeout; 0 = no retransmit timer (IBTA/rxe) */
-		qp->timeout_ns = qp->timeout ? 4096ull << qp->timeout : 0;
+		/* stored as given (query reports it, §6.2), clamped to 31 for
+		 * the timer only (§5.1); 4.096 us << timeout, 0 = no
+		 * retransmit timer (IBTA/rxe) */
+		qp->timeout = attr->timeout;
+		qp->timeout_ns = attr->timeout ? 4096ull << (attr->timeout > 31 ? 31 : attr->timeout) : 0;
 	}
 	if (attr_mask & IBV_QP_QKEY)
 		qp->qkey = attr->qkey;
