@@ -599,6 +599,16 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(q.qp_state, IBV_QPS_SQD);
 	assert_int_equal(q.min_rnr_timer, 3);
 	assert_int_equal(q.timeout, 9);
+	/* TIMEOUT is not validated (§5.1): above 31 it is accepted, clamped
+	 * for the timer only, and query reports the configured value (§6.2) */
+	a.timeout = 40;
+	assert_int_equal(rvt_modify_qp(qp, &a, STATE | TMO), 0);
+	assert_int_equal(rvt_query_qp(qp, &q, 0, NULL), 0);
+	assert_int_equal(q.timeout, 40);
+	assert_int_equal(qp->timeout_ns, 4096ull << 31);
+	a.timeout = 0; /* 0: no retransmit timer (IBTA/rxe decision) */
+	assert_int_equal(rvt_modify_qp(qp, &a, STATE | TMO), 0);
+	assert_int_equal(qp->timeout_ns, 0);
 
 	/* RESET puts the §4.2 values back */
 	ut_modify_state(qp, IBV_QPS_RESET);
