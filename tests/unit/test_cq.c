@@ -393,6 +393,60 @@ static void test_destroy_busy_shared(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
+/* Which entries count as solicited (§11): send CQEs iff failed, receive
+ * flush CQEs always. */
+static void test_solicited_error_entries(void **state)
+{
+	int err = 0;
+	struct urvt_comp_channel *ch = urvt_create_comp_channel(dev.uctx, &err);
+	struct rvt_pd *pd = ut_pd(&dev);
+	struct rvt_cq *scq, *rcq, *got = NULL;
+	struct rvt_qp *qp;
+	struct ibv_send_wr wr = { .wr_id = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_wc wc;
+
+	(void)state;
+	assert_non_null(ch);
+	scq = cq_try(16, ch, 0, &err);
+	rcq = cq_try(16, ch, 0, &err);
+	assert_non_null(scq);
+	assert_non_null(rcq);
+	qp = ut_qp(&dev, pd, IBV_QPT_RC, scq, rcq, NULL, NULL, false);
+	ut_connect(&dev, qp, qp->qpn, IBV_ACCESS_REMOTE_WRITE);
+	assert_int_equal(rvt_req_notify_cq(scq, 1), 0);
+	assert_int_equal(rvt_req_notify_cq(rcq, 1), 0);
+	/* a successful send CQE is not solicited */
+	ut_post_send(qp, &wr);
+	ut_poll1(scq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_false(readable(ch->ibch.fd, 20));
+	/* receive flushes are */
+	ut_post_recv(qp, 5, NULL, 0, 0);
+	ut_modify_state(qp, IBV_QPS_ERR);
+	assert_true(readable(ch->ibch.fd, UT_TIMEOUT_MS));
+	assert_int_equal(urvt_get_cq_event(ch, &got), 0);
+	assert_ptr_equal(got, rcq);
+	ut_poll1(rcq, &wc);
+	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	/* a failed send CQE is */
+	wr.wr_id = 2;
+	wr.send_flags = 0;
+	ut_post_send(qp, &wr);
+	assert_true(readable(ch->ibch.fd, UT_TIMEOUT_MS));
+	assert_int_equal(urvt_get_cq_event(ch, &got), 0);
+	assert_ptr_equal(got, scq);
+	ut_poll1(scq, &wc);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	assert_int_equal(wc.byte_len, 0);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	assert_int_equal(rvt_destroy_cq(scq), 0);
+	assert_int_equal(rvt_destroy_cq(rcq), 0);
+	assert_int_equal(urvt_destroy_comp_channel(ch), 0);
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -405,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_notify_channel),
 		cmocka_unit_test(test_notify_from_qp),
 		cmocka_unit_test(test_destroy_busy_shared),
+		cmocka_unit_test(test_solicited_error_entries),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -815,6 +815,54 @@ static void test_post_recv(void **state)
 	qp_done(qp);
 }
 
+/* §2.5: while a local operation is pending, later ones queue behind it
+ * even without FENCE, and run in order. */
+static void test_local_inv_pending_queues(void **state)
+{
+	struct rvt_qp *qp = qp_new(IBV_QPT_RC, NULL, false);
+	static uint8_t b[64];
+	struct rvt_mregion *m1 = ut_mr(F->pd, b, sizeof(b), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *m2 = ut_mr(F->pd, b, sizeof(b), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_send_wr wr = { .opcode = IBV_WR_LOCAL_INV };
+	struct ibv_sge isge = { .addr = (uintptr_t)b, .length = 8 };
+	struct rvt_sge s;
+	struct ibv_wc wc;
+
+	(void)state;
+	qp_up(qp, 4);
+	ut_modify_state(qp, IBV_QPS_SQD);
+	wr.wr_id = 1;
+	wr.send_flags = IBV_SEND_FENCE | IBV_SEND_SIGNALED;
+	wr.invalidate_rkey = m1->ibmr.rkey;
+	assert_int_equal(post1(qp, &wr), 0);
+	wr.wr_id = 2;
+	wr.send_flags = 0; /* no FENCE, unsignaled: still queued behind #1 */
+	wr.invalidate_rkey = m2->ibmr.rkey;
+	assert_int_equal(post1(qp, &wr), 0);
+	assert_int_equal(qp->s_head, 2);
+	/* neither has run yet */
+	isge.lkey = m2->ibmr.lkey;
+	assert_int_equal(rvt_lkey_ok(&dev.rdi->lkey_table, F->pd, &s, NULL, &isge, 0), 1);
+	rvt_put_sge(&s);
+	isge.lkey = m1->ibmr.lkey;
+	assert_int_equal(rvt_lkey_ok(&dev.rdi->lkey_table, F->pd, &s, NULL, &isge, 0), 1);
+	rvt_put_sge(&s);
+	ut_modify_state(qp, IBV_QPS_RTS);
+	ut_poll1(F->scq, &wc);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_LOCAL_INV);
+	ut_cq_empty(F->scq, 10);
+	assert_int_equal(rvt_lkey_ok(&dev.rdi->lkey_table, F->pd, &s, NULL, &isge, 0), -EINVAL);
+	isge.lkey = m2->ibmr.lkey;
+	assert_int_equal(rvt_lkey_ok(&dev.rdi->lkey_table, F->pd, &s, NULL, &isge, 0), -EINVAL);
+	assert_int_equal(qp->local_ops_pending, 0);
+	assert_int_equal(qp->s_last, qp->s_head);
+	assert_int_equal(rvt_dereg_mr(m1), 0);
+	assert_int_equal(rvt_dereg_mr(m2), 0);
+	qp_done(qp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -827,6 +875,7 @@ int main(void)
 		cmocka_unit_test(test_sqd_holds),
 		cmocka_unit_test(test_post_in_err),
 		cmocka_unit_test(test_local_inv),
+		cmocka_unit_test(test_local_inv_pending_queues),
 		cmocka_unit_test(test_inline),
 		cmocka_unit_test(test_post_recv),
 	};
