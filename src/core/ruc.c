@@ -284,12 +284,16 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 /* ------------------------------------------------------------------ */
 enum lb_result { LB_OK, LB_RNR, LB_OP_ERR, LB_INV, LB_ACC, LB_LOC_QP_OP };
 
-/* Enter a receive completion; a full CQ puts the responder in ERR. */
-static void responder_complete(struct rvt_qp *qp, struct ibv_wc *wc, bool solicited)
+/*
+ * Enter a receive completion; a full CQ puts the responder in ERR. Returns
+ * true if the caller must raise LAST_WQE_REACHED (after unlocking r_lock).
+ */
+static bool responder_complete(struct rvt_qp *qp, struct ibv_wc *wc, bool solicited)
 {
 	qp->r_wrid_valid = false;
 	if (!rvt_cq_enter(qp->recv_cq, wc, solicited))
-		rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+		return rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+	return false;
 }
 
 /* Execute one RC/UC WQE against the responder; caller holds qp->r_lock. */
@@ -462,7 +466,7 @@ static bool rvt_ruc_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 			wc.byte_len = wqe->length;
 			wc.qp_num = qp->qpn;
 			wc.src_qp = sqp->qpn;
-			responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
+			lastwqe = responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
 		}
 		if (!qp->comm_est && rvt_qp_state(qp) == IBV_QPS_RTR) {
 			qp->comm_est = true;
@@ -471,6 +475,8 @@ static bool rvt_ruc_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		} else {
 			urvt_spin_unlock(&qp->r_lock);
 		}
+		if (lastwqe)
+			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 		rvt_put_qp(qp);
 		sqp->s_rnr_retry = sqp->rnr_retry;
 		rvt_send_complete(sqp, wqe, IBV_WC_SUCCESS);
@@ -535,6 +541,7 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	struct rvt_sge_state src;
 	struct ibv_wc wc;
 	uint32_t roce_len;
+	bool lastwqe = false;
 	int ret;
 
 	if (!qp)
@@ -546,7 +553,7 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	urvt_spin_lock(&qp->r_lock);
 	ret = rvt_get_rwqe(qp, false);
 	if (ret < 0) {
-		bool lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
+		lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
 		urvt_spin_unlock(&qp->r_lock);
 		if (lastwqe)
 			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
@@ -592,9 +599,11 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	}
 	wc.pkey_index = qp->pkey_index;
 	wc.sl = wqe->ud_av->attr.sl;
-	responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
+	lastwqe = responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
 out_unlock:
 	urvt_spin_unlock(&qp->r_lock);
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 out_put:
 	rvt_put_qp(qp);
 }
