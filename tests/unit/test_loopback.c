@@ -1469,6 +1469,62 @@ static void test_rnr_then_err_or_destroy(void **state)
 	}
 }
 
+/* The same with the responder on an SRQ: ERR from a CQ overflow raises
+ * LAST_WQE_REACHED like any other way into ERR (§5.5 step 7, §13). */
+static void test_responder_cq_overflow_srq(void **state)
+{
+	struct rvt_pd *pd = ut_pd(&dev);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	static uint8_t rbuf[64];
+	struct rvt_mregion *rmr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge rs = { .addr = (uintptr_t)rbuf, .length = 64, .lkey = rmr->ibmr.lkey };
+	struct ibv_recv_wr rw = { .sg_list = &rs, .num_sge = 1 }, *bad;
+	struct pair_opts o = defaults;
+	struct rvt_srq *srq;
+	struct pair *p;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	int cap, err = 0;
+
+	(void)state;
+	srq = rvt_create_srq(pd, &sa, &err);
+	assert_non_null(srq);
+	o.b_srq = srq;
+	o.bcq_size = 2;
+	p = pair_new_opts(IBV_QPT_RC, &o, pd);
+	cap = p->bcq->ibcq.cqe;
+	ut_async_drain(&dev);
+	for (int i = 0; i < cap + 2; i++) {
+		rw.wr_id = 1 + (uint64_t)i;
+		assert_int_equal(rvt_post_srq_recv(srq, &rw, &bad), 0);
+	}
+	for (int i = 0; i <= cap; i++) {
+		wr1(p, &wr, &sge, IBV_WR_SEND, 0, 8, 0);
+		ut_post_send(p->a, &wr);
+		expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	}
+	assert_int_equal(ut_state(p->b), IBV_QPS_ERR);
+	{
+		int cq_err = 0, last_wqe = 0;
+		struct ibv_async_event ev;
+		ut_sleep_ms(20);
+		while (ut_async_wait(&dev, &ev, 0)) {
+			if (ev.event_type == IBV_EVENT_CQ_ERR &&
+			    ev.element.cq == ibv_cq_ex_to_cq(&p->bcq->ibcq))
+				cq_err++;
+			if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+			    ev.element.qp == &p->b->ibqp_ex.qp_base)
+				last_wqe++;
+		}
+		assert_int_equal(cq_err, 1);
+		assert_int_equal(last_wqe, 1);
+	}
+	pair_free(p, false);
+	assert_int_equal(rvt_destroy_srq(srq), 0);
+	assert_int_equal(rvt_dereg_mr(rmr), 0);
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1504,6 +1560,7 @@ int main(void)
 		cmocka_unit_test(test_misaligned_remote_atomic),
 		cmocka_unit_test(test_ud_ah_snapshot),
 		cmocka_unit_test(test_responder_cq_overflow),
+		cmocka_unit_test(test_responder_cq_overflow_srq),
 		cmocka_unit_test(test_error_flushes_responder_sq),
 		cmocka_unit_test(test_rnr_then_err_or_destroy),
 	};
