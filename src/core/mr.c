@@ -78,7 +78,8 @@ static void mr_free_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
 	uint32_t idx = mr->lkey >> RVT_LKEY_GEN_BITS;
 
 	pthread_mutex_lock(&t->lock);
-	/* Odd stride keeps every generation reachable before one repeats. */
+	/* Odd stride keeps every generation reachable before one repeats;
+	 * the mask also clears SLOT_IN_USE (the slot is free from here on). */
 	t->gen[idx] = ((t->gen[idx] & RVT_LKEY_GEN_MASK) + 0x9e5) & RVT_LKEY_GEN_MASK;
 	mr->next_free = t->free_list;
 	t->free_list = mr;
@@ -162,15 +163,6 @@ static struct rvt_mregion *alloc_slot(struct rvt_lkey_table *t, uint32_t *key)
 	}
 	*key = (idx << RVT_LKEY_GEN_BITS) | (t->gen[idx] & RVT_LKEY_GEN_MASK);
 	return mr;
-}
-
-static void release_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
-{
-	uint32_t idx = mr->lkey >> RVT_LKEY_GEN_BITS;
-
-	pthread_mutex_lock(&t->lock);
-	t->gen[idx] &= ~SLOT_IN_USE;
-	pthread_mutex_unlock(&t->lock);
 }
 
 #define ACCESS_SUPPORTED                                                               \
@@ -307,7 +299,9 @@ int rvt_dereg_mr(struct rvt_mregion *mr)
 	}
 	atomic_fetch_sub(&pd->usecnt, 1);
 	atomic_fetch_sub(&rdi->n_mrs, 1);
-	release_slot(&rdi->lkey_table, mr);
+	/* One critical section moves the generation on and frees the slot:
+	 * a slot freed first could be taken (and keyed with the old
+	 * generation, i.e. the dead key) before the generation moved. */
 	mr_free_slot(&rdi->lkey_table, mr);
 	return 0;
 }
