@@ -548,6 +548,40 @@ static void test_reset_drops_refs(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
+/* The slot cursor wraps around the whole key table: a slot used again gets
+ * a new generation, so the old key stays dead. */
+static void test_key_slot_reuse(void **state)
+{
+	struct rvt_pd *pd = ut_pd(&dev);
+	static char buf[64];
+	uint32_t max = dev.rdi->lkey_table.max, dead[4], reused = 0;
+	struct rvt_mregion *mr;
+	uint64_t t0 = ut_now_ms();
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		mr = ut_mr(pd, buf, sizeof(buf), 0);
+		dead[i] = mr->ibmr.lkey;
+		assert_int_equal(rvt_dereg_mr(mr), 0);
+	}
+	for (uint32_t n = 0; n < max + 8; n++) {
+		mr = ut_mr(pd, buf, sizeof(buf), 0);
+		for (int i = 0; i < 4; i++) {
+			assert_int_not_equal(mr->ibmr.lkey, dead[i]);
+			if ((mr->ibmr.lkey >> RVT_LKEY_GEN_BITS) == (dead[i] >> RVT_LKEY_GEN_BITS))
+				reused++;
+		}
+		assert_int_equal(rvt_dereg_mr(mr), 0);
+	}
+	/* every old slot came round again */
+	assert_true(reused >= 4);
+	for (int i = 0; i < 4; i++)
+		expect_lkey_bad(pd, (uintptr_t)buf, 8, dead[i], 0);
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+	print_message("%u registrations in %llu ms\n", max + 8,
+		      (unsigned long long)(ut_now_ms() - t0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -562,6 +596,7 @@ int main(void)
 		cmocka_unit_test(test_rereg),
 		cmocka_unit_test(test_dereg_busy_wqe),
 		cmocka_unit_test(test_reset_drops_refs),
+		cmocka_unit_test(test_key_slot_reuse),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
