@@ -601,11 +601,215 @@ static void test_shared_srq(void **state)
 		      (unsigned long long)limit_events, (unsigned long long)rearms);
 }
 
+/* ---------------------------------------------------------------- */
+/* A responder cycling RESET-INIT-RTR-RTS-ERR while a UC sender keeps  */
+/* sending to it: reset/error racing the loopback path.               */
+/* ---------------------------------------------------------------- */
+#define CHURN_CYCLES 1000u
+#define CHURN_RECVS_PER_CYCLE 16u
+#define CHURN_MAX_RIDS (1u << 20)
+
+static struct rvt_qp *ua, *ub;
+static struct rvt_cq *uca, *ucb;
+static struct rvt_mregion *umr;
+static uint8_t *ubuf;
+static _Atomic uint64_t u_posted, u_done;
+static _Atomic int u_sender_running, u_churning;
+static uint8_t *rid_seen;
+static uint64_t u_recv_ok, u_recv_flush, u_cycles;
+
+static void *churn_sender(void *arg)
+{
+	(void)arg;
+	/* until the churner is through its cycles */
+	for (uint64_t seq = 0; atomic_load(&u_churning) && !atomic_load(&failed); seq++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)ubuf, .length = 32, .lkey = umr->ibmr.lkey };
+		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr *bad;
+		int ret;
+
+		while (seq - atomic_load_explicit(&u_done, memory_order_acquire) >= WINDOW) {
+			if (t_stop())
+				goto out;
+			sched_yield();
+		}
+		while ((ret = rvt_post_send(ua, &wr, &bad)) == -ENOMEM) {
+			if (t_stop())
+				goto out;
+			sched_yield();
+		}
+		if (ret) {
+			t_fail("churn sender: post_send %d", ret);
+			break;
+		}
+		atomic_store_explicit(&u_posted, seq + 1, memory_order_release);
+	}
+out:
+	atomic_store(&u_sender_running, 0);
+	return NULL;
+}
+
+static int churn_modify(struct rvt_qp *qp, int state)
+{
+	struct ibv_qp_attr a;
+	int mask = IBV_QP_STATE;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = (enum ibv_qp_state)state;
+	if (state == IBV_QPS_INIT) {
+		a.port_num = 1;
+		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+		mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	} else if (state == IBV_QPS_RTR) {
+		a.path_mtu = IBV_MTU_1024;
+		a.dest_qp_num = ua->qpn;
+		ut_loopback_ah_attr(&dev, &a.ah_attr);
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	} else if (state == IBV_QPS_RTS) {
+		mask |= IBV_QP_SQ_PSN;
+	}
+	return rvt_modify_qp(qp, &a, mask);
+}
+
+static void *churner(void *arg)
+{
+	static const int cycle[] = { IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
+				     IBV_QPS_ERR };
+	uint32_t rid = 0;
+
+	(void)arg;
+	while (u_cycles < CHURN_CYCLES && !t_stop()) {
+		for (size_t i = 0; i < ARRAY_SIZE(cycle); i++) {
+			int ret = churn_modify(ub, cycle[i]);
+			if (ret) {
+				t_fail("churn: modify to %d: %d", cycle[i], ret);
+				return NULL;
+			}
+			if (cycle[i] == IBV_QPS_INIT) {
+				for (uint32_t k = 0; k < CHURN_RECVS_PER_CYCLE && rid < CHURN_MAX_RIDS;
+				     k++, rid++) {
+					struct ibv_sge sge = { .addr = (uintptr_t)ubuf + 64 + (rid % 64) * 64,
+							       .length = 64, .lkey = umr->ibmr.lkey };
+					struct ibv_recv_wr wr = { .wr_id = rid, .sg_list = &sge,
+								  .num_sge = 1 }, *bad;
+					ret = rvt_post_recv(ub, &wr, &bad);
+					if (ret) {
+						t_fail("churn: post_recv %d", ret);
+						return NULL;
+					}
+				}
+			}
+			/* stay a little in RTS so that some messages land */
+			for (int y = 0; y < (cycle[i] == IBV_QPS_RTS ? 30 : 1); y++)
+				sched_yield();
+		}
+		u_cycles++;
+	}
+	atomic_store(&u_churning, 0);
+	return NULL;
+}
+
+static void *churn_poller(void *arg)
+{
+	struct ibv_wc wc[16];
+
+	(void)arg;
+	while (!t_stop()) {
+		int n = rvt_poll_cq(uca, 16, wc), m;
+		for (int i = 0; i < n; i++) {
+			uint64_t want = atomic_load_explicit(&u_done, memory_order_relaxed);
+			/* UC: a message to a responder not ready is dropped, the
+			 * sender still succeeds */
+			if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != want)
+				t_fail("churn send %llu: wr_id %llu status %d",
+				       (unsigned long long)want, (unsigned long long)wc[i].wr_id,
+				       wc[i].status);
+			atomic_store_explicit(&u_done, want + 1, memory_order_release);
+		}
+		m = rvt_poll_cq(ucb, 16, wc);
+		for (int i = 0; i < m; i++) {
+			uint64_t rid = wc[i].wr_id;
+			if (rid >= CHURN_MAX_RIDS || rid_seen[rid]++)
+				t_fail("churn receive %llu completed twice (or unknown)",
+				       (unsigned long long)rid);
+			if (wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len == 32)
+				u_recv_ok++;
+			else if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+				u_recv_flush++;
+			else
+				t_fail("churn receive %llu: status %d len %u", (unsigned long long)rid,
+				       wc[i].status, wc[i].byte_len);
+		}
+		if (!n && !m) {
+			if (!atomic_load(&u_sender_running) &&
+			    atomic_load(&u_done) == atomic_load(&u_posted))
+				return NULL;
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+static void test_responder_state_churn(void **state)
+{
+	struct ut_qp_caps caps = { 64, 64, 1, 1, 0 };
+	pthread_t s, c, p;
+	uint64_t t0 = ut_now_ms();
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = t0 + DEADLINE_MS;
+	rid_seen = calloc(CHURN_MAX_RIDS, 1);
+	ubuf = aligned_alloc(64, 8192);
+	assert_non_null(rid_seen);
+	assert_non_null(ubuf);
+	memset(ubuf, 0x3c, 8192);
+	umr = ut_mr(pd, ubuf, 8192, IBV_ACCESS_LOCAL_WRITE);
+	uca = ut_cq(&dev, 256);
+	ucb = ut_cq(&dev, 4096);
+	ua = ut_qp(&dev, pd, IBV_QPT_UC, uca, uca, NULL, &caps, false);
+	ub = ut_qp(&dev, pd, IBV_QPT_UC, ucb, ucb, NULL, &caps, false);
+	ut_to_init(ua, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_rtr(&dev, ua, ub->qpn, 1);
+	ut_to_rts(ua, 0, 0, 0);
+
+	atomic_store(&u_sender_running, 1);
+	atomic_store(&u_churning, 1);
+	assert_int_equal(pthread_create(&p, NULL, churn_poller, NULL), 0);
+	assert_int_equal(pthread_create(&c, NULL, churner, NULL), 0);
+	assert_int_equal(pthread_create(&s, NULL, churn_sender, NULL), 0);
+	pthread_join(s, NULL);
+	pthread_join(c, NULL);
+	pthread_join(p, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_true(atomic_load(&u_posted) > 0);
+	assert_int_equal(atomic_load(&u_done), atomic_load(&u_posted));
+	assert_int_equal(u_cycles, CHURN_CYCLES);
+	assert_int_equal(ut_state(ua), IBV_QPS_RTS);
+	assert_int_equal(ua->s_last, ua->s_head);
+	assert_true(u_cycles > 0);
+	assert_int_equal(rvt_destroy_qp(ua), 0);
+	assert_int_equal(rvt_destroy_qp(ub), 0);
+	assert_int_equal(atomic_load(&umr->refcount), 1);
+	assert_int_equal(rvt_dereg_mr(umr), 0);
+	assert_int_equal(rvt_destroy_cq(uca), 0);
+	assert_int_equal(rvt_destroy_cq(ucb), 0);
+	free(ubuf);
+	free(rid_seen);
+	print_message("%llu UC SENDs against %llu responder cycles in %llu ms "
+		      "(%llu received, %llu flushed)\n", (unsigned long long)atomic_load(&u_posted),
+		      (unsigned long long)u_cycles, (unsigned long long)(ut_now_ms() - t0),
+		      (unsigned long long)u_recv_ok, (unsigned long long)u_recv_flush);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_posters_one_poller),
 		cmocka_unit_test(test_shared_srq),
+		cmocka_unit_test(test_responder_state_churn),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
