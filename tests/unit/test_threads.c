@@ -804,12 +804,124 @@ static void test_responder_state_churn(void **state)
 		      (unsigned long long)u_recv_ok, (unsigned long long)u_recv_flush);
 }
 
+/* ---------------------------------------------------------------- */
+/* The requester moved to ERR while a thread keeps posting to it:      */
+/* every WR completes once, successes first, then only flushes.        */
+/* ---------------------------------------------------------------- */
+#define KILL_WRS 40000u
+
+static struct rvt_qp *ka, *kb;
+static struct rvt_cq *kca, *kcb;
+static _Atomic uint64_t k_posted, k_done, k_flushed;
+
+static void *kill_sender(void *arg)
+{
+	(void)arg;
+	for (uint64_t seq = 0; seq < KILL_WRS && !atomic_load(&failed); seq++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)ubuf, .length = 16, .lkey = umr->ibmr.lkey };
+		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		int ret;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)ubuf + 4096;
+		wr.wr.rdma.rkey = umr->ibmr.rkey;
+		while (seq - atomic_load_explicit(&k_done, memory_order_acquire) >= WINDOW) {
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		while ((ret = rvt_post_send(ka, &wr, &bad)) == -ENOMEM) {
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		if (ret) {
+			t_fail("kill sender: post_send %d", ret);
+			return NULL;
+		}
+		atomic_store_explicit(&k_posted, seq + 1, memory_order_release);
+	}
+	return NULL;
+}
+
+static void *kill_poller(void *arg)
+{
+	struct ibv_wc wc[16];
+
+	(void)arg;
+	while (!t_stop() && atomic_load(&k_done) < KILL_WRS) {
+		int n = rvt_poll_cq(kca, 16, wc);
+		for (int i = 0; i < n; i++) {
+			uint64_t want = atomic_load_explicit(&k_done, memory_order_relaxed);
+			bool flushing = atomic_load(&k_flushed) > 0;
+			if (wc[i].wr_id != want ||
+			    (wc[i].status != IBV_WC_WR_FLUSH_ERR &&
+			     (flushing || wc[i].status != IBV_WC_SUCCESS)))
+				t_fail("kill: completion %llu: wr_id %llu status %d after %llu flushes",
+				       (unsigned long long)want, (unsigned long long)wc[i].wr_id,
+				       wc[i].status, (unsigned long long)atomic_load(&k_flushed));
+			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+				atomic_fetch_add(&k_flushed, 1);
+			atomic_store_explicit(&k_done, want + 1, memory_order_release);
+		}
+		if (!n)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void test_requester_err_while_posting(void **state)
+{
+	struct ut_qp_caps caps = { 64, 1, 1, 1, 0 };
+	pthread_t s, p;
+	struct ibv_wc wc;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = ut_now_ms() + DEADLINE_MS;
+	ubuf = aligned_alloc(64, 8192);
+	assert_non_null(ubuf);
+	umr = ut_mr(pd, ubuf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	kca = ut_cq(&dev, 256);
+	kcb = ut_cq(&dev, 16);
+	ka = ut_qp(&dev, pd, IBV_QPT_RC, kca, kca, NULL, &caps, false);
+	kb = ut_qp(&dev, pd, IBV_QPT_RC, kcb, kcb, NULL, &caps, false);
+	connect_pair(ka, kb);
+	assert_int_equal(pthread_create(&p, NULL, kill_poller, NULL), 0);
+	assert_int_equal(pthread_create(&s, NULL, kill_sender, NULL), 0);
+	while (atomic_load(&k_done) < KILL_WRS / 4 && !atomic_load(&failed) &&
+	       ut_now_ms() < deadline)
+		sched_yield();
+	ut_modify_state(ka, IBV_QPS_ERR);
+	pthread_join(s, NULL);
+	pthread_join(p, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_int_equal(atomic_load(&k_posted), KILL_WRS);
+	assert_int_equal(atomic_load(&k_done), KILL_WRS);
+	assert_true(atomic_load(&k_flushed) > 0);
+	assert_true(atomic_load(&k_flushed) < KILL_WRS);
+	assert_int_equal(rvt_poll_cq(kca, 1, &wc), 0);
+	assert_int_equal(ka->s_last, ka->s_head);
+	assert_int_equal(rvt_destroy_qp(ka), 0);
+	assert_int_equal(rvt_destroy_qp(kb), 0);
+	assert_int_equal(atomic_load(&umr->refcount), 1);
+	assert_int_equal(rvt_dereg_mr(umr), 0);
+	assert_int_equal(rvt_destroy_cq(kca), 0);
+	assert_int_equal(rvt_destroy_cq(kcb), 0);
+	free(ubuf);
+	print_message("%u WRITEs, %llu flushed after the move to ERR\n", KILL_WRS,
+		      (unsigned long long)atomic_load(&k_flushed));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_posters_one_poller),
 		cmocka_unit_test(test_shared_srq),
 		cmocka_unit_test(test_responder_state_churn),
+		cmocka_unit_test(test_requester_err_while_posting),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
