@@ -82,8 +82,12 @@ static void count_reported(enum ibv_event_type type, void *obj)
 void urvt_dispatch_async_event(struct urvt_context *uctx, enum ibv_event_type type,
 			       void *obj)
 {
-	struct async_record rec = { .type = type, .obj = obj };
+	struct async_record rec;
 
+	/* no uninitialised padding into the pipe (valgrind) */
+	memset(&rec, 0, sizeof(rec));
+	rec.type = type;
+	rec.obj = obj;
 	count_reported(type, obj);
 	if (write(uctx->async_wfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
 		/* Pipe full: the application stopped reading events. Undo the
