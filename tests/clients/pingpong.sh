@@ -1,0 +1,79 @@
+#!/bin/sh
+# pingpong.sh WHERE SLOT PROG [ARGS...]
+#
+# Runs an unmodified RDMA program pair (Debian's ibverbs-utils pingpongs)
+# over urvt: a server process and a client process, each through urvt-run.
+#   WHERE=host   both on this host, addresses 127.<100+SLOT>.0.1 and .0.2
+#   WHERE=netns  two network namespaces made here, joined by a veth pair,
+#                addresses 10.<SLOT>.0.1/24 and 10.<SLOT>.0.2/24 (only inside them)
+# SLOT (1..99) keeps parallel tests apart (addresses, TCP port, netns names).
+# Passes when both exit 0 and both print their "bytes in ... seconds" line.
+set -u
+where=$1 slot=$2 prog=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+run=${URVT_RUN:-$here/../../build/bin/urvt-run}
+port=$((18000 + slot))
+tmo=${PINGPONG_TIMEOUT:-60}
+out=$(mktemp -d)
+trap 'cleanup' EXIT INT TERM
+
+cleanup() {
+	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
+	if [ "$where" = netns ]; then
+		ip netns del "urvt-a$slot" 2>/dev/null
+		ip netns del "urvt-b$slot" 2>/dev/null
+	fi
+	rm -rf "$out"
+}
+
+if [ "$where" = netns ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+		echo "SKIP: netns needs root and iproute2"
+		exit 77
+	fi
+	a=urvt-a$slot b=urvt-b$slot
+	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
+	ip netns add "$a" && ip netns add "$b" || exit 1
+	ip link add "va$slot" netns "$a" type veth peer name "vb$slot" netns "$b" || exit 1
+	ip -n "$a" addr add "10.$slot.0.1/24" dev "va$slot"
+	ip -n "$b" addr add "10.$slot.0.2/24" dev "vb$slot"
+	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+	ip -n "$a" link set "va$slot" up
+	ip -n "$b" link set "vb$slot" up
+	saddr=10.$slot.0.1 caddr=10.$slot.0.2
+	sexec="ip netns exec $a env URVT_NETDEV=va$slot"
+	cexec="ip netns exec $b env URVT_NETDEV=vb$slot"
+else
+	saddr=127.$((100 + slot)).0.1 caddr=127.$((100 + slot)).0.2
+	sexec="env URVT_ADDR=$saddr"
+	cexec="env URVT_ADDR=$caddr"
+fi
+
+# shellcheck disable=SC2086
+timeout "$tmo" $sexec "$run" "$prog" -p "$port" "$@" >"$out/server" 2>&1 &
+spid=$!
+# The server listens once its QP is ready; give it a moment, then retry.
+sleep 0.3
+rc=1
+for try in 1 2 3 4 5; do
+	# shellcheck disable=SC2086
+	timeout "$tmo" $cexec "$run" "$prog" -p "$port" "$@" "$saddr" >"$out/client" 2>&1
+	rc=$?
+	grep -q "Couldn't connect" "$out/client" || break
+	sleep 0.5
+done
+wait "$spid"
+src=$?
+spid=
+echo "--- server ($saddr): exit $src"; cat "$out/server"
+echo "--- client ($caddr): exit $rc"; cat "$out/client"
+if [ "$src" -ne 0 ] || [ "$rc" -ne 0 ]; then
+	echo "FAIL: exit codes server=$src client=$rc"
+	exit 1
+fi
+if ! grep -q "bytes in .* seconds" "$out/server" || ! grep -q "bytes in .* seconds" "$out/client"; then
+	echo "FAIL: no 'bytes in ... seconds' line"
+	exit 1
+fi
+echo "PASS: $prog $*"
