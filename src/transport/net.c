@@ -5,8 +5,10 @@
  * counters, tracing, and the core <-> transport ops (core/transport.h).
  * Threading: docs/transport.md.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <netinet/udp.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -115,6 +117,30 @@ static void pool_fini(struct urvt_net *net)
 /* ------------------------------------------------------------------ */
 static struct urvt_stats_qp stats_overflow; /* QPs without a slot count here too */
 
+/* Counter files of processes that died without closing the device. */
+static void stats_reap_stale(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[300], *end;
+		long pid;
+		if (strncmp(e->d_name, "urvt.", 5))
+			continue;
+		pid = strtol(e->d_name + 5, &end, 10);
+		if (*end || pid <= 0 || pid == getpid())
+			continue;
+		if (kill((pid_t)pid, 0) && errno == ESRCH) {
+			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+			unlink(path);
+		}
+	}
+	closedir(d);
+}
+
 static int stats_init(struct urvt_net *net)
 {
 	const char *env = getenv("URVT_STATS");
@@ -122,6 +148,7 @@ static int stats_init(struct urvt_net *net)
 
 	if (!env || strcmp(env, "0")) {
 		int fd;
+		stats_reap_stale();
 		snprintf(net->shm_path, sizeof(net->shm_path), "/dev/shm/urvt.%d", (int)getpid());
 		fd = open(net->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd >= 0) {
