@@ -240,6 +240,7 @@ int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq)
 		return -errno;
 	if (n != (ssize_t)sizeof(p))
 		return -EIO;
+	atomic_fetch_add(&p->comp_events_reported, 1);
 	*cq = p;
 	return 0;
 }
