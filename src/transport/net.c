@@ -531,6 +531,7 @@ struct urvt_rx {
 		char buf[RX_CTRL];
 		struct cmsghdr align;
 	} ctrl[RX_BATCH];
+	unsigned n;                       /* leading slots ready */
 };
 
 /* The IP info a UDP socket can see of one datagram (ID: unknown). */
@@ -577,23 +578,37 @@ static void rx_ipinfo(struct urvt_net *net, struct msghdr *mh, struct urvt_ipinf
 	}
 }
 
+static void rx_slot_init(struct urvt_rx *rx, unsigned i)
+{
+	struct msghdr *mh = &rx->msg[i].msg_hdr;
+
+	rx->iov[i].iov_base = rx->buf[i]->data;
+	rx->iov[i].iov_len = URVT_PKTBUF_DATA;
+	mh->msg_name = &rx->name[i];
+	mh->msg_namelen = sizeof(rx->name[i]);
+	mh->msg_iov = &rx->iov[i];
+	mh->msg_iovlen = 1;
+	mh->msg_control = rx->ctrl[i].buf;
+	mh->msg_controllen = RX_CTRL;
+	mh->msg_flags = 0;
+}
+
 int urvt_net_rx_batch(struct urvt_net *net)
 {
 	struct urvt_rx *rx = net->rx;
 	struct urvt_txq *txq;
-	unsigned n = 0;
-	bool in_rx;
+	bool in_rx, holes = false;
 	int got;
 
-	/* Slots [0, n) with a buffer, compacted. */
-	for (unsigned i = 0; i < RX_BATCH; i++) {
-		if (!rx->buf[i])
-			rx->buf[i] = urvt_pkt_alloc(net);
-		if (!rx->buf[i])
+	/* slots [0, rx->n) hold a buffer and a ready msghdr */
+	while (rx->n < RX_BATCH) {
+		struct urvt_pktbuf *b = urvt_pkt_alloc(net);
+		if (!b)
 			break;
-		n++;
+		rx->buf[rx->n] = b;
+		rx_slot_init(rx, rx->n++);
 	}
-	if (!n) {
+	if (!rx->n) {
 		/* pool exhausted: take one datagram into the drop bin so the
 		 * socket does not stay readable forever */
 		static uint8_t scratch[64];
@@ -601,19 +616,7 @@ int urvt_net_rx_batch(struct urvt_net *net)
 			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_NO_BUF, 1);
 		return 0;
 	}
-	for (unsigned i = 0; i < n; i++) {
-		struct msghdr *mh = &rx->msg[i].msg_hdr;
-		rx->iov[i].iov_base = rx->buf[i]->data;
-		rx->iov[i].iov_len = URVT_PKTBUF_DATA;
-		mh->msg_name = &rx->name[i];
-		mh->msg_namelen = sizeof(rx->name[i]);
-		mh->msg_iov = &rx->iov[i];
-		mh->msg_iovlen = 1;
-		mh->msg_control = rx->ctrl[i].buf;
-		mh->msg_controllen = RX_CTRL;
-		mh->msg_flags = 0;
-	}
-	got = recvmmsg(net->fd, rx->msg, n, MSG_DONTWAIT, NULL);
+	got = recvmmsg(net->fd, rx->msg, rx->n, MSG_DONTWAIT, NULL);
 	if (got <= 0)
 		return 0;
 	txq = urvt_txq_get();
@@ -628,23 +631,28 @@ int urvt_net_rx_batch(struct urvt_net *net)
 		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, rx->msg[i].msg_len);
 		if (mh->msg_flags & MSG_TRUNC) {
 			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_OVERSIZE, 1);
-			continue;
-		}
-		b->len = rx->msg[i].msg_len;
-		rx_ipinfo(net, mh, &ip);
-		if (urvt_recv_pkt(net, b, &ip))
-			rx->buf[i] = NULL;
-	}
-	/* compact: keep the buffers at the front */
-	{
-		unsigned w = 0;
-		for (unsigned i = 0; i < RX_BATCH; i++) {
-			if (rx->buf[i]) {
-				struct urvt_pktbuf *t = rx->buf[i];
-				rx->buf[i] = NULL;
-				rx->buf[w++] = t;
+		} else {
+			b->len = rx->msg[i].msg_len;
+			rx_ipinfo(net, mh, &ip);
+			if (urvt_recv_pkt(net, b, &ip)) {
+				/* handed to a completer: replace it */
+				rx->buf[i] = urvt_pkt_alloc(net);
+				if (!rx->buf[i]) {
+					holes = true;
+					continue;
+				}
 			}
 		}
+		rx_slot_init(rx, (unsigned)i);
+	}
+	if (unlikely(holes)) {
+		unsigned w = 0;
+		for (unsigned i = 0; i < rx->n; i++)
+			if (rx->buf[i]) {
+				rx->buf[w] = rx->buf[i];
+				rx_slot_init(rx, w++);
+			}
+		rx->n = w;
 	}
 	tls_in_rx = in_rx;
 	/* responses the responder queued on this thread */
@@ -653,10 +661,28 @@ int urvt_net_rx_batch(struct urvt_net *net)
 	return got;
 }
 
-static void net_rx_cb(void *arg)
-{
-	struct urvt_net *net = arg;
+/*
+ * Who receives: a thread busy-polling an empty CQ receives inline (lowest
+ * latency, no wakeups); the progress thread receives for everyone else
+ * (blocking applications, -e). With both at it on a small machine they
+ * mostly take the CPU and the socket lock from each other, so while an
+ * application thread polls busily the progress thread stops watching the
+ * socket and checks back every millisecond (watchdog timer).
+ */
+#define APP_POLL_GAP_NS 50000     /* polls closer than this count as a streak */
+#define APP_POLL_STREAK 16        /* ... of this many: a busy poller */
+#define WATCHDOG_NS 1000000
 
+static bool app_busy(struct urvt_net *net, uint64_t now)
+{
+	uint64_t last = atomic_load_explicit(&net->app_poll_ns, memory_order_relaxed);
+
+	return atomic_load_explicit(&net->app_streak, memory_order_relaxed) >= APP_POLL_STREAK &&
+	       now - last < 2 * APP_POLL_GAP_NS;
+}
+
+static void net_rx_drain(struct urvt_net *net)
+{
 	pthread_mutex_lock(&net->rx_lock);
 	/* bounded, so timers and work get their turn */
 	for (int i = 0; i < 64; i++)
@@ -665,12 +691,50 @@ static void net_rx_cb(void *arg)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+static void net_rx_cb(void *arg)
+{
+	struct urvt_net *net = arg;
+	uint64_t now = urvt_now_ns();
+
+	if (app_busy(net, now) && net->watched) {
+		urvt_progress_del_fd(net->rdi->progress, net->fd);
+		net->watched = false;
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
+		return;
+	}
+	net_rx_drain(net);
+}
+
+static void watchdog_fn(struct urvt_timer *t)
+{
+	struct urvt_net *net = container_of(t, struct urvt_net, watchdog);
+	uint64_t now = urvt_now_ns();
+
+	if (app_busy(net, now)) {
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
+		return;
+	}
+	atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
+	if (!urvt_progress_add_fd(net->rdi->progress, net->fd, net_rx_cb, net))
+		net->watched = true;
+	net_rx_drain(net);
+}
+
 int urvt_net_poll(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
+	uint64_t now, last;
 	int n;
 
-	if (!net || pthread_mutex_trylock(&net->rx_lock))
+	if (!net)
+		return 0;
+	now = urvt_now_ns();
+	last = atomic_exchange_explicit(&net->app_poll_ns, now, memory_order_relaxed);
+	if (now - last < APP_POLL_GAP_NS)
+		atomic_fetch_add_explicit(&net->app_streak, 1, memory_order_relaxed);
+	else
+		atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
+	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_batch(net);
 	pthread_mutex_unlock(&net->rx_lock);
@@ -831,6 +895,8 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 		}
 	}
 	rdi->transport_priv = net;
+	urvt_timer_init(&net->watchdog, watchdog_fn);
+	net->watched = true;
 	ret = urvt_progress_add_fd(rdi->progress, net->fd, net_rx_cb, net);
 	if (ret) {
 		rdi->transport_priv = NULL;
@@ -854,8 +920,10 @@ void urvt_transport_destroy(struct rvt_dev_info *rdi)
 
 	if (!net)
 		return;
+	urvt_timer_del_sync(rdi->progress, &net->watchdog);
 	urvt_progress_del_fd(rdi->progress, net->fd);
 	progress_barrier(net);
+	urvt_timer_del_sync(rdi->progress, &net->watchdog);
 	urvt_fault_destroy(net->fault);
 	/* anything this thread still has queued */
 	if (tls_txq)

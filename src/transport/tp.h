@@ -90,6 +90,13 @@ struct urvt_net {
 	/* the receive side: one thread at a time (rx_lock) */
 	pthread_mutex_t rx_lock;
 	struct urvt_rx *rx;
+	/* busy application pollers (net.c "Who receives") */
+	struct {
+		_Atomic uint64_t app_poll_ns;
+		_Atomic uint32_t app_streak;
+	} __attribute__((aligned(64)));
+	bool watched;                     /* progress thread watches fd (its own) */
+	struct urvt_timer watchdog;
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
 	bool shm_mapped;
