@@ -32,3 +32,28 @@ function(urvt_add_unit_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT 120 LABELS "unit;${T_LABELS}")
 endfunction()
+
+# In sanitizer builds, uninstrumented programs (Debian's ibverbs-utils and
+# perftest binaries) that load urvt's instrumented library need the
+# sanitizer runtime preloaded. URVT_SANITIZER_ENV is the CTest ENVIRONMENT
+# entry for such tests (empty in plain builds); their own leaks are not ours.
+set(URVT_SANITIZER_ENV "")
+if(URVT_SANITIZE)
+  if(URVT_SANITIZE STREQUAL "address")
+    set(_rt_gnu libasan.so)
+    set(_rt_clang libclang_rt.asan-x86_64.so)
+  else()
+    set(_rt_gnu libtsan.so)
+    set(_rt_clang libclang_rt.tsan-x86_64.so)
+  endif()
+  if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+    set(_rt ${_rt_clang})
+  else()
+    set(_rt ${_rt_gnu})
+  endif()
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${_rt}
+                  OUTPUT_VARIABLE _rt_path OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(IS_ABSOLUTE "${_rt_path}")
+    set(URVT_SANITIZER_ENV "LD_PRELOAD=${_rt_path};ASAN_OPTIONS=detect_leaks=0")
+  endif()
+endif()
