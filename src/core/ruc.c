@@ -617,6 +617,11 @@ static void flush_send_queue(struct rvt_qp *qp)
 
 	while (qp->s_last != head) {
 		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, qp->s_last);
+		/* A reset (modify or destroy) may land mid-flush: it discards
+		 * the rest itself, and rvt_send_complete no longer retires
+		 * anything, so looping on would never end. */
+		if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_FLUSH_SEND))
+			return;
 		rvt_send_complete(qp, wqe, IBV_WC_WR_FLUSH_ERR);
 	}
 }
