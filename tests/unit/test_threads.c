@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ut.h"
 
@@ -915,6 +917,75 @@ static void test_requester_err_while_posting(void **state)
 		      (unsigned long long)atomic_load(&k_flushed));
 }
 
+/* ---------------------------------------------------------------- */
+/* Destroying a QP while the progress thread flushes its send queue     */
+/* (§6.1: destroy is legal in any state, even with work in flight).     */
+/* ---------------------------------------------------------------- */
+static void *destroy_thread(void *arg)
+{
+	return (void *)(intptr_t)rvt_destroy_qp(arg);
+}
+
+static void test_destroy_during_async_flush(void **state)
+{
+	struct ut_qp_caps caps = { 64, 1, 1, 1, 0 };
+	struct rvt_cq *ca = ut_cq(&dev, 64), *cb = ut_cq(&dev, 256);
+	struct rvt_qp *a = ut_qp(&dev, pd, IBV_QPT_RC, ca, ca, NULL, &caps, false);
+	struct rvt_qp *b = ut_qp(&dev, pd, IBV_QPT_RC, cb, cb, NULL, &caps, false);
+	static uint64_t dst;
+	struct rvt_mregion *m = ut_mr(pd, &dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)&dst, .length = 8, .lkey = m->ibmr.lkey };
+	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_WRITE };
+	struct ibv_send_wr rd = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_wc wc, wcs[8];
+	struct timespec until;
+	pthread_t d;
+	void *ret;
+
+	(void)state;
+	connect_pair(a, b);
+	/* b: a few zero-length WRITEs held in SQD */
+	ut_modify_state(b, IBV_QPS_SQD);
+	for (int i = 0; i < 8; i++) {
+		wr.wr_id = (uint64_t)i;
+		ut_post_send(b, &wr);
+	}
+	/*
+	 * White box: hold b's CQ producer lock, so that the flush of b's send
+	 * queue stops inside its first rvt_cq_enter. A WRITE from a with a key
+	 * that does not exist puts b in ERR from a's engine, which leaves the
+	 * flush of b's queue to the progress thread (§5.5 step 3).
+	 */
+	urvt_spin_lock(&cb->p_lock);
+	rd.wr.rdma.remote_addr = 64;
+	rd.wr.rdma.rkey = 0x1234567;
+	ut_post_send(a, &rd);
+	ut_poll1(ca, &wc);
+	assert_int_equal(wc.status, IBV_WC_REM_ACCESS_ERR);
+	assert_int_equal(ut_state(b), IBV_QPS_ERR);
+	/* the progress thread is now held mid-flush: destroy b from another
+	 * thread, then let the flush go on */
+	ut_sleep_ms(30);
+	assert_int_equal(pthread_create(&d, NULL, destroy_thread, b), 0);
+	ut_sleep_ms(50);
+	urvt_spin_unlock(&cb->p_lock);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	if (pthread_timedjoin_np(d, &ret, &until)) {
+		print_error("destroy_qp did not return: the flush spins on a QP in RESET\n");
+		_exit(1); /* the progress thread cannot be stopped any more */
+	}
+	assert_int_equal((intptr_t)ret, 0);
+	/* at most the one entry whose enter was under way */
+	assert_true(rvt_poll_cq(cb, 8, wcs) <= 1);
+	assert_int_equal(rvt_destroy_qp(a), 0);
+	assert_int_equal(atomic_load(&m->refcount), 1);
+	assert_int_equal(rvt_dereg_mr(m), 0);
+	assert_int_equal(rvt_destroy_cq(ca), 0);
+	assert_int_equal(rvt_destroy_cq(cb), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -922,6 +993,7 @@ int main(void)
 		cmocka_unit_test(test_shared_srq),
 		cmocka_unit_test(test_responder_state_churn),
 		cmocka_unit_test(test_requester_err_while_posting),
+		cmocka_unit_test(test_destroy_during_async_flush),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
