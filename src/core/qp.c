@@ -663,7 +663,9 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 		atomic_store_explicit(&qp->state, next, memory_order_release);
 		break;
 	case IBV_QPS_SQD:
-		qp->sq_draining = qp->s_last != qp->s_head && qp->s_cur != qp->s_last;
+		/* the engine moves s_last/s_cur concurrently (atomic reads) */
+		WRITE_ONCE(qp->sq_draining, load_acquire(&qp->s_last) != qp->s_head &&
+						    READ_ONCE(qp->s_cur) != load_acquire(&qp->s_last));
 		atomic_store_explicit(&qp->state, next, memory_order_release);
 		break;
 	case IBV_QPS_ERR:
@@ -707,8 +709,14 @@ int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 	attr->path_mtu = qp->path_mtu;
 	attr->path_mig_state = qp->path_mig_state;
 	attr->qkey = qp->qkey;
-	attr->rq_psn = READ_ONCE(qp->r_psn) & URVT_QPN_MASK;
-	attr->sq_psn = READ_ONCE(qp->s_next_psn) & URVT_QPN_MASK;
+	/* the PSNs move under their locks (post_send: s_hlock, responder:
+	 * r_lock) while query runs; take them for the read */
+	urvt_spin_lock(&qp->r_lock);
+	attr->rq_psn = qp->r_psn & URVT_QPN_MASK;
+	urvt_spin_unlock(&qp->r_lock);
+	urvt_spin_lock(&qp->s_hlock);
+	attr->sq_psn = qp->s_next_psn & URVT_QPN_MASK;
+	urvt_spin_unlock(&qp->s_hlock);
 	attr->dest_qp_num = qp->remote_qpn;
 	attr->qp_access_flags = (unsigned int)qp->qp_access_flags;
 	attr->cap = qp->cap;

@@ -267,14 +267,16 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 	    qp->local_ops_pending)
 		__atomic_fetch_sub(&qp->local_ops_pending, 1, __ATOMIC_RELAXED);
 	rvt_put_swqe(wqe);
+	/* s_cur and sq_draining are also read by modify/query (SQD): atomic
+	 * accesses, engine is the only writer of s_cur */
 	if (qp->s_cur == qp->s_last)
-		qp->s_cur++;
+		WRITE_ONCE(qp->s_cur, qp->s_cur + 1);
 	if (qp->s_acked == qp->s_last)
 		qp->s_acked++;
 	/* S1: the slot is free for post_send (acquire in sq_full). */
 	store_release(&qp->s_last, qp->s_last + 1);
-	if (qp->sq_draining && qp->s_last == load_acquire(&qp->s_head))
-		qp->sq_draining = 0;
+	if (READ_ONCE(qp->sq_draining) && qp->s_last == load_acquire(&qp->s_head))
+		WRITE_ONCE(qp->sq_draining, 0);
 	if (signal && !rvt_cq_enter(qp->send_cq, &wc, status != IBV_WC_SUCCESS))
 		rvt_error_qp(qp, IBV_WC_LOC_QP_OP_ERR);
 }
