@@ -986,6 +986,79 @@ static void test_destroy_during_async_flush(void **state)
 	assert_int_equal(rvt_destroy_cq(cb), 0);
 }
 
+/* ---------------------------------------------------------------- */
+/* modify (RTS <-> SQD) and query while another thread posts: the     */
+/* engine's cursors are read by the slow path (TSan), and every WR     */
+/* still completes exactly once.                                       */
+/* ---------------------------------------------------------------- */
+#define SQD_WRS 20000u
+
+static struct rvt_qp *zq;
+static struct rvt_cq *zcq;
+static _Atomic uint64_t z_posted;
+
+static void *sqd_poster(void *arg)
+{
+	(void)arg;
+	for (uint64_t seq = 0; seq < SQD_WRS && !t_stop(); seq++) {
+		struct ibv_send_wr wr = { .wr_id = seq, .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		int ret;
+
+		while ((ret = rvt_post_send(zq, &wr, &bad)) == -ENOMEM) {
+			if (t_stop())
+				return NULL;
+			sched_yield();
+		}
+		if (ret) {
+			t_fail("sqd poster: %d", ret);
+			return NULL;
+		}
+		atomic_store(&z_posted, seq + 1);
+	}
+	return NULL;
+}
+
+static void test_sqd_toggle_and_query_while_posting(void **state)
+{
+	struct ut_qp_caps caps = { 256, 1, 1, 1, 0 };
+	uint64_t done = 0;
+	int toggles = 0;
+	pthread_t p;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = ut_now_ms() + DEADLINE_MS;
+	zcq = ut_cq(&dev, 32768);
+	zq = ut_qp(&dev, pd, IBV_QPT_RC, zcq, zcq, NULL, &caps, false);
+	ut_connect(&dev, zq, zq->qpn, IBV_ACCESS_REMOTE_WRITE);
+	assert_int_equal(pthread_create(&p, NULL, sqd_poster, NULL), 0);
+	while (done < SQD_WRS && !atomic_load(&failed) && ut_now_ms() < deadline) {
+		struct ibv_qp_attr q;
+		struct ibv_wc wc[64];
+		int n;
+
+		ut_modify_state(zq, IBV_QPS_SQD);
+		assert_int_equal(rvt_query_qp(zq, &q, 0, NULL), 0);
+		assert_int_equal(q.qp_state, IBV_QPS_SQD);
+		ut_modify_state(zq, IBV_QPS_RTS);
+		assert_int_equal(rvt_query_qp(zq, &q, 0, NULL), 0);
+		toggles++;
+		n = rvt_poll_cq(zcq, 64, wc);
+		for (int i = 0; i < n; i++, done++) {
+			assert_int_equal(wc[i].wr_id, done);
+			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		}
+	}
+	pthread_join(p, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_int_equal(done, SQD_WRS);
+	assert_true(toggles > 1);
+	assert_int_equal(rvt_destroy_qp(zq), 0);
+	assert_int_equal(rvt_destroy_cq(zcq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -994,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_responder_state_churn),
 		cmocka_unit_test(test_requester_err_while_posting),
 		cmocka_unit_test(test_destroy_during_async_flush),
+		cmocka_unit_test(test_sqd_toggle_and_query_while_posting),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
