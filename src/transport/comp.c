@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
+#include "transport/net.h"
 #include "transport/tp.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
@@ -34,6 +35,23 @@ static void progress(struct rvt_qp *qp)
 	qp->s_retry = qp->retry_cnt;
 	qp->s_rnr_retry = qp->rnr_retry;
 	qp->tp.progress_ns = urvt_now_ns();
+	qp->tp.probe_sent = false;
+}
+
+/* Tail-loss probe interval: 1/16 of the retransmit timeout, >= 200 us. */
+static uint64_t probe_ns(const struct rvt_qp *qp)
+{
+	uint64_t p = qp->timeout_ns / 16;
+
+	return p < 200000 ? 200000 : p;
+}
+
+/* When the retransmit timer should next look at this QP. */
+static uint64_t timer_deadline(const struct rvt_qp *qp)
+{
+	if (!qp->tp.probe_sent && probe_ns(qp) < qp->timeout_ns)
+		return qp->tp.progress_ns + probe_ns(qp);
+	return qp->tp.progress_ns + qp->timeout_ns;
 }
 
 static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
@@ -315,7 +333,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 }
 
 /* Retransmit timer expiry (§4.2), engine context. */
-void urvt_comp_timeout(struct rvt_qp *qp)
+void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	uint64_t now, deadline;
 
@@ -326,10 +344,19 @@ void urvt_comp_timeout(struct rvt_qp *qp)
 	/* the timer is armed once and pushed back lazily: ACKs only record
 	 * the time of progress */
 	now = urvt_now_ns();
-	deadline = qp->tp.progress_ns + qp->timeout_ns;
+	deadline = timer_deadline(qp);
 	if (now < deadline) {
 		qp->tp.timer_armed = true;
 		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, deadline);
+		return;
+	}
+	if (now < qp->tp.progress_ns + qp->timeout_ns) {
+		/* probe first; the real timeout stays where it was */
+		qp->tp.probe_sent = true;
+		qp_count(qp, URVT_CTR_PROBES, 1);
+		urvt_req_probe(qp, q);
+		qp->tp.timer_armed = true;
+		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
 		return;
 	}
 	qp_count(qp, URVT_CTR_TIMEOUTS, 1);
@@ -424,7 +451,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	}
 	if (atomic_load_explicit(&qp->tp.timeout_fired, memory_order_relaxed) &&
 	    atomic_exchange(&qp->tp.timeout_fired, false))
-		urvt_comp_timeout(qp);
+		urvt_comp_timeout(qp, q);
 	if ((qp->s_flags & RVT_S_WAIT_RNR) && atomic_exchange(&qp->s_rnr_fired, false)) {
 		/* §4.4: resend from the NAK'd PSN */
 		qp->s_flags &= ~RVT_S_WAIT_RNR;
@@ -441,8 +468,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		    urvt_psn_diff(qp->tp.psn_hi, qp->tp.comp_psn) > 0 &&
 		    !(qp->s_flags & RVT_S_WAIT_RNR)) {
 			qp->tp.timer_armed = true;
-			urvt_timer_mod(qp->rdi->progress, &qp->s_timer,
-				       qp->tp.progress_ns + qp->timeout_ns);
+			urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
 		}
 	}
 	urvt_txq_flush_unless_rx(net, q);
@@ -450,6 +476,9 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 
 void urvt_tp_retry_timeout(struct rvt_qp *qp)
 {
+	/* responses may be waiting in the socket (a busy application that
+	 * stopped polling): take them in before judging the timer */
+	urvt_net_drain(qp->rdi);
 	atomic_store(&qp->tp.timeout_fired, true);
 	rvt_schedule_send(qp);
 }

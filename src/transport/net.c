@@ -700,6 +700,8 @@ static void net_rx_cb(void *arg)
 		urvt_progress_del_fd(net->rdi->progress, net->fd);
 		net->watched = false;
 		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
+		URVT_DBG("rx: application polls, progress thread steps aside (t=%llu)",
+			 (unsigned long long)(now / 1000));
 		return;
 	}
 	net_rx_drain(net);
@@ -717,7 +719,20 @@ static void watchdog_fn(struct urvt_timer *t)
 	atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
 	if (!urvt_progress_add_fd(net->rdi->progress, net->fd, net_rx_cb, net))
 		net->watched = true;
+	URVT_DBG("rx: progress thread receives again (t=%llu)", (unsigned long long)(now / 1000));
 	net_rx_drain(net);
+}
+
+void urvt_net_drain(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+
+	if (!net || pthread_mutex_trylock(&net->rx_lock))
+		return; /* someone is receiving right now */
+	for (int i = 0; i < 64; i++)
+		if (urvt_net_rx_batch(net) < RX_BATCH)
+			break;
+	pthread_mutex_unlock(&net->rx_lock);
 }
 
 int urvt_net_poll(struct rvt_dev_info *rdi)
@@ -876,6 +891,15 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 
 	env = getenv("URVT_PCAP");
 	if (env && *env) {
+		/* "%p" in the name becomes the pid (one file per process) */
+		char path[512];
+		const char *pp = strstr(env, "%p");
+		if (pp)
+			snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - env), env, (int)getpid(),
+				 pp + 2);
+		else
+			snprintf(path, sizeof(path), "%s", env);
+		env = path;
 		net->pcap = urvt_pcap_open(env);
 		if (!net->pcap)
 			fprintf(stderr, "urvt: URVT_PCAP=%s: %s\n", env, strerror(errno));

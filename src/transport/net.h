@@ -19,6 +19,9 @@ void urvt_transport_destroy(struct rvt_dev_info *rdi);
  * (trylock); returns the packets read. */
 int urvt_net_poll(struct rvt_dev_info *rdi);
 
+/* Receive everything waiting now unless another thread is receiving. */
+void urvt_net_drain(struct rvt_dev_info *rdi);
+
 /* poll_cq that drives the network inline when the CQ is empty. */
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 

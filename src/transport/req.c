@@ -151,8 +151,12 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	f.dest_qpn = qp->remote_qpn;
 	f.psn = psn;
 	f.paylen = paylen;
-	/* §2.3: AckReq on the last packet and every 64 packets in between */
-	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK) {
+	/* §2.3: AckReq on the last packet and every URVT_MAX_PKT_PER_ACK
+	 * packets in between; also on the packet that fills the window and
+	 * on probes */
+	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp->tp.probing ||
+	    (qp->type == IBV_QPT_RC &&
+	     urvt_psn_diff(urvt_psn_next(psn), qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS)) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
 	}
@@ -262,6 +266,8 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 		if (wqe_is_rd_atomic(wqe)) {
 			req_rd_atomic(qp, wqe, q, psn);
 		} else if (!req_send_write(qp, wqe, q, psn)) {
+			if (qp->tp.probing)
+				return;
 			continue;
 		}
 		/* the last packet of the WQE went out */
@@ -274,7 +280,35 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			qp->s_cur++;
 		}
 		cur_next(qp);
+		if (qp->tp.probing)
+			return;
 	}
+}
+
+/*
+ * Tail-loss probe (urvt; not in rxe): the oldest unacknowledged packet
+ * again, with AckReq, then the requester carries on where it was. A lost
+ * NAK or ACK (rxe NAKs a PSN gap only once) then costs a probe interval
+ * instead of a retransmit timeout; probes never count against retry_cnt.
+ */
+void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
+{
+	uint32_t cur = qp->s_cur, off = qp->s_offset, psn = qp->s_psn;
+	uint32_t pkts = qp->s_pkts_since_ackreq;
+	bool started = qp->tp.cur_started;
+
+	urvt_req_rewind(qp);
+	qp->tp.probing = true;
+	urvt_req_run(qp, q);
+	qp->tp.probing = false;
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
+		return;
+	qp->s_cur = cur;
+	qp->s_offset = off;
+	qp->s_psn = psn;
+	qp->s_pkts_since_ackreq = pkts;
+	qp->tp.cur_started = started;
+	qp->tp.cur_valid = false;
 }
 
 /* §7: one UD packet (DETH with the WR's Q_Key and our QPN). */

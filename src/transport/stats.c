@@ -11,6 +11,7 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	[URVT_CTR_TX_ERRORS] = "tx_errors",
 	[URVT_CTR_RETRANSMITS] = "retransmits",
 	[URVT_CTR_TIMEOUTS] = "timeouts",
+	[URVT_CTR_PROBES] = "tail_probes",
 	[URVT_CTR_RETRY_EXC] = "retry_exceeded",
 	[URVT_CTR_RNR_RETRY_EXC] = "rnr_retry_exceeded",
 	[URVT_CTR_ACKS_SENT] = "acks_sent",

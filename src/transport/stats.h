@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 1
+#define URVT_STATS_VERSION 2
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
@@ -36,6 +36,7 @@ enum urvt_ctr {
 	URVT_CTR_TX_ERRORS,          /* sendmmsg failures (packets lost locally) */
 	URVT_CTR_RETRANSMITS,        /* request packets sent again after a rewind */
 	URVT_CTR_TIMEOUTS,           /* retransmit timer expiries that rewound */
+	URVT_CTR_PROBES,             /* tail-loss probes (one packet resent early) */
 	URVT_CTR_RETRY_EXC,
 	URVT_CTR_RNR_RETRY_EXC,
 	URVT_CTR_ACKS_SENT,

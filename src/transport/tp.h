@@ -43,8 +43,10 @@ enum {
 #define URVT_RXQ_MAX 1024
 /* §2.2: RXE_MAX_UNACKED_PSNS */
 #define URVT_MAX_UNACKED_PSNS 128
-/* §2.3 / roce-wire §10: RXE_MAX_PKT_PER_ACK */
-#define URVT_MAX_PKT_PER_ACK 64
+/* §2.3 / roce-wire §10: rxe asks for an ACK every 64 packets
+ * (RXE_MAX_PKT_PER_ACK); urvt every 32 and on the packet that fills the
+ * window, so one lost ACK does not stall a full window until the timeout. */
+#define URVT_MAX_PKT_PER_ACK 32
 
 /*
  * Transmit queue: packets built back to back in one buffer, sent with one
@@ -197,6 +199,8 @@ bool urvt_recv_pkt(struct urvt_net *net, struct urvt_pktbuf *b, struct urvt_ipin
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
 /* Restart sending at the oldest unretired WQE from comp_psn (§4.3 rewind). */
 void urvt_req_rewind(struct rvt_qp *qp);
+/* Tail-loss probe: resend the oldest unacknowledged packet with AckReq. */
+void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q);
 /* Build and queue one UD packet. */
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
 
@@ -205,7 +209,7 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
  * cursor consistent if s_cur moved with it. */
 void urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
 void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b);
-void urvt_comp_timeout(struct rvt_qp *qp);
+void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q);
 void urvt_comp_flush(struct rvt_qp *qp);
 /* The engine entry point (transport->do_send). */
 void urvt_tp_do_send(struct rvt_qp *qp);

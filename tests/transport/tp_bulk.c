@@ -441,6 +441,8 @@ int main(int argc, char **argv)
 	}
 	close(sv[1]);
 	ret = run_requester(sv[0], child);
+	if (ret && getenv("TP_BULK_HOLD"))
+		sleep(60); /* debugging: leave both processes for a debugger */
 	if (ret && !kill_mode)
 		kill(child, SIGKILL);
 	close(sv[0]);
