@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: MIT
+/*
+ * machine_limits: what this machine can do at all, measured in the same run
+ * as the transports (bench/run), on 127.0.0.0/8 only.
+ *
+ *   machine_limits memcpy SIZE SECONDS
+ *       single-core memcpy of SIZE bytes between two buffers: GB/s
+ *   machine_limits udp-pps PAYLOAD SECONDS [gso]
+ *       UDP datagrams of PAYLOAD bytes from a sender process (CPU 1) to a
+ *       receiver process (CPU 0) over 127.x: received packets/s and GB/s.
+ *       Plain: sendmmsg/recvmmsg of 32 datagrams per call (what urvt does).
+ *       gso: the sender hands the kernel 64 KiB super-datagrams cut into
+ *       PAYLOAD-byte segments (UDP_SEGMENT) and the receiver takes them
+ *       back coalesced (UDP_GRO): the per-packet kernel cost urvt could save.
+ *   machine_limits udp-rtt PAYLOAD ITERS
+ *       UDP ping-pong between two processes (CPU 0, CPU 1), both
+ *       busy-polling with MSG_DONTWAIT: RTT/2 in microseconds (the floor
+ *       for a one-way small-message latency over UDP on this machine).
+ *
+ * Prints one line: RESULT <what> key=value ...
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+#define BATCH 32
+#define RCV_ADDR "127.233.0.1"
+#define SND_ADDR "127.233.0.2"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		perror("sched_setaffinity (continuing unpinned)");
+}
+
+/* A UDP socket bound to addr:0 (ephemeral port), big buffers. */
+static int udp_socket(const char *addr, struct sockaddr_in *sin)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), sz = 8 << 20;
+	socklen_t len = sizeof(*sin);
+
+	if (fd < 0)
+		die("socket");
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	inet_pton(AF_INET, addr, &sin->sin_addr);
+	if (bind(fd, (struct sockaddr *)sin, sizeof(*sin)))
+		die("bind");
+	if (getsockname(fd, (struct sockaddr *)sin, &len))
+		die("getsockname");
+	/* SO_*BUFFORCE works as root; fall back to the capped variant */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	return fd;
+}
+
+static int do_memcpy(size_t size, double secs)
+{
+	uint8_t *a = aligned_alloc(4096, size), *b = aligned_alloc(4096, size);
+	uint64_t n = 0;
+	double t0, t;
+
+	if (!a || !b)
+		die("aligned_alloc");
+	memset(a, 1, size);
+	memset(b, 2, size);
+	t0 = now_s();
+	do {
+		for (int i = 0; i < 16; i++) {
+			memcpy((n & 1) ? a : b, (n & 1) ? b : a, size);
+			__asm__ volatile("" ::: "memory");
+			n++;
+		}
+		t = now_s();
+	} while (t - t0 < secs);
+	printf("RESULT memcpy size=%zu gbytes_per_s=%.3f\n", size,
+	       (double)n * (double)size / (t - t0) / 1e9);
+	free(a);
+	free(b);
+	return 0;
+}
+
+/* Sender: plain sendmmsg batches, or GSO super-datagrams. Runs until killed. */
+static void pps_sender(int fd, const struct sockaddr_in *dst, size_t payload, bool gso)
+{
+	static uint8_t buf[65536];
+	memset(buf, 0x5a, sizeof(buf));
+	if (gso) {
+		int seg = (int)payload;
+		size_t nseg = 65000 / payload, len = nseg * payload;
+		if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)))
+			die("setsockopt UDP_SEGMENT");
+		for (;;) {
+			if (sendto(fd, buf, len, 0, (const struct sockaddr *)dst, sizeof(*dst)) < 0 &&
+			    errno != ENOBUFS && errno != EAGAIN)
+				die("sendto (gso)");
+		}
+	}
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov[BATCH];
+	memset(msgs, 0, sizeof(msgs));
+	for (int i = 0; i < BATCH; i++) {
+		iov[i].iov_base = buf;
+		iov[i].iov_len = payload;
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_name = (void *)dst;
+		msgs[i].msg_hdr.msg_namelen = sizeof(*dst);
+	}
+	for (;;) {
+		if (sendmmsg(fd, msgs, BATCH, 0) < 0 && errno != ENOBUFS && errno != EAGAIN)
+			die("sendmmsg");
+	}
+}
+
+static int do_udp_pps(size_t payload, double secs, bool gso)
+{
+	struct sockaddr_in rsin, ssin;
+	int rfd = udp_socket(RCV_ADDR, &rsin), sfd = udp_socket(SND_ADDR, &ssin);
+	pid_t child;
+
+	if (payload < 1 || payload > 8192)
+		return 2;
+	if (gso) {
+		int on = 1;
+		if (setsockopt(rfd, SOL_UDP, UDP_GRO, &on, sizeof(on)))
+			die("setsockopt UDP_GRO");
+	}
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		close(rfd);
+		pin(1);
+		pps_sender(sfd, &rsin, payload, gso);
+		_exit(0);
+	}
+	close(sfd);
+	pin(0);
+
+	/* receive: count datagrams (GRO: bytes / payload) */
+	static uint8_t bufs[BATCH][65536];
+	char cbuf[BATCH][CMSG_SPACE(sizeof(int))];
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov[BATCH];
+	struct timespec tmo = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+	uint64_t pkts = 0, bytes = 0;
+	double t0 = 0, t = 0, start = now_s();
+	bool started = false;
+
+	for (;;) {
+		memset(msgs, 0, sizeof(msgs));
+		for (int i = 0; i < BATCH; i++) {
+			iov[i].iov_base = bufs[i];
+			iov[i].iov_len = sizeof(bufs[i]);
+			msgs[i].msg_hdr.msg_iov = &iov[i];
+			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_control = cbuf[i];
+			msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
+		}
+		int n = recvmmsg(rfd, msgs, BATCH, MSG_WAITFORONE, &tmo);
+		t = now_s();
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			die("recvmmsg");
+		if (!started) {
+			/* measure from the first datagram on, after a 0.1 s warm-up */
+			if (n > 0 && t - start > 0.1) {
+				started = true;
+				t0 = t;
+			} else if (t - start > 5) {
+				fprintf(stderr, "no datagrams\n");
+				break;
+			}
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t len = msgs[i].msg_len;
+			bytes += len;
+			pkts += (len + payload - 1) / payload;
+		}
+		if (t - t0 >= secs)
+			break;
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	if (!started)
+		return 1;
+	printf("RESULT udp_pps payload=%zu gso=%d mpps=%.3f gbytes_per_s=%.3f\n", payload, gso,
+	       (double)pkts / (t - t0) / 1e6, (double)bytes / (t - t0) / 1e9);
+	return 0;
+}
+
+static int do_udp_rtt(size_t payload, long iters)
+{
+	struct sockaddr_in asin, bsin;
+	int afd = udp_socket(RCV_ADDR, &asin), bfd = udp_socket(SND_ADDR, &bsin);
+	static uint8_t buf[65536];
+	pid_t child;
+
+	if (payload < 1 || payload > 8192 || iters < 1)
+		return 2;
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		/* echo side: CPU 0 */
+		pin(0);
+		double end = now_s() + 60;
+		for (long i = 0; i < iters + 1000; i++) {
+			ssize_t n;
+			while ((n = recv(bfd, buf, sizeof(buf), MSG_DONTWAIT)) < 0) {
+				if (errno != EAGAIN || now_s() > end)
+					_exit(1);
+			}
+			if (sendto(bfd, buf, (size_t)n, 0, (struct sockaddr *)&asin, sizeof(asin)) < 0)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	pin(1);
+	double t0 = 0, end = now_s() + 60;
+	for (long i = 0; i < iters + 1000; i++) {
+		if (i == 1000)
+			t0 = now_s(); /* after a warm-up */
+		if (sendto(afd, buf, payload, 0, (struct sockaddr *)&bsin, sizeof(bsin)) < 0)
+			die("sendto");
+		while (recv(afd, buf, sizeof(buf), MSG_DONTWAIT) < 0) {
+			if (errno != EAGAIN || now_s() > end) {
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				fprintf(stderr, "udp-rtt: no echo\n");
+				return 1;
+			}
+		}
+	}
+	double t = now_s();
+	waitpid(child, NULL, 0);
+	printf("RESULT udp_rtt payload=%zu half_rtt_us=%.3f\n", payload,
+	       (t - t0) / (double)iters / 2 * 1e6);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 4 && !strcmp(argv[1], "memcpy"))
+		return do_memcpy(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL));
+	if (argc >= 4 && !strcmp(argv[1], "udp-pps"))
+		return do_udp_pps(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL),
+				  argc >= 5 && !strcmp(argv[4], "gso"));
+	if (argc >= 4 && !strcmp(argv[1], "udp-rtt"))
+		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
+	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
+			" | udp-rtt PAYLOAD ITERS\n");
+	return 2;
+}
