@@ -60,7 +60,9 @@ static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_
 			for (uint32_t i = 0; i < len; i++)
 				__atomic_store_n(&ss->sge.vaddr[i], src[i], __ATOMIC_RELEASE);
 		} else {
-			memcpy(ss->sge.vaddr, src, len);
+			/* memmove: a loopback WRITE/READ may name overlapping
+			 * local and remote ranges of one MR */
+			memmove(ss->sge.vaddr, src, len);
 		}
 		sge_advance(ss, len, release);
 		src += len;
@@ -92,7 +94,7 @@ void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length)
 
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
-		memcpy(dst, ss->sge.vaddr, len);
+		memmove(dst, ss->sge.vaddr, len);
 		sge_advance(ss, len, false);
 		dst += len;
 		length -= len;
