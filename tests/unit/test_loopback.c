@@ -123,6 +123,7 @@ static struct pair *pair_new(enum ibv_qp_type type)
 
 static void pair_free(struct pair *p, bool free_pd)
 {
+	ut_async_drain(&dev); /* before the objects they name go (ut.h) */
 	assert_int_equal(rvt_destroy_qp(p->a), 0);
 	assert_int_equal(rvt_destroy_qp(p->b), 0);
 	if (p->ah)
@@ -1525,6 +1526,46 @@ static void test_responder_cq_overflow_srq(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
+/*
+ * KNOWN BUG (event.c, reported, not fixed here): an async event still
+ * unread when its QP is destroyed is counted, on read, on whatever QP now
+ * occupies the recycled structure, and names that QP. The kernel drops an
+ * object's unread events on destroy. Skipped unless URVT_TEST_KNOWN_BUGS=1.
+ */
+static void test_event_after_destroy(void **state)
+{
+	struct pair *p;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	struct ibv_async_event ev;
+	struct rvt_qp *old, *n;
+
+	(void)state;
+	if (!getenv("URVT_TEST_KNOWN_BUGS"))
+		skip();
+	p = pair_new(IBV_QPT_RC);
+	ut_async_drain(&dev);
+	ut_modify_state(p->b, IBV_QPS_RESET);
+	ut_to_init(p->b, ALL_REMOTE, 0);
+	ut_to_rtr(&dev, p->b, p->a->qpn, 1);
+	brecv(p, 1, 0, 64);
+	wr1(p, &wr, &sge, IBV_WR_SEND, 0, 8, 0);
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+	/* COMM_EST for b is in the pipe, unread: destroy b, make another QP */
+	old = p->b;
+	assert_int_equal(rvt_destroy_qp(p->b), 0);
+	n = ut_qp(&dev, p->pd, IBV_QPT_RC, p->bcq, p->bcq, NULL, NULL, false);
+	p->b = n;
+	if (ut_async_wait(&dev, &ev, 100))
+		/* an event of the destroyed QP must not reach (or be counted
+		 * on) the new one */
+		assert_false(n == old && ev.element.qp == &n->ibqp_ex.qp_base);
+	assert_int_equal(atomic_load(&n->async_events_reported), 0);
+	pair_free(p, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1563,6 +1604,7 @@ int main(void)
 		cmocka_unit_test(test_responder_cq_overflow_srq),
 		cmocka_unit_test(test_error_flushes_responder_sq),
 		cmocka_unit_test(test_rnr_then_err_or_destroy),
+		cmocka_unit_test(test_event_after_destroy),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -78,6 +78,7 @@ static struct fix *fix_new(uint32_t max_wr, uint32_t limit)
 
 static void fix_free(struct fix *f)
 {
+	ut_async_drain(&dev); /* before the objects they name go (ut.h) */
 	assert_int_equal(rvt_destroy_qp(f->qp), 0);
 	assert_int_equal(rvt_destroy_srq(f->srq), 0);
 	assert_int_equal(rvt_dereg_mr(f->mr), 0);

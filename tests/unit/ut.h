@@ -63,7 +63,13 @@ void ut_poll1(struct rvt_cq *cq, struct ibv_wc *wc);
 /* Assert that no entry shows up within ms. */
 void ut_cq_empty(struct rvt_cq *cq, int ms);
 
-/* Wait for an async event; returns true if one arrived (copied to *ev). */
+/*
+ * Wait for an async event; returns true if one arrived (copied to *ev).
+ * Tests read (drain) events before destroying the objects they name: the
+ * core counts an event on its object when it is read (event.c), so reading
+ * one for a destroyed CQ/SRQ touches freed memory. (With the kernel, a
+ * destroy drops the object's unread events; see the report on event.c.)
+ */
 bool ut_async_wait(struct ut_dev *d, struct ibv_async_event *ev, int timeout_ms);
 /* Read and discard every pending async event; returns how many. */
 int ut_async_drain(struct ut_dev *d);
