@@ -1,0 +1,513 @@
+/*
+ * The protocol engines against a scripted peer: the device's QPs talk to a
+ * plain UDP socket in this test ("the peer", its own 127.x address, port
+ * 4791) that sends hand-built packets (src/wire builders) and checks what
+ * comes back, byte for byte where rc-protocol.md fixes it: responder
+ * (RNR, PSN-sequence NAK once per gap, duplicates, ACK coalescing, READ
+ * replay, atomic executed once, access NAK) and completer (coalesced ACK,
+ * READ response data, NAKs, retry exhaustion), plus receive drops.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/rvt_api.h"
+#include "transport/stats.h"
+#include "transport/tp.h"
+#include "ut.h"
+#include "wire/aeth.h"
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+#include "wire/psn.h"
+
+#define PEER_QPN 0x123
+#define PEER_PSN 0x100
+#define MY_PSN 0x500
+
+static struct ut_dev dev;
+static struct rvt_pd *pd;
+static int peer_fd = -1;
+static struct sockaddr_in peer_addr, dev_addr;
+
+/* The peer's socket on a free 127.0.x.y (not the device's). */
+static void peer_open(void)
+{
+	for (int host = 10; host < 250; host++) {
+		int fd = socket(AF_INET, SOCK_DGRAM, 0), v = IP_PMTUDISC_DO;
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(4791) };
+		a.sin_addr.s_addr = htonl(0x7f000000u | (213u << 16) | (uint32_t)host);
+		setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v));
+		if (!bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+			peer_fd = fd;
+			peer_addr = a;
+			return;
+		}
+		close(fd);
+	}
+	fail_msg("no free address for the test peer");
+}
+
+static int setup(void **state)
+{
+	ut_open(&dev);
+	pd = ut_pd(&dev);
+	peer_open();
+	memset(&dev_addr, 0, sizeof(dev_addr));
+	dev_addr.sin_family = AF_INET;
+	dev_addr.sin_port = htons(4791);
+	memcpy(&dev_addr.sin_addr, &dev.rdi->gid.raw[12], 4);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	close(peer_fd);
+	ut_close(&dev);
+	return 0;
+}
+
+static struct urvt_ipinfo peer_to_dev_ip(void)
+{
+	struct urvt_ipinfo ip;
+	urvt_ipinfo_v4(&ip, peer_addr.sin_addr.s_addr, dev_addr.sin_addr.s_addr, 4791, 4791);
+	return ip;
+}
+
+/* Send one packet from the peer: f's headers + payload. */
+static void peer_send(struct urvt_pkt *f, const void *payload, uint32_t len)
+{
+	uint8_t buf[5000];
+	struct urvt_ipinfo ip = peer_to_dev_ip();
+	size_t h, n;
+
+	f->pkey = 0xffff;
+	f->paylen = len;
+	h = urvt_pkt_build_hdr(buf, sizeof(buf), f);
+	assert_true(h > 0);
+	if (len)
+		memcpy(buf + h, payload, len);
+	n = urvt_pkt_finish(buf, sizeof(buf), h + len, &ip);
+	assert_true(n > 0);
+	assert_int_equal(sendto(peer_fd, buf, n, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr)),
+			 (ssize_t)n);
+}
+
+/* Receive one packet at the peer within ms (false: none). */
+static bool peer_recv(struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms)
+{
+	struct pollfd pfd = { .fd = peer_fd, .events = POLLIN };
+	ssize_t n;
+
+	if (poll(&pfd, 1, ms) <= 0)
+		return false;
+	n = recv(peer_fd, buf, cap, 0);
+	assert_true(n > 0);
+	assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
+	return true;
+}
+
+static void peer_expect(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode)
+{
+	assert_true(peer_recv(p, buf, 5000, 2000));
+	assert_int_equal(p->opcode, opcode);
+	assert_int_equal(p->dest_qpn, PEER_QPN);
+}
+
+static void peer_quiet(int ms)
+{
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+	if (peer_recv(&p, buf, sizeof(buf), ms))
+		fail_msg("unexpected packet opcode %#x psn %#x", p.opcode, p.psn);
+}
+
+/* An RC QP connected to the peer (whose socket starts empty). */
+static struct rvt_qp *rc_qp(struct rvt_cq *cq, uint8_t timeout, uint8_t retry)
+{
+	uint8_t junk[5000];
+	while (recv(peer_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
+	struct ibv_qp_attr a;
+
+	ut_to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+		   0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = PEER_QPN;
+	a.rq_psn = PEER_PSN;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 3;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.hop_limit = 64;
+	urvt_gid_from_v4(a.ah_attr.grh.dgid.raw, peer_addr.sin_addr.s_addr);
+	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+						   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+						   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+			 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = timeout;
+	a.retry_cnt = retry;
+	a.rnr_retry = 7;
+	a.sq_psn = MY_PSN;
+	a.max_rd_atomic = 4;
+	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+						   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+						   IBV_QP_MAX_QP_RD_ATOMIC),
+			 0);
+	return qp;
+}
+
+static struct urvt_pkt req(uint32_t qpn, uint8_t op, uint32_t psn, bool ackreq)
+{
+	struct urvt_pkt f;
+	memset(&f, 0, sizeof(f));
+	f.opcode = op;
+	f.dest_qpn = qpn;
+	f.psn = psn;
+	f.ackreq = ackreq;
+	return f;
+}
+
+static uint64_t dev_ctr(enum urvt_ctr c)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	return __atomic_load_n(&net->shm->dev.v[c], __ATOMIC_RELAXED);
+}
+
+/* ---- responder ---- */
+
+static void test_resp_send_rnr_dup_gap(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 14, 7);
+	static uint8_t rbuf[4096], data[3000];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+
+	ut_fill(data, sizeof(data), 7);
+	/* SEND ONLY with no receive posted: RNR NAK, nothing else changes */
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN, true);
+	peer_send(&f, data, 100);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, urvt_aeth_syn_rnr(3));
+	assert_int_equal(p.psn, PEER_PSN);
+	/* the first packet in RTR/RTS raised nothing: the QP is in RTS */
+	ut_post_recv(qp, 1, rbuf, sizeof(rbuf), mr->lkey);
+	peer_send(&f, data, 100);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, 0x1f);
+	assert_int_equal(p.aeth.msn, 1);
+	assert_int_equal(p.psn, PEER_PSN);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, 100);
+	assert_int_equal(wc.opcode, IBV_WC_RECV);
+	assert_memory_equal(rbuf, data, 100);
+
+	/* duplicate: re-ACKed with ack_psn - 1, not executed again */
+	peer_send(&f, data, 100);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, 0x1f);
+	assert_int_equal(p.psn, PEER_PSN);
+	ut_cq_empty(cq, 20);
+
+	/* a gap: one PSN-sequence NAK with the expected PSN, then silence */
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 3, true);
+	peer_send(&f, data, 10);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR));
+	assert_int_equal(p.psn, PEER_PSN + 1);
+	f.psn = PEER_PSN + 4;
+	peer_send(&f, data, 10);
+	peer_quiet(50);
+
+	/* FIRST/MIDDLE/LAST, AckReq only on the last: one ACK */
+	ut_post_recv(qp, 2, rbuf, sizeof(rbuf), mr->lkey);
+	f = req(qp->qpn, URVT_OP_RC_SEND_FIRST, PEER_PSN + 1, false);
+	peer_send(&f, data, 1024);
+	f = req(qp->qpn, URVT_OP_RC_SEND_MIDDLE, PEER_PSN + 2, false);
+	peer_send(&f, data + 1024, 1024);
+	f = req(qp->qpn, URVT_OP_RC_SEND_LAST_WITH_IMMEDIATE, PEER_PSN + 3, true);
+	f.immdt = 0x11223344;
+	peer_send(&f, data + 2048, 952);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.psn, PEER_PSN + 3);
+	assert_int_equal(p.aeth.syn, 0x1f);
+	assert_int_equal(p.aeth.msn, 2);
+	peer_quiet(20);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, 3000);
+	assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
+	assert_int_equal(be32toh(wc.imm_data), 0x11223344);
+	assert_memory_equal(rbuf, data, 3000);
+	assert_true(dev_ctr(URVT_CTR_RNR_NAKS_SENT) >= 1);
+	assert_true(dev_ctr(URVT_CTR_DUP_REQUESTS) >= 1);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+static void test_resp_read_atomic_access(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 14, 7);
+	static uint8_t mem[4096] __attribute__((aligned(8)));
+	struct rvt_mregion *mr = ut_mr(pd, mem, sizeof(mem),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+					       IBV_ACCESS_REMOTE_ATOMIC);
+	uint64_t va = (uintptr_t)mem;
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+
+	ut_fill(mem, sizeof(mem), 3);
+	/* READ of 2500 bytes: FIRST (AETH), MIDDLE (none), LAST (AETH) */
+	for (int round = 0; round < 2; round++) {
+		f = req(qp->qpn, URVT_OP_RC_RDMA_READ_REQUEST, PEER_PSN, true);
+		f.reth = (struct urvt_reth){ .va = va + 100, .rkey = mr->lkey, .len = 2500 };
+		peer_send(&f, NULL, 0);
+		peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_FIRST);
+		assert_int_equal(p.psn, PEER_PSN);
+		assert_int_equal(p.paylen, 1024);
+		assert_int_equal(p.aeth.msn, 1); /* counted once, also on the replay */
+		assert_memory_equal(p.payload, mem + 100, 1024);
+		peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE);
+		assert_int_equal(p.psn, PEER_PSN + 1);
+		assert_memory_equal(p.payload, mem + 1124, 1024);
+		peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
+		assert_int_equal(p.psn, PEER_PSN + 2);
+		assert_int_equal(p.paylen, 452);
+		assert_memory_equal(p.payload, mem + 2148, 452);
+	}
+	/* a replay from the middle continues with MIDDLE/LAST */
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_REQUEST, PEER_PSN + 1, true);
+	f.reth = (struct urvt_reth){ .va = va + 1124, .rkey = mr->lkey, .len = 1476 };
+	peer_send(&f, NULL, 0);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE);
+	assert_int_equal(p.psn, PEER_PSN + 1);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
+
+	/* FETCH_ADD: executed once, the duplicate gets the saved value */
+	uint64_t *target = (uint64_t *)(void *)(mem + 8), before = *target;
+	f = req(qp->qpn, URVT_OP_RC_FETCH_ADD, PEER_PSN + 3, true);
+	f.atmeth = (struct urvt_atmeth){ .va = va + 8, .rkey = mr->lkey, .swap_add = 5 };
+	for (int round = 0; round < 2; round++) {
+		peer_send(&f, NULL, 0);
+		peer_expect(&p, buf, URVT_OP_RC_ATOMIC_ACKNOWLEDGE);
+		assert_int_equal(p.psn, PEER_PSN + 3);
+		assert_int_equal(p.atmack_orig, before);
+	}
+	assert_int_equal(*target, before + 5);
+
+	/* WRITE with a bad R_Key: NAK remote access error, responder -> ERR */
+	f = req(qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN + 4, true);
+	f.reth = (struct urvt_reth){ .va = va, .rkey = mr->lkey ^ 0x100, .len = 16 };
+	peer_send(&f, mem, 16);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, urvt_aeth_syn_nak(URVT_NAK_REMOTE_ACCESS));
+	assert_int_equal(p.psn, PEER_PSN + 4);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+/* ---- receive drops ---- */
+
+static void test_recv_drops(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 16);
+	struct rvt_qp *qp = rc_qp(cq, 14, 7);
+	uint64_t icrc = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_ICRC);
+	uint64_t noqp = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_NO_QP);
+	uint8_t buf[200];
+	struct urvt_ipinfo ip = peer_to_dev_ip();
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN, true);
+	size_t h, n;
+
+	/* corrupt one byte after the ICRC was computed */
+	f.pkey = 0xffff;
+	f.paylen = 8;
+	h = urvt_pkt_build_hdr(buf, sizeof(buf), &f);
+	memset(buf + h, 0xab, 8);
+	n = urvt_pkt_finish(buf, sizeof(buf), h + 8, &ip);
+	buf[h + 3] ^= 0x10;
+	sendto(peer_fd, buf, n, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr));
+	/* a QP that does not exist */
+	f = req(0x7777, URVT_OP_RC_SEND_ONLY, PEER_PSN, true);
+	peer_send(&f, buf, 4);
+	/* truncated garbage */
+	sendto(peer_fd, "xyz", 3, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr));
+	peer_quiet(100);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_ICRC), icrc + 1);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_NO_QP), noqp + 1);
+	rvt_destroy_qp(qp);
+	rvt_destroy_cq(cq);
+}
+
+/* ---- requester + completer ---- */
+
+static void test_comp_send_coalesced_nak(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no probe within the checks */
+	static uint8_t sbuf[4096];
+	struct rvt_mregion *mr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 2000, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct urvt_pkt p, f;
+	uint8_t buf[5000];
+	struct ibv_wc wc[2];
+
+	ut_fill(sbuf, sizeof(sbuf), 9);
+	/* two messages: SEND FIRST + LAST (AckReq on LAST), then SEND ONLY */
+	ut_post_send(qp, &wr);
+	wr.wr_id = 2;
+	sge.length = 100;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_FIRST);
+	assert_int_equal(p.psn, MY_PSN);
+	assert_false(p.ackreq);
+	assert_memory_equal(p.payload, sbuf, 1024);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
+	assert_int_equal(p.psn, MY_PSN + 1);
+	assert_true(p.ackreq);
+	assert_int_equal(p.paylen, 976);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	assert_int_equal(p.psn, MY_PSN + 2);
+	assert_true(p.ackreq);
+	/* one coalesced ACK for the newest PSN completes both, in order */
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 2, false);
+	f.aeth.syn = 0x1f;
+	f.aeth.msn = 2;
+	peer_send(&f, NULL, 0);
+	assert_int_equal(ut_poll(cq, wc, 2, 2000), 2);
+	assert_int_equal(wc[0].wr_id, 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(wc[0].opcode, IBV_WC_SEND);
+	assert_int_equal(wc[1].wr_id, 2);
+
+	/* NAK PSN sequence error: go back to the NAK'd PSN */
+	wr.wr_id = 3;
+	sge.length = 3000;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_FIRST);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 4, false);
+	f.aeth.syn = urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR);
+	peer_send(&f, NULL, 0);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
+	assert_int_equal(p.psn, MY_PSN + 4);
+	assert_memory_equal(p.payload, sbuf + 1024, 1024);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
+	assert_int_equal(p.psn, MY_PSN + 5);
+	/* the same NAK again (duplicated on the wire): no second rewind */
+	peer_send(&f, NULL, 0);
+	peer_quiet(30);
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 5, false);
+	f.aeth.syn = 0x1f;
+	peer_send(&f, NULL, 0);
+	ut_poll1(cq, wc);
+	assert_int_equal(wc[0].wr_id, 3);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+
+	/* NAK invalid request: REM_INV_REQ_ERR, the QP goes to ERR */
+	wr.wr_id = 4;
+	sge.length = 10;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, p.psn, false);
+	f.aeth.syn = urvt_aeth_syn_nak(URVT_NAK_INVALID_REQUEST);
+	peer_send(&f, NULL, 0);
+	ut_poll1(cq, wc);
+	assert_int_equal(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+static void test_comp_read_and_retry(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 8, 1); /* 1 ms timeout, one retry */
+	static uint8_t lbuf[4096], remote[4096];
+	struct rvt_mregion *mr = ut_mr(pd, lbuf, sizeof(lbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)lbuf, .length = 1500, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	struct urvt_pkt p, f;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	int sent = 0;
+
+	ut_fill(remote, sizeof(remote), 5);
+	wr.wr.rdma.remote_addr = 0x10000;
+	wr.wr.rdma.rkey = 0x4242;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	assert_int_equal(p.reth.va, 0x10000);
+	assert_int_equal(p.reth.len, 1500);
+	assert_int_equal(p.reth.rkey, 0x4242);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_FIRST, p.psn, false);
+	f.aeth.syn = 0x1f;
+	peer_send(&f, remote, 1024);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_LAST, p.psn + 1, false);
+	f.aeth.syn = 0x1f;
+	peer_send(&f, remote + 1024, 476);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RDMA_READ);
+	assert_memory_equal(lbuf, remote, 1500);
+
+	/* no answer at all: probe, timeout and retry once, then RETRY_EXC_ERR */
+	wr.opcode = IBV_WR_SEND;
+	wr.wr_id = 8;
+	sge.length = 10;
+	ut_post_send(qp, &wr);
+	while (peer_recv(&p, buf, sizeof(buf), 300)) {
+		assert_int_equal(p.opcode, URVT_OP_RC_SEND_ONLY);
+		sent++;
+	}
+	assert_true(sent >= 2 && sent <= 4); /* original, probes, one retry */
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 8);
+	assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_resp_send_rnr_dup_gap),
+		cmocka_unit_test(test_resp_read_atomic_access),
+		cmocka_unit_test(test_recv_drops),
+		cmocka_unit_test(test_comp_send_coalesced_nak),
+		cmocka_unit_test(test_comp_read_and_retry),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
