@@ -78,6 +78,9 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 
 	if (atomic_load(&cq->usecnt))
 		return -EBUSY;
+	urvt_cancel_async_events(cq->uctx, cq);
+	if (cq->channel)
+		urvt_comp_channel_cancel(cq->channel, cq);
 	if (cq->channel)
 		__atomic_fetch_sub(&cq->channel->ibch.refcnt, 1, __ATOMIC_RELEASE);
 	urvt_spin_destroy(&cq->p_lock);
@@ -131,16 +134,11 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 
 static void notify_channel(struct rvt_cq *cq)
 {
-	struct rvt_cq *self = cq;
-
-	if (!cq->channel)
-		return;
 	/* comp_events_reported counts events the application read
 	 * (urvt_get_cq_event), as the kernel's does: destroy_cq must not wait
 	 * for events still sitting unread in the channel. */
-	if (write(cq->channel->wfd, &self, sizeof(self)) != (ssize_t)sizeof(self)) {
-		/* pipe full: the application is behind on events anyway */
-	}
+	if (cq->channel)
+		urvt_comp_channel_notify(cq->channel, cq);
 }
 
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)

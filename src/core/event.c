@@ -1,56 +1,169 @@
 /*
- * Asynchronous events and completion channels. Both are pipes so that the
- * application can poll()/epoll() their fd and set O_NONBLOCK on it, exactly
- * as with the kernel's uverbs files: the async pipe carries fixed-size event
- * records, a completion channel carries one CQ pointer per notification.
- * Writers never block (O_NONBLOCK write end); writes below PIPE_BUF are
- * atomic, so concurrent producers cannot interleave records.
+ * Asynchronous events and completion channels.
+ *
+ * Each is a bounded queue of event records plus a pipe holding one byte per
+ * queued record: the application can poll()/epoll() the pipe's read end and
+ * set O_NONBLOCK on it, as with the kernel's uverbs files, and takes one
+ * byte per record it reads. Producers never block (a full queue drops the
+ * event). Destroying an object removes its queued, unread events (the
+ * kernel drops them too) together with as many bytes, read through a second,
+ * private non-blocking descriptor of the same pipe, so the fd does not stay
+ * readable for events that are gone. An event counts as reported on its
+ * object when the application reads it, under the queue lock, so destroy
+ * either sees it counted (and waits for the ack) or has removed it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "core/rvt_api.h"
 
-struct async_record {
+#define EVQ_SIZE 1024u
+
+struct evrec {
 	enum ibv_event_type type;
-	void *obj;
+	void *obj;                        /* NULL: cancelled */
 };
 
-static int make_pipe(int fds[2])
+struct urvt_evq {
+	pthread_mutex_t lock;
+	int efd;                          /* read end, handed to the application */
+	int wfd;                          /* write end, O_NONBLOCK */
+	int drain_fd;                     /* read end again, O_NONBLOCK, ours */
+	uint32_t head, tail;
+	struct evrec rec[EVQ_SIZE];
+};
+
+static struct urvt_evq *evq_create(int *err)
 {
-	if (pipe2(fds, O_CLOEXEC))
-		return -errno;
-	/* Producers must never block; readers block unless they ask not to. */
-	fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
-	return 0;
+	struct urvt_evq *q = calloc(1, sizeof(*q));
+	int fds[2];
+	char path[64];
+
+	if (!q) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	if (pipe2(fds, O_CLOEXEC)) {
+		*err = -errno;
+		free(q);
+		return NULL;
+	}
+	q->efd = fds[0];
+	q->wfd = fds[1];
+	fcntl(q->wfd, F_SETFL, fcntl(q->wfd, F_GETFL) | O_NONBLOCK);
+	/* A second open file description of the read end: its O_NONBLOCK is
+	 * ours, whatever the application sets on efd. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", q->efd);
+	q->drain_fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	pthread_mutex_init(&q->lock, NULL);
+	return q;
+}
+
+static void evq_destroy(struct urvt_evq *q)
+{
+	close(q->efd);
+	close(q->wfd);
+	if (q->drain_fd >= 0)
+		close(q->drain_fd);
+	pthread_mutex_destroy(&q->lock);
+	free(q);
+}
+
+static bool evq_push(struct urvt_evq *q, enum ibv_event_type type, void *obj)
+{
+	char one = 1;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->head - q->tail >= EVQ_SIZE) {
+		pthread_mutex_unlock(&q->lock);
+		return false; /* the application stopped reading events */
+	}
+	q->rec[q->head++ % EVQ_SIZE] = (struct evrec){ .type = type, .obj = obj };
+	/* under the lock: bytes and records move together */
+	if (write(q->wfd, &one, 1) != 1) {
+		/* cannot happen: the pipe holds more bytes than EVQ_SIZE */
+	}
+	pthread_mutex_unlock(&q->lock);
+	return true;
+}
+
+/*
+ * Take the next record: one byte (blocking unless the application set
+ * O_NONBLOCK) then one record. A byte whose record was removed by a destroy
+ * meanwhile finds the queue empty: wait for the next one.
+ */
+static int evq_pop(struct urvt_evq *q, struct evrec *out, void (*count)(const struct evrec *))
+{
+	for (;;) {
+		char b;
+		bool got = false;
+
+		if (read(q->efd, &b, 1) < 0)
+			return -errno;
+		pthread_mutex_lock(&q->lock);
+		if (q->tail != q->head) {
+			*out = q->rec[q->tail++ % EVQ_SIZE];
+			count(out);
+			got = true;
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (got)
+			return 0;
+	}
+}
+
+/* Remove obj's records, keeping the order of the others, and their bytes. */
+static void evq_cancel(struct urvt_evq *q, const void *obj)
+{
+	uint32_t keep = q->tail, removed = 0;
+	char sink[64];
+
+	pthread_mutex_lock(&q->lock);
+	keep = q->tail;
+	for (uint32_t i = q->tail; i != q->head; i++) {
+		struct evrec r = q->rec[i % EVQ_SIZE];
+		if (r.obj == obj)
+			removed++;
+		else
+			q->rec[keep++ % EVQ_SIZE] = r;
+	}
+	q->head = keep;
+	while (removed && q->drain_fd >= 0) {
+		ssize_t n = read(q->drain_fd, sink, removed < sizeof(sink) ? removed : sizeof(sink));
+		if (n <= 0)
+			break; /* a reader already took the byte: it will find no record */
+		removed -= (uint32_t)n;
+	}
+	pthread_mutex_unlock(&q->lock);
 }
 
 int urvt_context_init(struct urvt_context *uctx, struct rvt_dev_info *rdi)
 {
-	int fds[2];
-	int ret = make_pipe(fds);
+	int err = 0;
 
-	if (ret)
-		return ret;
+	uctx->async_q = evq_create(&err);
+	if (!uctx->async_q)
+		return err;
 	uctx->rdi = rdi;
-	uctx->vctx.context.async_fd = fds[0];
-	uctx->async_wfd = fds[1];
+	uctx->vctx.context.async_fd = uctx->async_q->efd;
 	return 0;
 }
 
 void urvt_context_fini(struct urvt_context *uctx)
 {
-	close(uctx->vctx.context.async_fd);
-	close(uctx->async_wfd);
+	evq_destroy(uctx->async_q);
 }
 
 /* Count an event the application read on its object, so destroy waits for its ack. */
-static void count_reported(enum ibv_event_type type, void *obj)
+static void count_reported(const struct evrec *r)
 {
-	switch (type) {
+	void *obj = r->obj;
+
+	switch (r->type) {
 	case IBV_EVENT_CQ_ERR: {
 		struct rvt_cq *cq = obj;
 		atomic_fetch_add(&cq->async_events_reported, 1);
@@ -82,31 +195,21 @@ static void count_reported(enum ibv_event_type type, void *obj)
 void urvt_dispatch_async_event(struct urvt_context *uctx, enum ibv_event_type type,
 			       void *obj)
 {
-	struct async_record rec;
+	evq_push(uctx->async_q, type, obj);
+}
 
-	/* no uninitialised padding into the pipe (valgrind) */
-	memset(&rec, 0, sizeof(rec));
-	rec.type = type;
-	rec.obj = obj;
-	/* The object's reported count is bumped when the application reads
-	 * the event (urvt_get_async_event), as the kernel's is: destroy must
-	 * not wait for an event the application never read (perftest reads
-	 * none, and a COMM_EST raised before its RTR->RTS hung destroy_qp). */
-	if (write(uctx->async_wfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
-		/* Pipe full: the application stopped reading events. */
-	}
+void urvt_cancel_async_events(struct urvt_context *uctx, const void *obj)
+{
+	evq_cancel(uctx->async_q, obj);
 }
 
 int urvt_get_async_event(struct urvt_context *uctx, struct ibv_async_event *event)
 {
-	struct async_record rec;
-	ssize_t n = read(uctx->vctx.context.async_fd, &rec, sizeof(rec));
+	struct evrec rec = { 0 };
+	int ret = evq_pop(uctx->async_q, &rec, count_reported);
 
-	if (n < 0)
-		return -errno;
-	if (n != (ssize_t)sizeof(rec))
-		return -EIO;
-	count_reported(rec.type, rec.obj);
+	if (ret)
+		return ret;
 	memset(event, 0, sizeof(*event));
 	event->event_type = rec.type;
 	switch (rec.type) {
@@ -184,21 +287,19 @@ void urvt_ack_async_event(struct ibv_async_event *event)
 struct urvt_comp_channel *urvt_create_comp_channel(struct urvt_context *uctx, int *err)
 {
 	struct urvt_comp_channel *ch = calloc(1, sizeof(*ch));
-	int fds[2];
 
 	if (!ch) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	*err = make_pipe(fds);
-	if (*err) {
+	ch->q = evq_create(err);
+	if (!ch->q) {
 		free(ch);
 		return NULL;
 	}
 	ch->ibch.context = &uctx->vctx.context;
-	ch->ibch.fd = fds[0];
+	ch->ibch.fd = ch->q->efd;
 	ch->ibch.refcnt = 0;
-	ch->wfd = fds[1];
 	return ch;
 }
 
@@ -207,22 +308,33 @@ int urvt_destroy_comp_channel(struct urvt_comp_channel *ch)
 	/* rdma-core refuses while CQs still use the channel. */
 	if (__atomic_load_n(&ch->ibch.refcnt, __ATOMIC_ACQUIRE))
 		return -EBUSY;
-	close(ch->ibch.fd);
-	close(ch->wfd);
+	evq_destroy(ch->q);
 	free(ch);
 	return 0;
 }
 
+void urvt_comp_channel_notify(struct urvt_comp_channel *ch, struct rvt_cq *cq)
+{
+	evq_push(ch->q, IBV_EVENT_CQ_ERR /* unused */, cq);
+}
+
+void urvt_comp_channel_cancel(struct urvt_comp_channel *ch, const struct rvt_cq *cq)
+{
+	evq_cancel(ch->q, cq);
+}
+
+static void count_comp(const struct evrec *r)
+{
+	atomic_fetch_add(&((struct rvt_cq *)r->obj)->comp_events_reported, 1);
+}
+
 int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq)
 {
-	struct rvt_cq *p;
-	ssize_t n = read(ch->ibch.fd, &p, sizeof(p));
+	struct evrec rec = { 0 };
+	int ret = evq_pop(ch->q, &rec, count_comp);
 
-	if (n < 0)
-		return -errno;
-	if (n != (ssize_t)sizeof(p))
-		return -EIO;
-	atomic_fetch_add(&p->comp_events_reported, 1);
-	*cq = p;
+	if (ret)
+		return ret;
+	*cq = rec.obj;
 	return 0;
 }

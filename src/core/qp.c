@@ -754,6 +754,9 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	pthread_mutex_lock(&qp->state_lock);
 	rvt_reset_qp(qp);
 	pthread_mutex_unlock(&qp->state_lock);
+	/* Reset: no new events. Unread ones go, as the kernel drops them; the
+	 * structure may be recycled for another QP. */
+	urvt_cancel_async_events(qp->uctx, qp);
 	/* Drop the owner's reference last; lookups already fail (not in the
 	 * table), so only short-lived holders can still be draining. */
 	while (!atomic_compare_exchange_weak(&qp->refcount, &one, 0)) {

@@ -132,10 +132,11 @@ struct rvt_dev_info {
  * One ibv_open_device(). verbs_context must come first: the header's inline
  * verbs find it at a fixed negative offset from struct ibv_context.
  */
+struct urvt_evq;
 struct urvt_context {
 	struct verbs_context vctx;
 	struct rvt_dev_info *rdi;
-	int async_wfd;                    /* write end; vctx.context.async_fd reads */
+	struct urvt_evq *async_q;         /* its eventfd is vctx.context.async_fd */
 };
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
@@ -220,9 +221,10 @@ struct rvt_sge_state {
 /* ------------------------------------------------------------------ */
 /* Completion queues (rdmavt_cq.h)                                    */
 /* ------------------------------------------------------------------ */
+struct urvt_evq;
 struct urvt_comp_channel {
-	struct ibv_comp_channel ibch;     /* fd = read end of the event pipe */
-	int wfd;                          /* write end: one CQ pointer per event */
+	struct ibv_comp_channel ibch;     /* fd = the queue's eventfd */
+	struct urvt_evq *q;               /* one record per CQ notification */
 };
 
 enum rvt_cq_notify {

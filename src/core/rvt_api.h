@@ -27,6 +27,10 @@ void urvt_ack_async_event(struct ibv_async_event *event);
 struct urvt_comp_channel *urvt_create_comp_channel(struct urvt_context *uctx, int *err);
 int urvt_destroy_comp_channel(struct urvt_comp_channel *ch);
 int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq);
+void urvt_comp_channel_notify(struct urvt_comp_channel *ch, struct rvt_cq *cq);
+/* Destroy drops the object's unread events, as the kernel does. */
+void urvt_cancel_async_events(struct urvt_context *uctx, const void *obj);
+void urvt_comp_channel_cancel(struct urvt_comp_channel *ch, const struct rvt_cq *cq);
 
 /* pd.c, ah.c */
 struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err);

@@ -197,7 +197,11 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 	if (atomic_load(&rcq->usecnt))
 		return EBUSY;
-	/* rdma-core waits until every reported event has been acknowledged. */
+	/* Unread events are dropped; read ones must be acknowledged first
+	 * (rdma-core waits for that). */
+	urvt_cancel_async_events(rcq->uctx, rcq);
+	if (rcq->channel)
+		urvt_comp_channel_cancel(rcq->channel, rcq);
 	pthread_mutex_lock(&cq->mutex);
 	while (cq->comp_events_completed != atomic_load(&rcq->comp_events_reported) ||
 	       cq->async_events_completed != atomic_load(&rcq->async_events_reported))
@@ -422,6 +426,7 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 
 	if (atomic_load(&rsrq->usecnt))
 		return EBUSY;
+	urvt_cancel_async_events(rsrq->uctx, rsrq);
 	pthread_mutex_lock(&srq->mutex);
 	while (srq->events_completed != atomic_load(&rsrq->async_events_reported))
 		pthread_cond_wait(&srq->cond, &srq->mutex);

@@ -322,6 +322,43 @@ static void test_notify_channel(void **state)
 	assert_int_equal(urvt_destroy_comp_channel(ch), 0);
 }
 
+/*
+ * Destroying a CQ drops its unread channel events (the kernel does too): the
+ * channel fd stops being readable, and another CQ's event on the same
+ * channel is still delivered, in order.
+ */
+static void test_destroy_drops_unread_events(void **state)
+{
+	int err = 0;
+	struct urvt_comp_channel *ch = urvt_create_comp_channel(dev.uctx, &err);
+	struct rvt_cq *a, *b, *got = NULL;
+
+	(void)state;
+	assert_non_null(ch);
+	a = cq_try(16, ch, 0, &err);
+	b = cq_try(16, ch, 0, &err);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(rvt_req_notify_cq(a, 0), 0);
+	assert_true(enter(a, 1, IBV_WC_SUCCESS, false));
+	assert_int_equal(rvt_req_notify_cq(b, 0), 0);
+	assert_true(enter(b, 2, IBV_WC_SUCCESS, false));
+	assert_int_equal(rvt_req_notify_cq(a, 0), 0);
+	assert_true(enter(a, 3, IBV_WC_SUCCESS, false));
+	assert_true(readable(ch->ibch.fd, UT_TIMEOUT_MS));
+
+	assert_int_equal(rvt_destroy_cq(a), 0);
+	/* b's event survives and is the only one */
+	assert_true(readable(ch->ibch.fd, UT_TIMEOUT_MS));
+	assert_int_equal(urvt_get_cq_event(ch, &got), 0);
+	assert_ptr_equal(got, b);
+	assert_false(readable(ch->ibch.fd, 20));
+	assert_int_equal(atomic_load(&b->comp_events_reported), 1);
+
+	assert_int_equal(rvt_destroy_cq(b), 0);
+	assert_int_equal(urvt_destroy_comp_channel(ch), 0);
+}
+
 /* Through a QP: a solicited SEND wakes a SOLICITED-armed receive CQ. */
 static void test_notify_from_qp(void **state)
 {
@@ -458,6 +495,7 @@ int main(void)
 		cmocka_unit_test(test_overflow_moves_qp_to_err),
 		cmocka_unit_test(test_resize),
 		cmocka_unit_test(test_notify_channel),
+		cmocka_unit_test(test_destroy_drops_unread_events),
 		cmocka_unit_test(test_notify_from_qp),
 		cmocka_unit_test(test_destroy_busy_shared),
 		cmocka_unit_test(test_solicited_error_entries),
