@@ -136,7 +136,7 @@ struct urvt_evq;
 struct urvt_context {
 	struct verbs_context vctx;
 	struct rvt_dev_info *rdi;
-	struct urvt_evq *async_q;         /* its eventfd is vctx.context.async_fd */
+	struct urvt_evq *async_q;         /* its pipe read end is context.async_fd */
 };
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
@@ -223,7 +223,7 @@ struct rvt_sge_state {
 /* ------------------------------------------------------------------ */
 struct urvt_evq;
 struct urvt_comp_channel {
-	struct ibv_comp_channel ibch;     /* fd = the queue's eventfd */
+	struct ibv_comp_channel ibch;     /* fd = the queue pipe read end */
 	struct urvt_evq *q;               /* one record per CQ notification */
 };
 
