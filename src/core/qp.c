@@ -597,15 +597,11 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
 	    attr->max_rd_atomic > rdi->dattr.max_qp_init_rd_atom)
 		goto inval;
-	if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
-	    (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-				       IBV_ACCESS_MW_BIND)))
-		goto inval;
+	/* ACCESS_FLAGS, QKEY, TIMEOUT and the PSNs are stored as given (§5.1). */
 
 	/* 6. state actions that must run unlocked (reset waits for engines) */
-	if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET)
-		rvt_reset_qp(qp);
+	if (next == IBV_QPS_RESET)
+		rvt_reset_qp(qp); /* RESET -> RESET reinitialises too (§5.4) */
 
 	/* 7. apply the attributes, then the new state: the engines read them
 	 * only after an acquire of a state that lets them run. */

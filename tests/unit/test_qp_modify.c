@@ -543,6 +543,11 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(q.qp_state, IBV_QPS_INIT);
 	assert_int_equal(q.qp_access_flags, IBV_ACCESS_REMOTE_READ);
 	assert_int_equal(q.port_num, 1);
+	/* §5.1: rdmavt stores access flags as given, unknown bits included */
+	a.qp_access_flags = IBV_ACCESS_REMOTE_READ | 0x4000;
+	assert_int_equal(rvt_modify_qp(qp, &a, STATE | IBV_QP_ACCESS_FLAGS), 0);
+	assert_int_equal(rvt_query_qp(qp, &q, 0, NULL), 0);
+	assert_int_equal(q.qp_access_flags, IBV_ACCESS_REMOTE_READ | 0x4000);
 	assert_int_equal(q.pkey_index, 0);
 
 	fill_attr(&a, I_, RTR_);
