@@ -369,7 +369,8 @@ static void rxq_take(struct rvt_qp *qp, struct urvt_pktbuf **list)
 {
 	tp_lock(&qp->tp.rxq_lock);
 	*list = qp->tp.rxq_head;
-	qp->tp.rxq_head = qp->tp.rxq_tail = NULL;
+	WRITE_ONCE(qp->tp.rxq_head, NULL);
+	qp->tp.rxq_tail = NULL;
 	qp->tp.rxq_len = 0;
 	tp_unlock(&qp->tp.rxq_lock);
 }
@@ -378,7 +379,7 @@ static void rxq_drop(struct rvt_qp *qp)
 {
 	struct urvt_pktbuf *l;
 
-	if (!qp->tp.rxq_head)
+	if (!READ_ONCE(qp->tp.rxq_head))
 		return;
 	rxq_take(qp, &l);
 	urvt_pkt_free_list(qp_net(qp), l);
@@ -398,7 +399,7 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 	if (qp->tp.rxq_tail)
 		qp->tp.rxq_tail->next = b;
 	else
-		qp->tp.rxq_head = b;
+		WRITE_ONCE(qp->tp.rxq_head, b);
 	qp->tp.rxq_tail = b;
 	qp->tp.rxq_len++;
 	tp_unlock(&qp->tp.rxq_lock);
@@ -440,7 +441,9 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	if (unlikely(!q))
 		return;
 
-	if (qp->tp.rxq_head) {
+	/* an unlocked peek; a packet queued after it comes with another
+	 * rvt_schedule_send, so the engine runs again */
+	if (READ_ONCE(qp->tp.rxq_head)) {
 		rxq_take(qp, &list);
 		for (b = list; b; b = b->next) {
 			if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))

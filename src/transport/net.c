@@ -521,21 +521,69 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 /* ------------------------------------------------------------------ */
 #define RX_BATCH 32
 #define RX_CTRL 128
+/* one slot holds a whole UDP GRO train (<= 64 KiB) */
+#define RX_BUF_BYTES (65536 + 4096)
+
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 struct urvt_rx {
 	struct mmsghdr msg[RX_BATCH];
 	struct iovec iov[RX_BATCH];
-	struct urvt_pktbuf *buf[RX_BATCH];
 	union urvt_sockaddr name[RX_BATCH];
 	union {
 		char buf[RX_CTRL];
 		struct cmsghdr align;
 	} ctrl[RX_BATCH];
-	unsigned n;                       /* leading slots ready */
+	uint8_t *mem;                     /* RX_BATCH x RX_BUF_BYTES */
 };
 
+static void rx_slot_init(struct urvt_rx *rx, unsigned i)
+{
+	struct msghdr *mh = &rx->msg[i].msg_hdr;
+
+	rx->iov[i].iov_base = rx->mem + (size_t)i * RX_BUF_BYTES;
+	rx->iov[i].iov_len = RX_BUF_BYTES;
+	mh->msg_name = &rx->name[i];
+	mh->msg_namelen = sizeof(rx->name[i]);
+	mh->msg_iov = &rx->iov[i];
+	mh->msg_iovlen = 1;
+	mh->msg_control = rx->ctrl[i].buf;
+	mh->msg_controllen = RX_CTRL;
+	mh->msg_flags = 0;
+}
+
+static int rx_init(struct urvt_net *net)
+{
+	struct urvt_rx *rx = calloc(1, sizeof(*rx));
+
+	if (!rx)
+		return -ENOMEM;
+	rx->mem = mmap(NULL, (size_t)RX_BATCH * RX_BUF_BYTES, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (rx->mem == MAP_FAILED) {
+		free(rx);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < RX_BATCH; i++)
+		rx_slot_init(rx, i);
+	net->rx = rx;
+	return 0;
+}
+
+static void rx_fini(struct urvt_net *net)
+{
+	if (!net->rx)
+		return;
+	munmap(net->rx->mem, (size_t)RX_BATCH * RX_BUF_BYTES);
+	free(net->rx);
+	net->rx = NULL;
+}
+
 /* The IP info a UDP socket can see of one datagram (ID: unknown). */
-static void rx_ipinfo(struct urvt_net *net, struct msghdr *mh, struct urvt_ipinfo *ip)
+static void rx_ipinfo(struct urvt_net *net, struct msghdr *mh, struct urvt_ipinfo *ip,
+		      uint32_t *gso)
 {
 	const union urvt_sockaddr *src = mh->msg_name;
 
@@ -574,49 +622,22 @@ static void rx_ipinfo(struct urvt_net *net, struct msghdr *mh, struct urvt_ipinf
 			int v;
 			memcpy(&v, CMSG_DATA(c), sizeof(v));
 			ip->hop_limit = (uint8_t)v;
+		} else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+			int v;
+			memcpy(&v, CMSG_DATA(c), sizeof(v));
+			*gso = v > 0 ? (uint32_t)v : 0;
 		}
 	}
-}
-
-static void rx_slot_init(struct urvt_rx *rx, unsigned i)
-{
-	struct msghdr *mh = &rx->msg[i].msg_hdr;
-
-	rx->iov[i].iov_base = rx->buf[i]->data;
-	rx->iov[i].iov_len = URVT_PKTBUF_DATA;
-	mh->msg_name = &rx->name[i];
-	mh->msg_namelen = sizeof(rx->name[i]);
-	mh->msg_iov = &rx->iov[i];
-	mh->msg_iovlen = 1;
-	mh->msg_control = rx->ctrl[i].buf;
-	mh->msg_controllen = RX_CTRL;
-	mh->msg_flags = 0;
 }
 
 int urvt_net_rx_batch(struct urvt_net *net)
 {
 	struct urvt_rx *rx = net->rx;
 	struct urvt_txq *txq;
-	bool in_rx, holes = false;
+	bool in_rx;
 	int got;
 
-	/* slots [0, rx->n) hold a buffer and a ready msghdr */
-	while (rx->n < RX_BATCH) {
-		struct urvt_pktbuf *b = urvt_pkt_alloc(net);
-		if (!b)
-			break;
-		rx->buf[rx->n] = b;
-		rx_slot_init(rx, rx->n++);
-	}
-	if (!rx->n) {
-		/* pool exhausted: take one datagram into the drop bin so the
-		 * socket does not stay readable forever */
-		static uint8_t scratch[64];
-		if (recv(net->fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_TRUNC) > 0)
-			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_NO_BUF, 1);
-		return 0;
-	}
-	got = recvmmsg(net->fd, rx->msg, rx->n, MSG_DONTWAIT, NULL);
+	got = recvmmsg(net->fd, rx->msg, RX_BATCH, MSG_DONTWAIT, NULL);
 	if (got <= 0)
 		return 0;
 	txq = urvt_txq_get();
@@ -624,35 +645,26 @@ int urvt_net_rx_batch(struct urvt_net *net)
 	tls_in_rx = true;
 	for (int i = 0; i < got; i++) {
 		struct msghdr *mh = &rx->msg[i].msg_hdr;
-		struct urvt_pktbuf *b = rx->buf[i];
+		const uint8_t *data = rx->iov[i].iov_base;
+		uint32_t len = rx->msg[i].msg_len, gso = 0;
 		struct urvt_ipinfo ip;
 
-		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
-		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, rx->msg[i].msg_len);
 		if (mh->msg_flags & MSG_TRUNC) {
 			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_OVERSIZE, 1);
 		} else {
-			b->len = rx->msg[i].msg_len;
-			rx_ipinfo(net, mh, &ip);
-			if (urvt_recv_pkt(net, b, &ip)) {
-				/* handed to a completer: replace it */
-				rx->buf[i] = urvt_pkt_alloc(net);
-				if (!rx->buf[i]) {
-					holes = true;
-					continue;
-				}
+			rx_ipinfo(net, mh, &ip, &gso);
+			/* a UDP GRO train: segments of gso bytes, the last may be shorter */
+			if (!gso || gso >= len)
+				gso = len;
+			for (uint32_t off = 0; off < len; off += gso) {
+				uint32_t n = len - off < gso ? len - off : gso;
+				struct urvt_ipinfo sip = ip;
+				urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
+				urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, n);
+				urvt_recv_pkt(net, data + off, n, &sip);
 			}
 		}
 		rx_slot_init(rx, (unsigned)i);
-	}
-	if (unlikely(holes)) {
-		unsigned w = 0;
-		for (unsigned i = 0; i < rx->n; i++)
-			if (rx->buf[i]) {
-				rx->buf[w] = rx->buf[i];
-				rx_slot_init(rx, w++);
-			}
-		rx->n = w;
 	}
 	tls_in_rx = in_rx;
 	/* responses the responder queued on this thread */
@@ -880,14 +892,16 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 	ret = stats_init(net);
 	if (ret)
 		goto err;
-	net->rx = calloc(1, sizeof(*net->rx));
-	if (!net->rx) {
-		ret = -ENOMEM;
+	ret = rx_init(net);
+	if (ret)
 		goto err;
-	}
 	socket_setup(net);
+	/* UDP GSO out, GRO in (docs/transport.md): on unless set to 0 */
 	env = getenv("URVT_GSO");
-	net->gso = env ? strcmp(env, "0") != 0 : false;
+	net->gso = env ? strcmp(env, "0") != 0 : true;
+	env = getenv("URVT_GRO");
+	if (!env || strcmp(env, "0"))
+		setopt(net->fd, SOL_UDP, UDP_GRO, 1, "UDP_GRO");
 
 	env = getenv("URVT_PCAP");
 	if (env && *env) {
@@ -931,7 +945,7 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 err:
 	urvt_fault_destroy(net->fault);
 	urvt_pcap_close(net->pcap);
-	free(net->rx);
+	rx_fini(net);
 	stats_fini(net);
 	pool_fini(net);
 	free(net);
@@ -955,7 +969,7 @@ void urvt_transport_destroy(struct rvt_dev_info *rdi)
 	rdi->transport = NULL;
 	rdi->transport_priv = NULL;
 	urvt_pcap_close(net->pcap);
-	free(net->rx);
+	rx_fini(net);
 	stats_fini(net);
 	pool_fini(net);
 	pthread_mutex_destroy(&net->rx_lock);

@@ -11,7 +11,7 @@
 #include "wire/icrc.h"
 #include "wire/pcap.h"
 
-static bool drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
+static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 {
 	if (reason < 0)
 		reason = -reason;
@@ -21,7 +21,6 @@ static bool drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 		 qp ? qp->qpn : 0);
 	if (qp)
 		rvt_put_qp(qp);
-	return false;
 }
 
 static enum urvt_transport qp_transport(const struct rvt_qp *qp)
@@ -30,65 +29,100 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 	       qp->type == IBV_QPT_UC ? URVT_TRANSPORT_UC : URVT_TRANSPORT_UD;
 }
 
-bool urvt_recv_pkt(struct urvt_net *net, struct urvt_pktbuf *b, struct urvt_ipinfo *ip)
+void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
+		   struct urvt_ipinfo *ip)
 {
-	struct urvt_pkt *pkt = &b->pkt;
+	struct urvt_pkt pktv, *pkt = &pktv;
+	struct urvt_pktbuf *b;
 	struct rvt_qp *qp;
 	int ret, state;
 	bool consumed;
 
-	ret = urvt_pkt_parse(b->data, b->len, pkt);
-	if (unlikely(ret))
-		return drop(net, NULL, ret);
+	ret = urvt_pkt_parse(data, len, pkt);
+	if (unlikely(ret)) {
+		drop(net, NULL, ret);
+		return;
+	}
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
-	ret = urvt_icrc_check(ip, b->data, b->len,
-			      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
-	if (unlikely(ret))
-		return drop(net, NULL, ret);
+	ret = urvt_icrc_check(ip, data, len, urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
+	if (unlikely(ret)) {
+		drop(net, NULL, ret);
+		return;
+	}
 	if (unlikely(net->pcap))
-		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, b->data, b->len);
-	if (unlikely(!pkt->dest_qpn))
-		return drop(net, NULL, URVT_DROP_BAD_QPN); /* roce-wire §12: no SMI */
-	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN))
-		return drop(net, NULL, URVT_TDROP_MCAST);
+		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
+	if (unlikely(!pkt->dest_qpn)) {
+		drop(net, NULL, URVT_DROP_BAD_QPN); /* roce-wire §12: no SMI */
+		return;
+	}
+	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN)) {
+		drop(net, NULL, URVT_TDROP_MCAST);
+		return;
+	}
 	qp = rvt_lookup_qpn(net->rdi, pkt->dest_qpn);
-	if (unlikely(!qp))
-		return drop(net, NULL, URVT_DROP_NO_QP);
+	if (unlikely(!qp)) {
+		drop(net, NULL, URVT_DROP_NO_QP);
+		return;
+	}
 	{
 		struct urvt_stats_qp *qs = urvt_qp_stats(qp);
 		urvt_ctr_add(&qs->c, URVT_CTR_RX_PKTS, 1);
-		urvt_ctr_add(&qs->c, URVT_CTR_RX_BYTES, b->len);
+		urvt_ctr_add(&qs->c, URVT_CTR_RX_BYTES, len);
 	}
 	ret = urvt_opcode_chk_transport(pkt->opcode, qp_transport(qp));
-	if (unlikely(ret))
-		return drop(net, qp, ret);
+	if (unlikely(ret)) {
+		drop(net, qp, ret);
+		return;
+	}
 	/* QP state: requests in RTR/RTS/SQD(/SQE), responses in RTS/SQD */
 	state = rvt_qp_state(qp);
 	if (pkt->mask & URVT_REQ_MASK) {
-		if (unlikely(!(ib_rvt_state_ops[state] & RVT_PROCESS_RECV_OK)))
-			return drop(net, qp, URVT_TDROP_BAD_STATE);
+		if (unlikely(!(ib_rvt_state_ops[state] & RVT_PROCESS_RECV_OK))) {
+			drop(net, qp, URVT_TDROP_BAD_STATE);
+			return;
+		}
 	} else if (unlikely(state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
-		return drop(net, qp, URVT_TDROP_BAD_STATE);
+		drop(net, qp, URVT_TDROP_BAD_STATE);
+		return;
 	}
-	if (unlikely(!urvt_pkey_match(pkt->pkey, URVT_DEFAULT_PKEY)))
-		return drop(net, qp, URVT_DROP_BAD_PKEY);
+	if (unlikely(!urvt_pkey_match(pkt->pkey, URVT_DEFAULT_PKEY))) {
+		drop(net, qp, URVT_DROP_BAD_PKEY);
+		return;
+	}
 	if (qp->type == IBV_QPT_UD) {
 		/* §7: Q_Key of the QP */
-		if (unlikely(pkt->deth.qkey != qp->qkey))
-			return drop(net, qp, URVT_DROP_BAD_QKEY);
+		if (unlikely(pkt->deth.qkey != qp->qkey)) {
+			drop(net, qp, URVT_DROP_BAD_QKEY);
+			return;
+		}
 	} else {
 		/* roce-wire §12 (rxe check_addr): from the QP's peer, to us */
 		if (unlikely(memcmp(ip->sgid, qp->remote_av.attr.grh.dgid.raw, 16) ||
-			     memcmp(ip->dgid, net->rdi->gid.raw, 16)))
-			return drop(net, qp, URVT_DROP_BAD_ADDR);
+			     memcmp(ip->dgid, net->rdi->gid.raw, 16))) {
+			drop(net, qp, URVT_DROP_BAD_ADDR);
+			return;
+		}
 	}
 	if (pkt->mask & URVT_REQ_MASK) {
 		urvt_resp_rcv(qp, pkt, ip);
 		rvt_put_qp(qp);
-		return false;
+		return;
 	}
+	/* a response: a copy goes to the QP's completer (the receive slot is
+	 * reused at once); ACKs are a few bytes, READ responses one PMTU */
+	b = len <= URVT_PKTBUF_DATA ? urvt_pkt_alloc(net) : NULL;
+	if (unlikely(!b)) {
+		drop(net, qp, URVT_TDROP_NO_BUF);
+		return;
+	}
+	memcpy(b->data, data, len);
+	b->len = len;
+	b->pkt = *pkt;
+	b->pkt.bth = b->data;
+	b->pkt.payload = b->data + pkt->hdr_len;
 	urvt_comp_enqueue(net, qp, b, &consumed);
+	if (!consumed)
+		urvt_pkt_free(net, b);
 	rvt_put_qp(qp);
-	return consumed;
 }

@@ -189,11 +189,13 @@ int urvt_net_rx_batch(struct urvt_net *net);
 
 /* ---- recv.c ---- */
 /*
- * Classify one received UDP payload. ip holds the addresses (ID unknown
- * for IPv4). Returns true if the buffer b was handed to a QP (the caller
- * needs a new one), false if it may be reused.
+ * Classify and dispatch one received packet (a UDP payload, or one segment
+ * of a GRO train). ip holds the addresses (ID unknown for IPv4; the
+ * recovered one is stored). Requests run here; responses are copied to a
+ * pool buffer for the QP's completer.
  */
-bool urvt_recv_pkt(struct urvt_net *net, struct urvt_pktbuf *b, struct urvt_ipinfo *ip);
+void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
+		   struct urvt_ipinfo *ip);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
