@@ -676,14 +676,19 @@ int urvt_net_rx_batch(struct urvt_net *net)
 /*
  * Who receives: a thread busy-polling an empty CQ receives inline (lowest
  * latency, no wakeups); the progress thread receives for everyone else
- * (blocking applications, -e). With both at it on a small machine they
- * mostly take the CPU and the socket lock from each other, so while an
- * application thread polls busily the progress thread stops watching the
- * socket and checks back every millisecond (watchdog timer).
+ * (blocking applications, -e, applications that poll memory). With both at
+ * it on a small machine they take the CPU and the socket lock from each
+ * other, so while an application thread polls an empty CQ busily the
+ * progress thread steps aside (stops watching the socket). It watches again
+ * as soon as a poll returns completions (the application may now wait
+ * elsewhere, e.g. spin on the target of an RDMA WRITE) or when no poll came
+ * for a while (watchdog, every 200 us while aside).
  */
 #define APP_POLL_GAP_NS 50000     /* polls closer than this count as a streak */
 #define APP_POLL_STREAK 16        /* ... of this many: a busy poller */
-#define WATCHDOG_NS 1000000
+#define WATCHDOG_NS 200000
+
+static void net_rx_cb(void *arg);
 
 static bool app_busy(struct urvt_net *net, uint64_t now)
 {
@@ -691,6 +696,31 @@ static bool app_busy(struct urvt_net *net, uint64_t now)
 
 	return atomic_load_explicit(&net->app_streak, memory_order_relaxed) >= APP_POLL_STREAK &&
 	       now - last < 2 * APP_POLL_GAP_NS;
+}
+
+/* Progress thread: stop watching the socket (caller: an app polls busily). */
+static void rx_step_aside(struct urvt_net *net, uint64_t now)
+{
+	pthread_mutex_lock(&net->watch_lock);
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		urvt_progress_del_fd(net->rdi->progress, net->fd);
+		atomic_store_explicit(&net->aside, true, memory_order_relaxed);
+		URVT_DBG("rx: application polls, progress thread steps aside");
+	}
+	pthread_mutex_unlock(&net->watch_lock);
+	urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
+}
+
+/* Any thread: the progress thread watches the socket again. */
+static void rx_watch(struct urvt_net *net)
+{
+	pthread_mutex_lock(&net->watch_lock);
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		if (!urvt_progress_add_fd(net->rdi->progress, net->fd, net_rx_cb, net))
+			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
+		URVT_DBG("rx: progress thread receives again");
+	}
+	pthread_mutex_unlock(&net->watch_lock);
 }
 
 static void net_rx_drain(struct urvt_net *net)
@@ -708,12 +738,8 @@ static void net_rx_cb(void *arg)
 	struct urvt_net *net = arg;
 	uint64_t now = urvt_now_ns();
 
-	if (app_busy(net, now) && net->watched) {
-		urvt_progress_del_fd(net->rdi->progress, net->fd);
-		net->watched = false;
-		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
-		URVT_DBG("rx: application polls, progress thread steps aside (t=%llu)",
-			 (unsigned long long)(now / 1000));
+	if (app_busy(net, now)) {
+		rx_step_aside(net, now);
 		return;
 	}
 	net_rx_drain(net);
@@ -724,14 +750,14 @@ static void watchdog_fn(struct urvt_timer *t)
 	struct urvt_net *net = container_of(t, struct urvt_net, watchdog);
 	uint64_t now = urvt_now_ns();
 
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
+		return;
 	if (app_busy(net, now)) {
 		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
 		return;
 	}
 	atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
-	if (!urvt_progress_add_fd(net->rdi->progress, net->fd, net_rx_cb, net))
-		net->watched = true;
-	URVT_DBG("rx: progress thread receives again (t=%llu)", (unsigned long long)(now / 1000));
+	rx_watch(net);
 	net_rx_drain(net);
 }
 
@@ -770,12 +796,21 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 {
+	struct urvt_net *net = cq->uctx->rdi->transport_priv;
 	int n = rvt_poll_cq(cq, num_entries, wc);
 
+	if (!net || num_entries <= 0)
+		return n;
 	/* An empty CQ: receive inline (uncontended) before saying so. */
-	if (n == 0 && num_entries > 0 && cq->uctx->rdi->transport_priv &&
-	    urvt_net_poll(cq->uctx->rdi) > 0)
+	if (n == 0 && urvt_net_poll(cq->uctx->rdi) > 0)
 		n = rvt_poll_cq(cq, num_entries, wc);
+	if (n > 0) {
+		/* got what it waited for: it may wait elsewhere next */
+		if (atomic_load_explicit(&net->app_streak, memory_order_relaxed))
+			atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
+		if (unlikely(atomic_load_explicit(&net->aside, memory_order_relaxed)))
+			rx_watch(net);
+	}
 	return n;
 }
 
@@ -800,14 +835,14 @@ static void socket_setup(struct urvt_net *net)
 	int fd = net->fd;
 
 	if (net->v4) {
-		/* roce-wire §1.3, docs/wire.md: unconnected + DF => IPv4 ID 0 */
+		/* roce-wire §1.3, docs/wire.md: unconnected + DF => IPv4 ID 0.
+		 * No IP_PKTINFO: the socket is bound to our address, so that
+		 * is every packet's destination; TOS/TTL feed the UD GRH. */
 		setopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
-		setopt(fd, IPPROTO_IP, IP_PKTINFO, 1, "IP_PKTINFO");
 		setopt(fd, IPPROTO_IP, IP_RECVTOS, 1, "IP_RECVTOS");
 		setopt(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL");
 	} else {
 		setopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER");
-		setopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO");
 		setopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS");
 		setopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT");
 		/* rxe sends IPv6 UDP checksum 0 (roce-wire §1.3) */
@@ -874,6 +909,7 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 	net->fd = rdi->udp_fd;
 	net->v4 = rdi->addr_family == AF_INET;
 	pthread_mutex_init(&net->rx_lock, NULL);
+	pthread_mutex_init(&net->watch_lock, NULL);
 	pthread_mutex_init(&net->bar_lock, NULL);
 	pthread_cond_init(&net->bar_cond, NULL);
 
@@ -934,7 +970,6 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 	}
 	rdi->transport_priv = net;
 	urvt_timer_init(&net->watchdog, watchdog_fn);
-	net->watched = true;
 	ret = urvt_progress_add_fd(rdi->progress, net->fd, net_rx_cb, net);
 	if (ret) {
 		rdi->transport_priv = NULL;
@@ -959,7 +994,10 @@ void urvt_transport_destroy(struct rvt_dev_info *rdi)
 	if (!net)
 		return;
 	urvt_timer_del_sync(rdi->progress, &net->watchdog);
+	pthread_mutex_lock(&net->watch_lock);
 	urvt_progress_del_fd(rdi->progress, net->fd);
+	atomic_store(&net->aside, true);
+	pthread_mutex_unlock(&net->watch_lock);
 	progress_barrier(net);
 	urvt_timer_del_sync(rdi->progress, &net->watchdog);
 	urvt_fault_destroy(net->fault);
@@ -973,6 +1011,7 @@ void urvt_transport_destroy(struct rvt_dev_info *rdi)
 	stats_fini(net);
 	pool_fini(net);
 	pthread_mutex_destroy(&net->rx_lock);
+	pthread_mutex_destroy(&net->watch_lock);
 	pthread_mutex_destroy(&net->bar_lock);
 	pthread_cond_destroy(&net->bar_cond);
 	free(net);

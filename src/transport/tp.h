@@ -97,7 +97,8 @@ struct urvt_net {
 		_Atomic uint64_t app_poll_ns;
 		_Atomic uint32_t app_streak;
 	} __attribute__((aligned(64)));
-	bool watched;                     /* progress thread watches fd (its own) */
+	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl) */
+	_Atomic bool aside;               /* the progress thread is not watching fd */
 	struct urvt_timer watchdog;
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
