@@ -687,6 +687,7 @@ int urvt_net_rx_batch(struct urvt_net *net)
 #define APP_POLL_GAP_NS 50000     /* polls closer than this count as a streak */
 #define APP_POLL_STREAK 16        /* ... of this many: a busy poller */
 #define WATCHDOG_NS 200000
+#define APP_EMPTY_NS 1000         /* an empty socket is asked again after 1 us */
 
 static void net_rx_cb(void *arg);
 
@@ -787,10 +788,17 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 		atomic_fetch_add_explicit(&net->app_streak, 1, memory_order_relaxed);
 	else
 		atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
+	/* the socket was empty a moment ago: do not ask the kernel again
+	 * within APP_EMPTY_NS (a busy poller otherwise spends most of its time
+	 * in recvmmsg returning EAGAIN) */
+	if (now - atomic_load_explicit(&net->app_empty_ns, memory_order_relaxed) < APP_EMPTY_NS)
+		return 0;
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_batch(net);
 	pthread_mutex_unlock(&net->rx_lock);
+	if (!n)
+		atomic_store_explicit(&net->app_empty_ns, now, memory_order_relaxed);
 	return n;
 }
 

@@ -95,6 +95,7 @@ struct urvt_net {
 	/* busy application pollers (net.c "Who receives") */
 	struct {
 		_Atomic uint64_t app_poll_ns;
+		_Atomic uint64_t app_empty_ns;    /* last inline receive that found nothing */
 		_Atomic uint32_t app_streak;
 	} __attribute__((aligned(64)));
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl) */
