@@ -465,6 +465,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	if (ops & RVT_FLUSH_SEND) {
 		urvt_comp_flush(qp);
 	} else {
+		qp->tp.stalled = false;
 		urvt_req_run(qp, q);
 		/* §4.2: one timer while anything is unacknowledged */
 		if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp->tp.timer_armed &&
@@ -475,6 +476,11 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		}
 	}
 	urvt_txq_flush_unless_rx(net, q);
+	/* post_send with the requester stalled on ACKs: receive them now if
+	 * no one else is (trylock); they come back through rvt_schedule_send,
+	 * which runs this engine again before the token is released */
+	if (qp->tp.stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+		urvt_net_poll(qp->rdi);
 }
 
 void urvt_tp_retry_timeout(struct rvt_qp *qp)

@@ -250,6 +250,11 @@ void urvt_stats_release(struct urvt_net *net, struct rvt_qp *qp)
 /* ------------------------------------------------------------------ */
 static __thread bool tls_in_rx;
 
+bool urvt_in_rx(void)
+{
+	return tls_in_rx;
+}
+
 void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q)
 {
 	if (!tls_in_rx)

@@ -251,8 +251,10 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 				return;
 			if (wqe_is_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
 				/* §2.2 initiator depth */
-				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic)
+				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic) {
+					qp->tp.stalled = true;
 					return;
+				}
 				qp->s_rd_atomic_outstanding++;
 				wqe->wqe_flags |= RVT_SWQE_T_CREDIT;
 			}
@@ -261,8 +263,10 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			cur_position(qp, wqe);
 		psn = urvt_psn_add(wqe->psn, qp->s_offset / qp->pmtu);
 		/* §2.2: at most 128 PSNs beyond the oldest unacknowledged one */
-		if (rc && urvt_psn_diff(psn, qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS)
+		if (rc && urvt_psn_diff(psn, qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS) {
+			qp->tp.stalled = true;
 			return;
+		}
 		if (wqe_is_rd_atomic(wqe)) {
 			req_rd_atomic(qp, wqe, q, psn);
 		} else if (!req_send_write(qp, wqe, q, psn)) {

@@ -173,6 +173,8 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */
 void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q);
+/* This thread is inside a receive batch. */
+bool urvt_in_rx(void);
 /* Send raw datagrams now (fault release, no fault injection). */
 void urvt_net_sendto(struct urvt_net *net, const uint8_t *buf, uint32_t len,
 		     const union urvt_sockaddr *dst);

@@ -41,6 +41,7 @@ struct urvt_tp_qp {
 		bool rewind_by_nak;       /* rewind_psn came from a NAK (dup filter) */
 		bool probe_sent;          /* a tail-loss probe went out since progress */
 		bool probing;             /* urvt_req_run sends one AckReq packet */
+		bool stalled;             /* the requester waits for ACKs (window, credits) */
 		uint8_t comp_opcode;      /* last READ response opcode accepted (§4) */
 		uint32_t comp_psn;        /* oldest unacknowledged PSN (comp.psn, §1) */
 		uint32_t psn_hi;          /* highest PSN sent + 1 (never rewound) */
