@@ -35,6 +35,19 @@ fi
 saddr=127.$((100 + slot)).0.1 caddr=127.$((100 + slot)).0.2
 common="-F -d urvt0 -x 0"
 
+# Another run of this suite (another build tree) may hold the slot's
+# addresses or port: wait for them to be free (bounded) rather than collide.
+slot_busy() {
+	command -v ss >/dev/null || return 1
+	ss -Hlnu 2>/dev/null | grep -qE " ($saddr|$caddr):4791 " && return 0
+	ss -Hlnt "sport = :$port" 2>/dev/null | grep -q .
+}
+for i in $(seq 1 60); do
+	slot_busy || break
+	[ "$i" = 1 ] && echo "slot $slot busy (127.$((100 + slot)).0.x:4791 or TCP $port), waiting"
+	sleep 0.5
+done
+
 # shellcheck disable=SC2086
 URVT_ADDR=$saddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" >"$out/server" 2>&1 &
 spid=$!
