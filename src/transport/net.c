@@ -400,7 +400,6 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 		struct cmsghdr align;
 	} ctl[URVT_TXQ_PKTS];
 	unsigned nm = 0;
-	uint64_t bytes = 0;
 
 	if (!q->n)
 		return;
@@ -482,7 +481,6 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 			m[nm].msg_hdr.msg_control = ctl[nm].buf;
 			m[nm].msg_hdr.msg_controllen = sizeof(ctl[nm].buf);
 		}
-		bytes += seg_bytes;
 		nm++;
 		i = j;
 	}
