@@ -337,11 +337,12 @@ static void sa_to_gid(const union urvt_sockaddr *a, uint8_t gid[16])
 }
 
 static void trace_tx(struct urvt_net *net, const uint8_t *buf, uint32_t len,
-		     const union urvt_sockaddr *dst)
+		     const union urvt_sockaddr *dst, uint16_t ip_id)
 {
 	struct urvt_ipinfo ip = net->ip_tmpl;
 
 	sa_to_gid(dst, ip.dgid);
+	ip.ip_id = ip_id;
 	urvt_pcap_write(net->pcap, URVT_PCAP_OUT, &ip, buf, len);
 }
 
@@ -415,7 +416,7 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 			urvt_ctr_add(&t->qs->c, URVT_CTR_TX_BYTES, t->len);
 		}
 		if (unlikely(net->pcap))
-			trace_tx(net, p, t->len, &t->dst);
+			trace_tx(net, p, t->len, &t->dst, 0);
 		if (unlikely(net->fault)) {
 			unsigned fl;
 			enum urvt_fault_verdict v = urvt_fault_apply(net->fault, p, t->len, &t->dst,
@@ -454,6 +455,15 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 			       seg_bytes + q->pkt[j].len <= GSO_MAX_BYTES &&
 			       q->pkt[j - 1].len == t->len && sa_equal(&q->pkt[j].dst, &t->dst)) {
 				struct urvt_txpkt *u = &q->pkt[j];
+				uint8_t *up = q->buf + u->off;
+				uint16_t seg = (uint16_t)(j - i);
+				/* The kernel (or NIC) gives segment k of an IPv4 GSO
+				 * send the IP ID k (the send itself has ID 0: DF,
+				 * unconnected); the ICRC covers it (roce-wire.md §1.3). */
+				if (t->dst.sa.sa_family == AF_INET)
+					urvt_icrc_put(up + u->len - URVT_ICRC_BYTES,
+						      urvt_icrc_get(up + u->len - URVT_ICRC_BYTES) ^
+							      urvt_icrc_v4_id_delta(u->len - URVT_ICRC_BYTES, seg));
 				urvt_ctr_add(&net->shm->dev, URVT_CTR_TX_PKTS, 1);
 				urvt_ctr_add(&net->shm->dev, URVT_CTR_TX_BYTES, u->len);
 				if (u->qs) {
@@ -461,7 +471,8 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 					urvt_ctr_add(&u->qs->c, URVT_CTR_TX_BYTES, u->len);
 				}
 				if (unlikely(net->pcap))
-					trace_tx(net, q->buf + u->off, u->len, &u->dst);
+					trace_tx(net, up, u->len, &u->dst,
+						 t->dst.sa.sa_family == AF_INET ? seg : 0);
 				seg_bytes += u->len;
 				j++;
 			}

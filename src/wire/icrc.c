@@ -212,6 +212,41 @@ uint32_t urvt_gf2_xinv8(uint32_t nbytes)
 	return urvt_gf2_mulmod(xinv8_lo[nbytes & 0xff], xinv8_hi[(nbytes >> 8) & 0xff]);
 }
 
+/* x^(8i) and x^(2048i), i < 256: any x^(8n), n < 65536, in two products. */
+static uint32_t x8_lo[256], x8_hi[256];
+static pthread_once_t x8_once = PTHREAD_ONCE_INIT;
+
+static void x8_init(void)
+{
+	uint32_t step = GF2_ONE >> 8; /* x^8 in the reflected representation */
+
+	x8_lo[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		x8_lo[i] = urvt_gf2_mulmod(x8_lo[i - 1], step);
+	uint32_t big = urvt_gf2_mulmod(x8_lo[255], step); /* x^(8*256) */
+	x8_hi[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		x8_hi[i] = urvt_gf2_mulmod(x8_hi[i - 1], big);
+}
+
+/*
+ * The forward direction of the verifier below: the ID bytes sit in a window
+ * followed by j = k + 4 bytes' worth of x^8 factors, so changing ID 0 to id
+ * changes the ICRC by W(id) * x^(8j) mod P.
+ */
+uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
+{
+	enum { WIN_END = LRH_STANDIN + 7 };
+	size_t n = LRH_STANDIN + URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len;
+	uint32_t j = (uint32_t)(n - WIN_END + 4);
+	uint32_t w = (uint32_t)(id >> 8) << 8 | (uint32_t)(id & 0xff) << 16;
+
+	if (!id)
+		return 0;
+	pthread_once(&x8_once, x8_init);
+	return urvt_gf2_mulmod(urvt_gf2_mulmod(w, x8_lo[j & 0xff]), x8_hi[(j >> 8) & 0xff]);
+}
+
 /*
  * roce-wire.md §1.3. Let D = received ICRC ^ ICRC(ID=0, DF=1). For two
  * equal-length inputs the init/final XORs cancel, so D is the raw

@@ -49,6 +49,14 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 /* Dispatch on the address family of ip (uses ip->ip_id and ip->df for IPv4). */
 uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len);
 
+/*
+ * What to XOR into an IPv4 ICRC computed with IP ID 0 to get the ICRC of
+ * the same packet (BTH .. pad, len bytes, len < 65507) carrying IP ID id.
+ * Used for UDP GSO sends: the kernel (or the NIC) gives segment k the ID
+ * base + k.
+ */
+uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id);
+
 /* urvt_icrc_v4_verify_unknown_id() flags */
 enum {
 	URVT_ICRC_DF_ANY = 1u << 0, /* also accept DF clear (costs 1 bit of the 16 left) */

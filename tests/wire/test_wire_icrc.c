@@ -157,6 +157,29 @@ static void test_unknown_id_every_id(void **state)
 }
 
 /*
+ * UDP GSO: segment k leaves with IP ID k, so its ICRC must be the ID-0 ICRC
+ * adjusted by urvt_icrc_v4_id_delta; check against a full recomputation for
+ * many lengths and IDs.
+ */
+static void test_id_delta(void **state)
+{
+	(void)state;
+	uint8_t buf[4200];
+	uint32_t sa = inet_addr("10.1.0.1"), da = inet_addr("10.1.0.2");
+
+	for (size_t len = 16; len < sizeof(buf); len += 37) {
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)(i * 7 + len);
+		uint32_t base = urvt_icrc_v4(sa, da, 0, true, 4791, 4791, buf, len);
+		assert_int_equal(urvt_icrc_v4_id_delta(len, 0), 0);
+		for (uint32_t id = 1; id < 65536; id = id * 3 + 1) {
+			uint32_t want = urvt_icrc_v4(sa, da, (uint16_t)id, true, 4791, 4791, buf, len);
+			assert_int_equal(base ^ urvt_icrc_v4_id_delta(len, (uint16_t)id), want);
+		}
+	}
+}
+
+/*
  * About 2^-16 of corrupted packets pass (16 bits of the CRC's 32 are left).
  * Single-byte errors are no longer all caught: at a few distances from the
  * ID field a byte error can look like an ID change (docs/wire.md), so they
@@ -233,6 +256,7 @@ int main(void)
 		cmocka_unit_test(test_gf2),
 		cmocka_unit_test(test_unknown_id_all_lengths),
 		cmocka_unit_test(test_unknown_id_every_id),
+		cmocka_unit_test(test_id_delta),
 		cmocka_unit_test(test_false_accept_rate),
 		cmocka_unit_test(test_check_errors),
 	};

@@ -1,0 +1,77 @@
+#!/bin/sh
+# capture.sh SLOT PINGPONG [ARGS...]
+#
+# issue 4 / issue 3 proof: capture a pingpong run between two network
+# namespaces joined by a veth pair (made here, addresses only inside them)
+# whose devices segment UDP GSO sends in software (gso_max_segs 1), as a
+# NIC path does; then
+#   - pcap_icrc recomputes every packet's ICRC from the captured IP header
+#     (IPv4 ID and all) and compares it with the 4 bytes on the wire;
+#   - tshark decodes the packets as InfiniBand/RoCEv2.
+set -u
+slot=$1 prog=$2
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${URVT_BUILD:-$here/../../build}
+run=$bin/bin/urvt-run
+a=urvt-ca$slot b=urvt-cb$slot va=cva$slot vb=cvb$slot
+port=$((18500 + slot))
+out=$(mktemp -d)
+cleanup() {
+	[ -n "${dpid:-}" ] && kill "$dpid" 2>/dev/null
+	ip netns del "$a" 2>/dev/null
+	ip netns del "$b" 2>/dev/null
+	rm -rf "$out"
+}
+trap cleanup EXIT INT TERM
+if [ "$(id -u)" != 0 ] || ! command -v dumpcap >/dev/null || ! command -v tshark >/dev/null; then
+	echo "SKIP: needs root, dumpcap and tshark"
+	exit 77
+fi
+ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
+ip netns add "$a" && ip netns add "$b" || exit 1
+ip link add "$va" netns "$a" type veth peer name "$vb" netns "$b" || exit 1
+ip -n "$a" addr add "10.$slot.1.1/24" dev "$va"
+ip -n "$b" addr add "10.$slot.1.2/24" dev "$vb"
+for x in "$a:$va" "$b:$vb"; do
+	ns=${x%%:*} dev=${x#*:}
+	ip -n "$ns" link set lo up
+	# software segmentation of every GSO send, as on the way to a NIC
+	ip -n "$ns" link set dev "$dev" gso_max_segs 1 up
+done
+
+ip netns exec "$b" dumpcap -P -q -i "$vb" -f "udp port 4791" -w "$out/cap.pcap" \
+	>"$out/dumpcap.log" 2>&1 &
+dpid=$!
+for i in 1 2 3 4 5 6 7 8 9 10; do
+	grep -q "File:" "$out/dumpcap.log" 2>/dev/null && break
+	sleep 0.2
+done
+sleep 0.3
+
+timeout 60 ip netns exec "$a" env URVT_NETDEV="$va" "$run" "$prog" -g 0 -p "$port" "$@" \
+	>"$out/server" 2>&1 &
+spid=$!
+sleep 0.3
+timeout 60 ip netns exec "$b" env URVT_NETDEV="$vb" "$run" "$prog" -g 0 -p "$port" "$@" \
+	"10.$slot.1.1" >"$out/client" 2>&1
+crc=$?
+wait "$spid"
+src=$?
+sleep 0.5
+kill "$dpid"; wait "$dpid" 2>/dev/null; dpid=
+tail -2 "$out/client"
+if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then
+	echo "FAIL: pingpong exit codes server=$src client=$crc"
+	cat "$out/server" "$out/client"
+	exit 1
+fi
+echo "--- ICRC check (pcap_icrc):"
+"$bin/tests/wire/pcap_icrc" "$out/cap.pcap" 10 || { echo "FAIL: ICRC"; exit 1; }
+echo "--- tshark:"
+n=$(tshark -r "$out/cap.pcap" -Y infiniband -T fields -e infiniband.bth.opcode 2>/dev/null | wc -l)
+all=$(tshark -r "$out/cap.pcap" -T fields -e frame.number 2>/dev/null | wc -l)
+ids=$(tshark -r "$out/cap.pcap" -Y infiniband -T fields -e ip.id 2>/dev/null | sort -u | wc -l)
+echo "$n of $all packets decoded as InfiniBand (RoCEv2), $ids distinct IPv4 IDs"
+[ "$n" -gt 0 ] && [ "$n" -eq "$all" ] || { echo "FAIL: tshark decode"; exit 1; }
+echo "PASS"
