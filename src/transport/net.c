@@ -380,6 +380,10 @@ void urvt_net_sendto(struct urvt_net *net, const uint8_t *buf, uint32_t len,
 	struct mmsghdr m = { .msg_hdr = { .msg_name = (void *)dst, .msg_namelen = sa_len(dst),
 					 .msg_iov = &iov, .msg_iovlen = 1 } };
 
+	if (unlikely(net->tx_sink)) {
+		net->tx_sink(net->tx_sink_arg, buf, len, dst);
+		return;
+	}
 	send_msgs(net, &m, 1);
 }
 
@@ -417,6 +421,11 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 		}
 		if (unlikely(net->pcap))
 			trace_tx(net, p, t->len, &t->dst, 0);
+		if (unlikely(net->tx_sink)) {
+			net->tx_sink(net->tx_sink_arg, p, t->len, &t->dst);
+			i++;
+			continue;
+		}
 		if (unlikely(net->fault)) {
 			unsigned fl;
 			enum urvt_fault_verdict v = urvt_fault_apply(net->fault, p, t->len, &t->dst,

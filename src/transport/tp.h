@@ -108,6 +108,12 @@ struct urvt_net {
 
 	struct urvt_pcap *pcap;
 	struct urvt_fault *fault;
+	/* Tests and fuzzers: when set, every packet the transport sends goes
+	 * here instead of to the socket (after counters and pcap, before
+	 * fault injection and GSO). NULL in normal operation. */
+	void (*tx_sink)(void *arg, const uint8_t *buf, uint32_t len,
+			const union urvt_sockaddr *dst);
+	void *tx_sink_arg;
 
 	/* progress-thread barrier for teardown */
 	pthread_mutex_t bar_lock;
