@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "core/keys.h"
 #include "core/rvt_api.h"
 
 #define SLOT_IN_USE 0x80000000u
@@ -60,19 +61,6 @@ void rvt_lkey_table_fini(struct rvt_lkey_table *t)
 	pthread_mutex_destroy(&t->lock);
 }
 
-static bool mr_get_unless_zero(struct rvt_mregion *mr)
-{
-	uint32_t r = atomic_load_explicit(&mr->refcount, memory_order_relaxed);
-
-	do {
-		if (!r)
-			return false;
-	} while (!atomic_compare_exchange_weak_explicit(&mr->refcount, &r, r + 1,
-						       memory_order_acquire,
-						       memory_order_relaxed));
-	return true;
-}
-
 static void mr_free_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
 {
 	uint32_t idx = mr->lkey >> RVT_LKEY_GEN_BITS;
@@ -84,32 +72,6 @@ static void mr_free_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
 	mr->next_free = t->free_list;
 	t->free_list = mr;
 	pthread_mutex_unlock(&t->lock);
-}
-
-/* Only rvt_dereg_mr drops the owner's reference (1 -> 0, by CAS). */
-void rvt_put_mr(struct rvt_mregion *mr)
-{
-	atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_release);
-}
-
-/* Look a key up and take a reference; NULL if no live MR has that key. */
-static struct rvt_mregion *lookup_key(struct rvt_lkey_table *t, uint32_t key)
-{
-	uint32_t idx = key >> RVT_LKEY_GEN_BITS;
-	struct rvt_mregion *mr;
-
-	if (unlikely(idx >= t->max))
-		return NULL;
-	/* A1: pairs with the release publish in publish_mr(). */
-	mr = atomic_load_explicit(&t->table[idx], memory_order_acquire);
-	if (!mr || !mr_get_unless_zero(mr))
-		return NULL;
-	if (unlikely(READ_ONCE(mr->lkey) != key ||
-		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed))) {
-		rvt_put_mr(mr);
-		return NULL;
-	}
-	return mr;
 }
 
 static void publish_mr(struct rvt_lkey_table *t, struct rvt_mregion *mr)
@@ -357,82 +319,6 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 	return 0;
 }
 
-/* Overflow-safe "[va, va+len) inside [base, base+size)". */
-static inline bool range_ok(uint64_t base, uint64_t size, uint64_t va, uint64_t len)
-{
-	return va >= base && va - base <= size && len <= size - (va - base);
-}
-
-/* qp-semantics.md §2.6, in order. */
-int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
-		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc)
-{
-	struct rvt_mregion *mr;
-	uint32_t key = sge->lkey;
-
-	/* 1. lkey 0 is the kernel's DMA MR: never valid for a user PD. */
-	if (unlikely(!key))
-		return -EINVAL;
-	/* 2. adjacent merge with the previous segment of the same MR */
-	if (last_sge && last_sge->mr && last_sge->mr->lkey == key &&
-	    (uintptr_t)last_sge->vaddr + last_sge->sge_length ==
-		    (uintptr_t)last_sge->mr->vaddr + (sge->addr - last_sge->mr->iova)) {
-		mr = last_sge->mr;
-		if (range_ok(mr->iova, mr->length, sge->addr, sge->length) &&
-		    (uint64_t)last_sge->sge_length + sge->length <= UINT32_MAX) {
-			last_sge->length += sge->length;
-			last_sge->sge_length += sge->length;
-			return 0;
-		}
-	}
-	/* 3./4. lookup, published, key generation, PD */
-	mr = lookup_key(t, key);
-	if (unlikely(!mr))
-		return -EINVAL;
-	if (unlikely(mr->pd != pd))
-		goto bad;
-	/* 5. bounds (addresses are in the MR's iova space) */
-	if (unlikely(!range_ok(mr->iova, mr->length, sge->addr, sge->length)))
-		goto bad;
-	/* 6. access: every required bit */
-	if (unlikely((mr->access & acc) != acc))
-		goto bad;
-	isge->mr = mr;
-	isge->vaddr = mr->vaddr + (sge->addr - mr->iova);
-	isge->length = sge->length;
-	isge->sge_length = sge->length;
-	return 1;
-bad:
-	rvt_put_mr(mr);
-	return -EINVAL;
-}
-
-bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
-		 uint32_t rkey, int acc)
-{
-	struct rvt_mregion *mr;
-
-	if (unlikely(!rkey))
-		return false;
-	mr = lookup_key(&qp->rdi->lkey_table, rkey);
-	if (unlikely(!mr))
-		return false;
-	if (unlikely(mr->pd != qp->pd))
-		goto bad;
-	if (unlikely(!range_ok(mr->iova, mr->length, vaddr, len)))
-		goto bad;
-	if (unlikely(!(mr->access & acc)))
-		goto bad;
-	sge->mr = mr;
-	sge->vaddr = mr->vaddr + (vaddr - mr->iova);
-	sge->length = len;
-	sge->sge_length = len;
-	return true;
-bad:
-	rvt_put_mr(mr);
-	return false;
-}
-
 /*
  * rdmavt rvt_invalidate_rkey: the key must name a live MR of the QP's PD;
  * afterwards every lkey/rkey check against it fails until it is
@@ -445,7 +331,7 @@ int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
 
 	if (!rkey)
 		return -EINVAL;
-	mr = lookup_key(&qp->rdi->lkey_table, rkey);
+	mr = rvt_lookup_key(&qp->rdi->lkey_table, rkey);
 	if (!mr)
 		return -EINVAL;
 	if (mr->pd != qp->pd) {

@@ -161,39 +161,6 @@ bool rvt_qp_table_contains(struct rvt_qp_table *t, struct rvt_qp *qp)
 	return slot && atomic_load_explicit(slot, memory_order_acquire) == qp;
 }
 
-struct rvt_qp *rvt_lookup_qpn(struct rvt_dev_info *rdi, uint32_t qpn)
-{
-	_Atomic(struct rvt_qp *) *slot = slot_of(&rdi->qp_table, qpn, false);
-	struct rvt_qp *qp;
-	uint32_t r;
-
-	if (!slot)
-		return NULL;
-	qp = atomic_load_explicit(slot, memory_order_acquire);
-	if (!qp)
-		return NULL;
-	/* Increment unless zero: a recycled or dying QP has refcount 0. */
-	r = atomic_load_explicit(&qp->refcount, memory_order_relaxed);
-	do {
-		if (!r)
-			return NULL;
-	} while (!atomic_compare_exchange_weak_explicit(&qp->refcount, &r, r + 1,
-						       memory_order_acquire,
-						       memory_order_relaxed));
-	/* The structure may have been reused for another QP meanwhile. */
-	if (unlikely(READ_ONCE(qp->qpn) != qpn ||
-		     atomic_load_explicit(slot, memory_order_acquire) != qp)) {
-		rvt_put_qp(qp);
-		return NULL;
-	}
-	return qp;
-}
-
-void rvt_put_qp(struct rvt_qp *qp)
-{
-	atomic_fetch_sub_explicit(&qp->refcount, 1, memory_order_release);
-}
-
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t)
 {
 	struct rvt_qp *qp;

@@ -20,4 +20,45 @@ bool rvt_qp_table_contains(struct rvt_qp_table *t, struct rvt_qp *qp);
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);
 
+/*
+ * QPN -> referenced QP, or NULL (the receive and loopback fast paths;
+ * inline). Increment-unless-zero: a dying or recycled QP has refcount 0;
+ * the structure may have been reused for another QP meanwhile, so the QPN
+ * and the slot are checked again after the reference is taken.
+ */
+static inline void rvt_put_qp(struct rvt_qp *qp)
+{
+	atomic_fetch_sub_explicit(&qp->refcount, 1, memory_order_release);
+}
+
+static inline struct rvt_qp *rvt_lookup_qpn(struct rvt_dev_info *rdi, uint32_t qpn)
+{
+	struct rvt_qp_table *t = &rdi->qp_table;
+	_Atomic(struct rvt_qp *) *page, *slot;
+	struct rvt_qp *qp;
+	uint32_t r;
+
+	page = __atomic_load_n(&t->page[(qpn & URVT_QPN_MASK) >> RVT_QPT_PAGE_SHIFT],
+			       __ATOMIC_ACQUIRE);
+	if (unlikely(!page))
+		return NULL;
+	slot = &page[qpn & ((1u << RVT_QPT_PAGE_SHIFT) - 1)];
+	qp = atomic_load_explicit(slot, memory_order_acquire);
+	if (!qp)
+		return NULL;
+	r = atomic_load_explicit(&qp->refcount, memory_order_relaxed);
+	do {
+		if (!r)
+			return NULL;
+	} while (!atomic_compare_exchange_weak_explicit(&qp->refcount, &r, r + 1,
+						       memory_order_acquire,
+						       memory_order_relaxed));
+	if (unlikely(READ_ONCE(qp->qpn) != qpn ||
+		     atomic_load_explicit(slot, memory_order_acquire) != qp)) {
+		rvt_put_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
 #endif

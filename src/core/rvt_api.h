@@ -6,6 +6,8 @@
 #ifndef URVT_CORE_RVT_API_H
 #define URVT_CORE_RVT_API_H
 
+#include "core/keys.h"
+#include "core/qp_table.h"
 #include "core/rvt.h"
 
 /* device.c: the process-wide device, created on first open. */
@@ -48,20 +50,7 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *addr,
 		 size_t length, int access);
 int rvt_dereg_mr(struct rvt_mregion *mr);
-/* Validate one local SGE and store it (referenced) in *isge. Returns 1 if
- * stored, 0 if merged into last_sge, negative errno on failure. */
-int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
-		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc);
-/* Validate a remote key range; on success *sge holds a reference. */
-bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
-		 uint32_t rkey, int acc);
-void rvt_put_mr(struct rvt_mregion *mr);
-static inline void rvt_put_sge(struct rvt_sge *sge)
-{
-	if (sge->mr)
-		rvt_put_mr(sge->mr);
-	sge->mr = NULL;
-}
+/* rvt_lkey_ok, rvt_rkey_ok, rvt_put_mr, rvt_put_sge: inline, in keys.h. */
 /* Invalidate by rkey (LOCAL_INV / SEND_WITH_INV); -EINVAL if not found. */
 int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey);
 
@@ -98,8 +87,7 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr);
 int rvt_destroy_qp(struct rvt_qp *qp);
-struct rvt_qp *rvt_lookup_qpn(struct rvt_dev_info *rdi, uint32_t qpn); /* referenced */
-void rvt_put_qp(struct rvt_qp *qp);
+/* rvt_lookup_qpn (referenced), rvt_put_qp: inline, in qp_table.h. */
 void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err);
 
 /* post.c */

@@ -1026,7 +1026,7 @@ static void test_send_with_inv(void **state)
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
 	struct ibv_wc wc;
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 
 	(void)state;
 	brecv(p, 1, 0, 64);

@@ -54,7 +54,7 @@ static int lkey_ok(struct rvt_pd *pd, struct rvt_sge *isge, struct rvt_sge *last
 /* rvt_lkey_ok succeeded: drop the reference it took. */
 static void expect_lkey_ok(struct rvt_pd *pd, uint64_t addr, uint32_t len, uint32_t lkey, int acc)
 {
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 
 	assert_int_equal(lkey_ok(pd, &s, NULL, addr, len, lkey, acc), 1);
 	assert_non_null(s.mr);
@@ -63,7 +63,7 @@ static void expect_lkey_ok(struct rvt_pd *pd, uint64_t addr, uint32_t len, uint3
 
 static void expect_lkey_bad(struct rvt_pd *pd, uint64_t addr, uint32_t len, uint32_t lkey, int acc)
 {
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 
 	assert_int_equal(lkey_ok(pd, &s, NULL, addr, len, lkey, acc), -EINVAL);
 }
@@ -225,7 +225,7 @@ static void test_dereg_key_dead(void **state)
 	static char buf[128];
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	uint32_t *dead = calloc(NREREG, sizeof(*dead));
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 
 	(void)state;
 	assert_non_null(dead);
@@ -348,7 +348,7 @@ static void test_rkey_ok(void **state)
 	static uint8_t buf[1024];
 	const uint64_t iova = 0x5000000;
 	struct rvt_mregion *w, *r;
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 	int err;
 
 	(void)state;
@@ -397,7 +397,7 @@ static void test_iova_translation(void **state)
 	static uint8_t buf[512];
 	const uint64_t iova = 0xabc000000ull;
 	struct rvt_mregion *mr;
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 	int err;
 
 	(void)state;
@@ -427,7 +427,7 @@ static void test_rereg(void **state)
 	static uint8_t buf[256], buf2[512];
 	struct rvt_mregion *mr = ut_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	uint32_t k = mr->ibmr.lkey;
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 	uint64_t t0;
 
 	(void)state;

@@ -613,7 +613,7 @@ static void test_local_inv(void **state)
 	struct rvt_mregion *m3 = ut_mr(F->pd, b, sizeof(b), IBV_ACCESS_LOCAL_WRITE);
 	struct rvt_mregion *other = ut_mr(F->pd2, b, sizeof(b), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_send_wr wr = { .wr_id = 0x77, .opcode = IBV_WR_LOCAL_INV };
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 	struct ibv_sge isge = { .addr = (uintptr_t)b, .length = 8 };
 	struct ibv_wc wc;
 	uint32_t head;
@@ -825,7 +825,7 @@ static void test_local_inv_pending_queues(void **state)
 	struct rvt_mregion *m2 = ut_mr(F->pd, b, sizeof(b), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_send_wr wr = { .opcode = IBV_WR_LOCAL_INV };
 	struct ibv_sge isge = { .addr = (uintptr_t)b, .length = 8 };
-	struct rvt_sge s;
+	struct rvt_sge s = { 0 };
 	struct ibv_wc wc;
 
 	(void)state;

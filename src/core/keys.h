@@ -1,0 +1,137 @@
+/*
+ * Key checks on the posting and receive fast paths (rdmavt rvt_lkey_ok /
+ * rvt_rkey_ok, qp-semantics.md §2.6), inline so post_send, the loopback
+ * engine and the responder pay no calls. The table and its lifetime rules
+ * are in mr.c: MR structures are type-stable, so a lookup takes a reference
+ * with an increment-unless-zero and re-checks the key afterwards.
+ */
+#ifndef URVT_CORE_KEYS_H
+#define URVT_CORE_KEYS_H
+
+#include <errno.h>
+
+#include "core/rvt.h"
+
+static inline bool mr_get_unless_zero(struct rvt_mregion *mr)
+{
+	uint32_t r = atomic_load_explicit(&mr->refcount, memory_order_relaxed);
+
+	do {
+		if (!r)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&mr->refcount, &r, r + 1,
+						       memory_order_acquire,
+						       memory_order_relaxed));
+	return true;
+}
+
+/* Only rvt_dereg_mr drops the owner's reference (1 -> 0, by CAS). */
+static inline void rvt_put_mr(struct rvt_mregion *mr)
+{
+	atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_release);
+}
+
+static inline void rvt_put_sge(struct rvt_sge *sge)
+{
+	if (sge->mr)
+		rvt_put_mr(sge->mr);
+	sge->mr = NULL;
+}
+
+/* Look a key up and take a reference; NULL if no live MR has that key. */
+static inline struct rvt_mregion *rvt_lookup_key(struct rvt_lkey_table *t, uint32_t key)
+{
+	uint32_t idx = key >> RVT_LKEY_GEN_BITS;
+	struct rvt_mregion *mr;
+
+	if (unlikely(idx >= t->max))
+		return NULL;
+	/* A1: pairs with the release publish in mr.c publish_mr(). */
+	mr = atomic_load_explicit(&t->table[idx], memory_order_acquire);
+	if (!mr || !mr_get_unless_zero(mr))
+		return NULL;
+	if (unlikely(READ_ONCE(mr->lkey) != key ||
+		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed))) {
+		rvt_put_mr(mr);
+		return NULL;
+	}
+	return mr;
+}
+
+/* Overflow-safe "[va, va+len) inside [base, base+size)". */
+static inline bool range_ok(uint64_t base, uint64_t size, uint64_t va, uint64_t len)
+{
+	return va >= base && va - base <= size && len <= size - (va - base);
+}
+
+/* qp-semantics.md §2.6, in order. */
+static inline int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
+		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc)
+{
+	struct rvt_mregion *mr;
+	uint32_t key = sge->lkey;
+
+	/* 1. lkey 0 is the kernel's DMA MR: never valid for a user PD. */
+	if (unlikely(!key))
+		return -EINVAL;
+	/* 2. adjacent merge with the previous segment of the same MR */
+	if (last_sge && last_sge->mr && last_sge->mr->lkey == key &&
+	    (uintptr_t)last_sge->vaddr + last_sge->sge_length ==
+		    (uintptr_t)last_sge->mr->vaddr + (sge->addr - last_sge->mr->iova)) {
+		mr = last_sge->mr;
+		if (range_ok(mr->iova, mr->length, sge->addr, sge->length) &&
+		    (uint64_t)last_sge->sge_length + sge->length <= UINT32_MAX) {
+			last_sge->length += sge->length;
+			last_sge->sge_length += sge->length;
+			return 0;
+		}
+	}
+	/* 3./4. lookup, published, key generation, PD */
+	mr = rvt_lookup_key(t, key);
+	if (unlikely(!mr))
+		return -EINVAL;
+	if (unlikely(mr->pd != pd))
+		goto bad;
+	/* 5. bounds (addresses are in the MR's iova space) */
+	if (unlikely(!range_ok(mr->iova, mr->length, sge->addr, sge->length)))
+		goto bad;
+	/* 6. access: every required bit */
+	if (unlikely((mr->access & acc) != acc))
+		goto bad;
+	isge->mr = mr;
+	isge->vaddr = mr->vaddr + (sge->addr - mr->iova);
+	isge->length = sge->length;
+	isge->sge_length = sge->length;
+	return 1;
+bad:
+	rvt_put_mr(mr);
+	return -EINVAL;
+}
+
+static inline bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
+		 uint32_t rkey, int acc)
+{
+	struct rvt_mregion *mr;
+
+	if (unlikely(!rkey))
+		return false;
+	mr = rvt_lookup_key(&qp->rdi->lkey_table, rkey);
+	if (unlikely(!mr))
+		return false;
+	if (unlikely(mr->pd != qp->pd))
+		goto bad;
+	if (unlikely(!range_ok(mr->iova, mr->length, vaddr, len)))
+		goto bad;
+	if (unlikely(!(mr->access & acc)))
+		goto bad;
+	sge->mr = mr;
+	sge->vaddr = mr->vaddr + (vaddr - mr->iova);
+	sge->length = len;
+	sge->sge_length = len;
+	return true;
+bad:
+	rvt_put_mr(mr);
+	return false;
+}
+
+#endif
