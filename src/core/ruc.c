@@ -23,19 +23,6 @@ const uint32_t ib_rvt_rnr_table[32] = {
 /* ------------------------------------------------------------------ */
 /* SGE copies                                                         */
 /* ------------------------------------------------------------------ */
-void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *list, uint32_t num_sge,
-			uint32_t total_len)
-{
-	ss->num_sge = (uint8_t)num_sge;
-	ss->total_len = total_len;
-	if (num_sge) {
-		ss->sge = list[0];
-		ss->sg_list = list + 1;
-	} else {
-		memset(&ss->sge, 0, sizeof(ss->sge));
-		ss->sg_list = list;
-	}
-}
 
 static inline void sge_advance(struct rvt_sge_state *ss, uint32_t len, bool release)
 {
@@ -341,7 +328,10 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 
 	rvt_sge_state_init(&src, wqe->sg_list, wqe->num_sge, wqe->length);
 	*recv_cqe = false;
-	memset(wc, 0, sizeof(*wc));
+	/* only the opcodes that produce a receive completion fill wc */
+	if ((1u << wqe->opcode) & (1u << IBV_WR_RDMA_WRITE_WITH_IMM | 1u << IBV_WR_SEND |
+				   1u << IBV_WR_SEND_WITH_IMM | 1u << IBV_WR_SEND_WITH_INV))
+		memset(wc, 0, sizeof(*wc));
 
 	switch (wqe->opcode) {
 	case IBV_WR_SEND_WITH_INV:

@@ -34,8 +34,17 @@ void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 		  bool release, bool copy_last);
 /* Gather length bytes from ss into buf, advancing ss. */
 void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length);
-void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *list, uint32_t num_sge,
-			uint32_t total_len);
+static inline void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *list,
+				      uint32_t num_sge, uint32_t total_len)
+{
+	ss->num_sge = (uint8_t)num_sge;
+	ss->total_len = total_len;
+	ss->sg_list = num_sge ? list + 1 : list;
+	if (num_sge)
+		ss->sge = list[0];
+	else
+		ss->sge = (struct rvt_sge){ 0 };
+}
 
 /* RNR NAK timer code -> microseconds (qp-semantics.md §9.1). */
 extern const uint32_t ib_rvt_rnr_table[32];
