@@ -14,19 +14,25 @@
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
-void urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
+bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 {
 	bool cur = qp->s_cur == qp->s_last;
+	uint32_t last = qp->s_last;
 
 	if (qp->tp.rd_valid && qp->tp.rd_idx == qp->s_last)
 		qp->tp.rd_valid = false;
 	rvt_send_complete(qp, wqe, st);
+	/* a reset (modify or destroy) landed: rvt_send_complete retires
+	 * nothing any more and the reset discards the rest itself */
+	if (qp->s_last == last)
+		return false;
 	if (cur) {
 		/* rvt_send_complete moved s_cur along with s_last */
 		qp->s_offset = 0;
 		qp->tp.cur_started = false;
 		qp->tp.cur_valid = false;
 	}
+	return true;
 }
 
 /* Forward progress (§4): reload the retry counters, restart the timer base. */
@@ -228,7 +234,8 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 		}
 		/* §4.1 coalesced ACK: this SEND/WRITE is done */
 		advance_comp_psn(qp, urvt_psn_next(wqe->lpsn));
-		urvt_retire(qp, wqe, IBV_WC_SUCCESS);
+		if (!urvt_retire(qp, wqe, IBV_WC_SUCCESS))
+			return;
 	}
 	diff = urvt_psn_cmp(psn, qp->tp.comp_psn);
 	if (diff < 0) {
@@ -414,7 +421,8 @@ void urvt_comp_flush(struct rvt_qp *qp)
 	qp->s_flags &= ~(RVT_S_WAIT_RNR | RVT_S_WAIT_ACK);
 	qp->tp.timer_armed = false;
 	while (qp->s_last != load_acquire(&qp->s_head))
-		urvt_retire(qp, rvt_get_swqe_ptr(qp, qp->s_last), IBV_WC_WR_FLUSH_ERR);
+		if (!urvt_retire(qp, rvt_get_swqe_ptr(qp, qp->s_last), IBV_WC_WR_FLUSH_ERR))
+			return;
 }
 
 /* transport->do_send: completer, timers, then requester. */

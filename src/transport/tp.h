@@ -218,8 +218,9 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
 
 /* ---- comp.c ---- */
 /* Retire s_last with a status (rvt_send_complete) and keep the requester's
- * cursor consistent if s_cur moved with it. */
-void urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
+ * cursor consistent if s_cur moved with it. False if nothing was retired
+ * (a reset landed: callers looping over WQEs must stop). */
+bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
 void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b);
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q);
 void urvt_comp_flush(struct rvt_qp *qp);
