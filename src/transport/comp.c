@@ -256,7 +256,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_ONLY:
 		if (wqe->opcode != IBV_WR_RDMA_READ) {
-			comp_error(qp, wqe, IBV_WC_BAD_RESP_ERR);
+			comp_error(qp, wqe, IBV_WC_FATAL_ERR); /* rc-protocol §4 step 5 */
 			return;
 		}
 		if ((pkt->mask & URVT_AETH_MASK) &&
