@@ -105,7 +105,7 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	a->max_sge_rd = URVT_MAX_SGE;
 	a->max_cq = URVT_MAX_CQ;
 	a->max_cqe = URVT_MAX_CQE;
-	a->max_mr = URVT_MAX_MR;
+	a->max_mr = URVT_MAX_MR - 1; /* lkey slot 0 is never used: key 0 stays invalid */
 	a->max_pd = URVT_MAX_PD;
 	a->max_qp_rd_atom = URVT_MAX_RD_ATOMIC;
 	a->max_qp_init_rd_atom = URVT_MAX_RD_ATOMIC;
