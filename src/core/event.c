@@ -158,24 +158,19 @@ void urvt_context_fini(struct urvt_context *uctx)
 	evq_destroy(uctx->async_q);
 }
 
-/* Count an event the application read on its object, so destroy waits for its ack. */
-static void count_reported(const struct evrec *r)
-{
-	void *obj = r->obj;
+/* What an async event is about: the element of struct ibv_async_event it fills. */
+enum ev_class { EV_QP, EV_CQ, EV_SRQ, EV_PORT, EV_DEVICE };
 
-	switch (r->type) {
-	case IBV_EVENT_CQ_ERR: {
-		struct rvt_cq *cq = obj;
-		atomic_fetch_add(&cq->async_events_reported, 1);
-		break;
-	}
+static enum ev_class ev_class(enum ibv_event_type type)
+{
+	switch (type) {
+	case IBV_EVENT_CQ_ERR:
+		return EV_CQ;
 	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED: {
-		struct rvt_srq *srq = obj;
-		atomic_fetch_add(&srq->async_events_reported, 1);
-		break;
-	}
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return EV_SRQ;
 	case IBV_EVENT_DEVICE_FATAL:
+		return EV_DEVICE;
 	case IBV_EVENT_PORT_ACTIVE:
 	case IBV_EVENT_PORT_ERR:
 	case IBV_EVENT_LID_CHANGE:
@@ -183,12 +178,27 @@ static void count_reported(const struct evrec *r)
 	case IBV_EVENT_SM_CHANGE:
 	case IBV_EVENT_CLIENT_REREGISTER:
 	case IBV_EVENT_GID_CHANGE:
-		break;
-	default: {
-		struct rvt_qp *qp = obj;
-		atomic_fetch_add(&qp->async_events_reported, 1);
-		break;
+		return EV_PORT;
+	default:
+		return EV_QP;
 	}
+}
+
+/* Count an event the application read on its object, so destroy waits for its ack. */
+static void count_reported(const struct evrec *r)
+{
+	switch (ev_class(r->type)) {
+	case EV_CQ:
+		atomic_fetch_add(&((struct rvt_cq *)r->obj)->async_events_reported, 1);
+		break;
+	case EV_SRQ:
+		atomic_fetch_add(&((struct rvt_srq *)r->obj)->async_events_reported, 1);
+		break;
+	case EV_QP:
+		atomic_fetch_add(&((struct rvt_qp *)r->obj)->async_events_reported, 1);
+		break;
+	default:
+		break;
 	}
 }
 
@@ -212,27 +222,20 @@ int urvt_get_async_event(struct urvt_context *uctx, struct ibv_async_event *even
 		return ret;
 	memset(event, 0, sizeof(*event));
 	event->event_type = rec.type;
-	switch (rec.type) {
-	case IBV_EVENT_CQ_ERR:
+	switch (ev_class(rec.type)) {
+	case EV_CQ:
 		event->element.cq = ibv_cq_ex_to_cq(&((struct rvt_cq *)rec.obj)->ibcq);
 		break;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case EV_SRQ:
 		event->element.srq = &((struct rvt_srq *)rec.obj)->ibsrq;
 		break;
-	case IBV_EVENT_DEVICE_FATAL:
+	case EV_QP:
+		event->element.qp = &((struct rvt_qp *)rec.obj)->ibqp_ex.qp_base;
 		break;
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
-	case IBV_EVENT_GID_CHANGE:
+	case EV_PORT:
 		event->element.port_num = 1;
 		break;
-	default:
-		event->element.qp = &((struct rvt_qp *)rec.obj)->ibqp_ex.qp_base;
+	case EV_DEVICE:
 		break;
 	}
 	return 0;
@@ -245,38 +248,24 @@ void urvt_ack_async_event(struct ibv_async_event *event)
 	pthread_cond_t *c = NULL;
 	uint32_t *done = NULL;
 
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR: {
-		struct ibv_cq *cq = event->element.cq;
-		m = &cq->mutex;
-		c = &cq->cond;
-		done = &cq->async_events_completed;
+	switch (ev_class(event->event_type)) {
+	case EV_CQ:
+		m = &event->element.cq->mutex;
+		c = &event->element.cq->cond;
+		done = &event->element.cq->async_events_completed;
 		break;
-	}
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED: {
-		struct ibv_srq *srq = event->element.srq;
-		m = &srq->mutex;
-		c = &srq->cond;
-		done = &srq->events_completed;
+	case EV_SRQ:
+		m = &event->element.srq->mutex;
+		c = &event->element.srq->cond;
+		done = &event->element.srq->events_completed;
 		break;
-	}
-	case IBV_EVENT_DEVICE_FATAL:
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
-	case IBV_EVENT_GID_CHANGE:
+	case EV_QP:
+		m = &event->element.qp->mutex;
+		c = &event->element.qp->cond;
+		done = &event->element.qp->events_completed;
+		break;
+	default:
 		return;
-	default: {
-		struct ibv_qp *qp = event->element.qp;
-		m = &qp->mutex;
-		c = &qp->cond;
-		done = &qp->events_completed;
-		break;
-	}
 	}
 	pthread_mutex_lock(m);
 	++*done;
