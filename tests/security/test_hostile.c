@@ -864,6 +864,39 @@ static void test_response_injection(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* CQ overrun over the network (class G): SENDs completing into a full CQ
+ * raise IBV_EVENT_CQ_ERR (once) and take the QP to ERR; nothing is
+ * written outside the receive buffers. */
+static void test_cq_overrun(void **state)
+{
+	struct rvt_qp *qp;
+	struct urvt_pkt f;
+	uint8_t data[64];
+	int n, events;
+
+	cq = ut_cq(&dev, 1);
+	n = (int)cq->cqe; /* capacity as reported */
+	qp = victim(RC, RTS, ALL_RIGHTS);
+	for (int i = 1; i < n + 2; i++)
+		ut_post_recv(qp, 0xabc + (uint64_t)i, R[M_RECV].buf + 512 * i, 512, R[M_RECV].key);
+	memset(&f, 0, sizeof(f));
+	f.opcode = S_ONLY;
+	f.dest_qpn = qp->qpn;
+	f.ackreq = true;
+	for (int i = 0; i < n + 2; i++) {
+		f.psn = PEER_PSN + (uint32_t)i;
+		send_pkt(peer_fd, &peer_addr, &f, data, sizeof(data), NULL, NULL);
+	}
+	events = ut_async_count(&dev, IBV_EVENT_CQ_ERR, cq, 2000);
+	assert_int_equal(events, 1);
+	assert_int_equal(ut_state(qp), ERR);
+	check_memory("cq overrun", false);
+	rvt_destroy_qp(qp);
+	ut_async_drain(&dev);
+	rvt_destroy_cq(cq);
+	cq = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -871,6 +904,7 @@ int main(void)
 		cmocka_unit_test(test_replay_and_gap),
 		cmocka_unit_test(test_send_with_inv_foreign_key),
 		cmocka_unit_test(test_response_injection),
+		cmocka_unit_test(test_cq_overrun),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
