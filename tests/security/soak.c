@@ -36,7 +36,11 @@
 #include "transport/stats.h"
 
 #define MAXQ 256
-#define RING 16          /* receives per QP at B, write slots */
+#define RING 16          /* receives per QP at B */
+/* WRITE WITH IMM slots: FIRST/MIDDLE packets land before the LAST takes a
+ * receive WQE, so message s + WSLOTS may only start once B has checked s:
+ * with DEPTH < RING outstanding that holds for 2 * RING slots. */
+#define WSLOTS (2 * RING)
 #define READ_AREA 65536
 #define PAT_MUL 0x9E3779B97F4A7C15ull
 
@@ -139,7 +143,7 @@ static uint64_t faults(void)
 /* per QP layout: [recv ring RING*maxmsg][write ring RING*maxmsg][read area][counter 8][atomic results] */
 static uint8_t *q_recv(int i) { return mem + (size_t)i * per_q; }
 static uint8_t *q_wr(int i) { return q_recv(i) + (size_t)RING * maxmsg; }
-static uint8_t *q_rd(int i) { return q_wr(i) + (size_t)RING * maxmsg; }
+static uint8_t *q_rd(int i) { return q_wr(i) + (size_t)WSLOTS * maxmsg; }
 static uint64_t *q_ctr(int i) { return (uint64_t *)(void *)(q_rd(i) + READ_AREA); }
 static uint8_t *q_scratch(int i) { return q_rd(i) + READ_AREA + 64; } /* READ / atomic targets at A */
 
@@ -154,7 +158,7 @@ static int open_dev(void)
 		return 1;
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, nq * (RING + depth) * 2 + 256, NULL, NULL, 0);
-	per_q = (size_t)2 * RING * maxmsg + READ_AREA + 64 + (size_t)depth * (READ_AREA + 8) + 4096;
+	per_q = (size_t)(RING + WSLOTS) * maxmsg + READ_AREA + 64 + (size_t)depth * (READ_AREA + 8) + 4096;
 	per_q = (per_q + 4095) & ~(size_t)4095;
 	mem = aligned_alloc(4096, per_q * (size_t)(nq + 1));
 	if (!pd || !cq || !mem)
@@ -217,6 +221,24 @@ static int connect_all(const struct hello *me, const struct hello *peer)
 	}
 	(void)me;
 	return 0;
+}
+
+static void close_dev(void)
+{
+	for (int i = 0; i < nq; i++)
+		if (qp[i])
+			ibv_destroy_qp(qp[i]);
+	if (udqp)
+		ibv_destroy_qp(udqp);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (ctx)
+		ibv_close_device(ctx);
+	free(mem);
 }
 
 static void hello_fill(struct hello *h)
@@ -289,7 +311,7 @@ static int run_b(int sock)
 				if (ntohl(wc[j].imm_data) != (uint32_t)seq)
 					ERR("B: qp %d WRITE imm %u, expected %" PRIu64 "\n", i,
 					    ntohl(wc[j].imm_data), seq);
-				p = q_wr(i) + (seq % RING) * maxmsg;
+				p = q_wr(i) + (seq % WSLOTS) * maxmsg;
 				len = wc[j].byte_len;
 			} else {
 				p = q_recv(i) + (size_t)k * maxmsg;
@@ -300,8 +322,15 @@ static int run_b(int sock)
 				if (s != seq)
 					ERR("B: qp %d SEND seq %" PRIu64 ", expected %" PRIu64 "\n", i, s, seq);
 			}
-			if (len < 8 || !check(p + 8, len - 8, seq ^ ((uint64_t)i << 40)))
-				ERR("B: qp %d message %" PRIu64 " corrupted (len %u)\n", i, seq, len);
+			if (len < 8 || !check(p + 8, len - 8, seq ^ ((uint64_t)i << 40))) {
+				uint32_t o = 8;
+				while (o < len && check(p + o, 1, 0) == check(p + o, 1, 0) &&
+				       p[o] == (uint8_t)(((seq ^ ((uint64_t)i << 40)) * PAT_MUL +
+							 (o - 8) * 0x9d) >> 24))
+					o++;
+				ERR("B: qp %d %s %" PRIu64 " corrupted (len %u, first bad byte %u)\n", i,
+				    wc[j].opcode == IBV_WC_RECV ? "SEND" : "WRITE", seq, len, o);
+			}
 			post_recv(qp[i], q_recv(i) + (size_t)k * maxmsg, maxmsg, wc[j].wr_id);
 		}
 		if (n < 0)
@@ -347,7 +376,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (nq < 1 || nq > MAXQ || depth < 1 || depth > 60 || maxmsg < 64 || maxmsg % 8 || dur < 1)
+	if (nq < 1 || nq > MAXQ || depth < 1 || depth >= RING || maxmsg < 64 || maxmsg % 8 || dur < 1)
 		return 2;
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return 1;
@@ -355,7 +384,10 @@ int main(int argc, char **argv)
 	if (pid == 0) {
 		close(sv[0]);
 		ret = open_dev();
-		_exit(ret ? ret : run_b(sv[1]));
+		if (!ret)
+			ret = run_b(sv[1]);
+		close_dev();
+		_exit(ret);
 	}
 	close(sv[1]);
 	ret = open_dev();
@@ -413,7 +445,7 @@ int main(int argc, char **argv)
 					if (kind == 7) {
 						w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
 						w.imm_data = htonl((uint32_t)s->seq);
-						w.wr.rdma.remote_addr = peer.q[i].wr_area + (s->seq % RING) * maxmsg;
+						w.wr.rdma.remote_addr = peer.q[i].wr_area + (s->seq % WSLOTS) * maxmsg;
 						w.wr.rdma.rkey = peer.q[i].rkey;
 					} else {
 						w.opcode = IBV_WR_SEND;
@@ -543,7 +575,12 @@ int main(int argc, char **argv)
 			    " (executed more or less than once)\n", i, s->fadd, res.counter[i], s->fadd_sum);
 		fadds += s->fadd;
 	}
+	uint64_t my_retr = own_ctr(URVT_CTR_RETRANSMITS), my_to = own_ctr(URVT_CTR_TIMEOUTS),
+		 my_probes = own_ctr(URVT_CTR_PROBES), my_faults = faults();
 	waitpid(pid, &ret, 0);
+	ibv_destroy_ah(ah);
+	free(st);
+	close_dev();
 	printf("soak: %d RC QPs + 1 UD, %.0f s: %" PRIu64 " WRs, %.1f MiB moved, %" PRIu64
 	       " FETCH_ADDs, UD %" PRIu64 "/%" PRIu64 " delivered\n"
 	       "soak: errors %" PRIu64 " (A) + %" PRIu64 " (B); retransmitted packets %" PRIu64
@@ -551,8 +588,7 @@ int main(int argc, char **argv)
 	       ", faults injected %" PRIu64 " (A) + %" PRIu64 " (B)\n"
 	       "soak: RSS A %ld -> %ld KiB, B %ld -> %ld KiB\n",
 	       nq, t0, wrs, (double)bytes / 1048576.0, fadds, res.ud_got, ud_sent, errors,
-	       res.errors, own_ctr(URVT_CTR_RETRANSMITS), res.retransmits,
-	       own_ctr(URVT_CTR_TIMEOUTS), own_ctr(URVT_CTR_PROBES), faults(), res.faults, rss0,
+	       res.errors, my_retr, res.retransmits, my_to, my_probes, my_faults, res.faults, rss0,
 	       rss1, res.rss0, res.rss1);
 	return errors || res.errors || !WIFEXITED(ret) || WEXITSTATUS(ret) ? 1 : 0;
 }
