@@ -234,12 +234,16 @@ err:
  */
 static bool wait_idle(struct rvt_mregion *mr)
 {
-	for (int i = 0; i < 1000; i++) {
-		if (atomic_load(&mr->refcount) == 1)
-			return true;
+	/* 100 ms by the clock, not by a count of sleeps: a loaded machine
+	 * stretches each usleep. */
+	uint64_t end = urvt_now_ns() + 100 * 1000 * 1000;
+
+	while (atomic_load(&mr->refcount) != 1) {
+		if (urvt_now_ns() > end)
+			return false;
 		usleep(100);
 	}
-	return false;
+	return true;
 }
 
 int rvt_dereg_mr(struct rvt_mregion *mr)
