@@ -5,7 +5,7 @@
  * URVT_FAULT (scripts/soak, docs/security.md). A verbs program: run it
  * through urvt-run.
  *
- *   soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG]
+ *   soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG] [-t TIMEOUT (14: 67 ms)]
  *
  * The parent (A) is the requester of every RC pair, the child (B) the
  * responder. SENDs and WRITE WITH IMM carry one sequence number per QP: B
@@ -44,7 +44,7 @@
 #define READ_AREA 65536
 #define PAT_MUL 0x9E3779B97F4A7C15ull
 
-static int dur = 600, nq = 64, depth = 8;
+static int dur = 600, nq = 64, depth = 8, tmo = 14;
 static uint32_t maxmsg = 8192;
 
 struct qinfo {
@@ -210,7 +210,7 @@ static int connect_all(const struct hello *me, const struct hello *peer)
 			return 1;
 		memset(&a, 0, sizeof(a));
 		a.qp_state = IBV_QPS_RTS;
-		a.timeout = 12;
+		a.timeout = (uint8_t)tmo;
 		a.retry_cnt = 7;
 		a.rnr_retry = 7;
 		a.max_rd_atomic = 4;
@@ -356,6 +356,7 @@ struct qstate {
 	uint64_t seq;         /* next SEND/WRITE sequence */
 	uint64_t fadd, fadd_sum, fadd_done;
 	int outstanding;
+	bool dead;            /* an error completion: post nothing more */
 	uint32_t rd_len[64];  /* per slot: READ length, offset */
 	uint32_t rd_off[64];
 };
@@ -365,14 +366,15 @@ int main(int argc, char **argv)
 	int sv[2], opt, ret;
 	pid_t pid;
 
-	while ((opt = getopt(argc, argv, "d:q:w:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:q:w:s:t:")) != -1) {
 		switch (opt) {
 		case 'd': dur = atoi(optarg); break;
 		case 'q': nq = atoi(optarg); break;
 		case 'w': depth = atoi(optarg); break;
 		case 's': maxmsg = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 't': tmo = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG]\n");
+			fprintf(stderr, "usage: soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG] [-t TIMEOUT]\n");
 			return 2;
 		}
 	}
@@ -425,7 +427,7 @@ int main(int argc, char **argv)
 		int busy = 0;
 		for (int i = 0; i < nq && !stop; i++) {
 			struct qstate *s = &st[i];
-			while (s->outstanding < depth) {
+			while (s->outstanding < depth && !s->dead) {
 				struct ibv_sge sge = { .lkey = mr->lkey };
 				struct ibv_send_wr w = { .sg_list = &sge, .num_sge = 1,
 							 .send_flags = IBV_SEND_SIGNALED }, *bad;
@@ -517,8 +519,10 @@ int main(int argc, char **argv)
 			busy++;
 			s->outstanding--;
 			if (wc[j].status != IBV_WC_SUCCESS) {
-				ERR("A: qp %d opcode %d status %s\n", i, wc[j].opcode,
-				    ibv_wc_status_str(wc[j].status));
+				if (!s->dead || wc[j].status != IBV_WC_WR_FLUSH_ERR)
+					ERR("A: qp %d opcode %d status %s\n", i, wc[j].opcode,
+					    ibv_wc_status_str(wc[j].status));
+				s->dead = true;
 			} else if (wc[j].opcode == IBV_WC_RDMA_READ) {
 				/* B's area i holds fill(.., 1000 + i); check the piece */
 				for (uint32_t b = 0; b < s->rd_len[slot]; b++) {
