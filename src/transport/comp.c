@@ -433,6 +433,11 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	struct urvt_pktbuf *list, *b;
 	struct urvt_txq *q;
 
+	/* an application thread posts: it is back from wherever it waited
+	 * (net.c "Who receives") */
+	if (unlikely(atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed)) &&
+	    !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+		urvt_net_app_active(qp->rdi);
 	if (!(ops & RVT_PROCESS_OR_FLUSH_SEND)) {
 		rxq_drop(qp);
 		return;

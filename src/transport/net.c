@@ -697,46 +697,58 @@ int urvt_net_rx_batch(struct urvt_net *net)
 }
 
 /*
- * Who receives: a thread busy-polling an empty CQ receives inline (lowest
- * latency, no wakeups); the progress thread receives for everyone else
- * (blocking applications, -e, applications that poll memory). With both at
- * it on a small machine they take the CPU and the socket lock from each
- * other, so while an application thread polls an empty CQ busily the
- * progress thread steps aside (stops watching the socket). While aside, a
- * watchdog looks every 200 us and takes the socket back when no poll came
- * for 20 us: an application that got its completion and now waits
- * elsewhere (ib_write_lat spins on the target of the peer's RDMA WRITE)
- * no longer calls verbs. (Giving the socket back at every completion
- * instead would wake the progress thread for every packet of a ping-pong:
- * 45 vs 29 us per rc_pingpong round trip here.)
+ * Who receives. A thread polling an empty CQ receives inline (trylock:
+ * lowest latency, no wakeup); the progress thread receives for everyone
+ * else: blocking applications (-e), applications that poll memory
+ * (ib_write_lat spins on the target of the peer's WRITE), applications that
+ * do not wait at all (a WRITE target). Both at it on one CPU take the CPU
+ * from each other: every wakeup of the progress thread, even a timer that
+ * only looks, costs a busy poller on this kind of VM tens of us. So the
+ * socket has one owner at a time:
+ *
+ *  - an application thread takes it (the progress thread stops watching)
+ *    after APP_RUN empty polls within APP_RUN_NS: it polls busily;
+ *  - it goes back to the progress thread when the application says it will
+ *    block (req_notify_cq); when a poll returns completions and the
+ *    application has been seen to leave after its completions (its next
+ *    verb came more than APP_LEAVE_NS later, repeatedly: it waits
+ *    elsewhere, e.g. on memory) -- it takes the socket again at its next
+ *    empty poll --; or when the watchdog saw no poll_cq for WATCHDOG_NS.
+ *
+ * No clock read per poll: a run is timed once per APP_RUN polls, the gap
+ * after a poll that returned completions once. (Until 8f743b5 the
+ * progress thread stepped aside itself and a 200 us watchdog took the
+ * socket back after 20 us without a poll: its wakeups alone doubled
+ * ib_send_lat, and a poller preempted for 20 us lost the socket.)
  */
-#define APP_POLL_GAP_NS 50000     /* polls closer than this count as a streak */
-#define APP_POLL_STREAK 16        /* ... of this many: a busy poller */
-#define WATCHDOG_NS 200000
-#define APP_STALE_NS 20000        /* no poll for this long: not polling any more */
-#define APP_EMPTY_NS 1000         /* an empty socket is asked again after 1 us */
+#define APP_RUN 16                /* empty polls ... */
+#define APP_RUN_NS (16 * 50000ull) /* ... within this: a busy poller */
+#define APP_LEAVE_NS 5000         /* next verb later than this: it left */
+#define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
+#define APP_LEAVER 4              /* ... a leaver from here */
+#define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
+#define WATCHDOG_NS 2000000       /* while an application owns the socket */
 
 static void net_rx_cb(void *arg);
 
-static bool app_busy(struct urvt_net *net, uint64_t now)
+/* Any thread: the application owns the socket, the progress thread stops
+ * watching it (a watchdog checks that it keeps polling). */
+static void rx_take(struct urvt_net *net)
 {
-	uint64_t last = atomic_load_explicit(&net->app_poll_ns, memory_order_relaxed);
+	bool arm = false;
 
-	return atomic_load_explicit(&net->app_streak, memory_order_relaxed) >= APP_POLL_STREAK &&
-	       now - last < 2 * APP_POLL_GAP_NS;
-}
-
-/* Progress thread: stop watching the socket (caller: an app polls busily). */
-static void rx_step_aside(struct urvt_net *net, uint64_t now)
-{
 	pthread_mutex_lock(&net->watch_lock);
 	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		urvt_progress_del_fd(net->rdi->progress, net->fd);
 		atomic_store_explicit(&net->aside, true, memory_order_relaxed);
+		arm = !net->wd_armed;
+		net->wd_armed = true;
+		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
 		URVT_DBG("rx: application polls, progress thread steps aside");
 	}
 	pthread_mutex_unlock(&net->watch_lock);
-	urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
+	if (arm)
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
 }
 
 /* Any thread: the progress thread watches the socket again. */
@@ -763,32 +775,30 @@ static void net_rx_drain(struct urvt_net *net)
 
 static void net_rx_cb(void *arg)
 {
-	struct urvt_net *net = arg;
-	uint64_t now = urvt_now_ns();
-
-	if (app_busy(net, now)) {
-		rx_step_aside(net, now);
-		return;
-	}
-	net_rx_drain(net);
+	net_rx_drain(arg);
 }
 
 static void watchdog_fn(struct urvt_timer *t)
 {
 	struct urvt_net *net = container_of(t, struct urvt_net, watchdog);
-	uint64_t now = urvt_now_ns();
+	uint32_t polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
+	bool give;
 
-	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
-		return;
-	/* still polling the CQ? (an application that got its completion and
-	 * now spins on memory stops calling verbs: take over within 20-70 us) */
-	if (now - atomic_load_explicit(&net->app_poll_ns, memory_order_relaxed) < APP_STALE_NS) {
-		urvt_timer_mod(net->rdi->progress, &net->watchdog, now + WATCHDOG_NS);
-		return;
+	pthread_mutex_lock(&net->watch_lock);
+	give = atomic_load_explicit(&net->aside, memory_order_relaxed) && polls == net->wd_polls;
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !give) {
+		/* still polling: look again later */
+		net->wd_polls = polls;
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
+	} else {
+		net->wd_armed = false;
 	}
-	atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
-	rx_watch(net);
-	net_rx_drain(net);
+	pthread_mutex_unlock(&net->watch_lock);
+	if (give) {
+		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+		rx_watch(net);
+		net_rx_drain(net);
+	}
 }
 
 void urvt_net_drain(struct rvt_dev_info *rdi)
@@ -806,41 +816,127 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 int urvt_net_poll(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	uint64_t now, last;
+	uint32_t skip;
 	int n;
 
 	if (!net)
 		return 0;
-	now = urvt_now_ns();
-	last = atomic_exchange_explicit(&net->app_poll_ns, now, memory_order_relaxed);
-	if (now - last < APP_POLL_GAP_NS)
-		atomic_fetch_add_explicit(&net->app_streak, 1, memory_order_relaxed);
-	else
-		atomic_store_explicit(&net->app_streak, 0, memory_order_relaxed);
-	/* the socket was empty a moment ago: do not ask the kernel again
-	 * within APP_EMPTY_NS (a busy poller otherwise spends most of its time
-	 * in recvmmsg returning EAGAIN) */
-	if (now - atomic_load_explicit(&net->app_empty_ns, memory_order_relaxed) < APP_EMPTY_NS)
+	/* the socket was empty a moment ago: a busy poller otherwise spends
+	 * most of its time in recvmmsg returning EAGAIN */
+	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
+	if (skip) {
+		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
 		return 0;
+	}
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_batch(net);
 	pthread_mutex_unlock(&net->rx_lock);
 	if (!n)
-		atomic_store_explicit(&net->app_empty_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&net->app_skip, APP_EMPTY_SKIP, memory_order_relaxed);
 	return n;
+}
+
+/* The application called a verb again after a poll that returned
+ * completions at t: did it wait elsewhere in between? */
+static void app_back(struct urvt_net *net, uint64_t t, uint64_t now)
+{
+	uint32_t s = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
+
+	atomic_store_explicit(&net->app_ret_ns, 0, memory_order_relaxed);
+	if (now - t > APP_LEAVE_NS)
+		s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
+	else if (s)
+		s--;
+	atomic_store_explicit(&net->app_leave, s, memory_order_relaxed);
+}
+
+void urvt_net_app_active(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	uint64_t t;
+
+	if (!net)
+		return;
+	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	if (t)
+		app_back(net, t, urvt_now_ns());
+}
+
+void urvt_net_app_blocks(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+
+	if (!net)
+		return;
+	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
+		rx_watch(net);
+}
+
+/* An empty poll: count the run; a busy poller takes the socket. */
+static void app_empty_poll(struct urvt_net *net)
+{
+	uint32_t r;
+
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
+		return;
+	if (atomic_load_explicit(&net->take_next, memory_order_relaxed)) {
+		/* a leaver is back and waits for its next completion */
+		atomic_store_explicit(&net->take_next, false, memory_order_relaxed);
+		rx_take(net);
+		return;
+	}
+	r = atomic_load_explicit(&net->app_run, memory_order_relaxed);
+	if (!r)
+		atomic_store_explicit(&net->app_run_ns, urvt_now_ns(), memory_order_relaxed);
+	if (++r < APP_RUN) {
+		atomic_store_explicit(&net->app_run, r, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+	if (urvt_now_ns() - atomic_load_explicit(&net->app_run_ns, memory_order_relaxed) < APP_RUN_NS)
+		rx_take(net);
+}
+
+/* A poll returns completions: the application may wait elsewhere next. */
+static void app_returns(struct urvt_net *net, uint64_t now)
+{
+	atomic_store_explicit(&net->app_ret_ns, now, memory_order_relaxed);
+	if (atomic_load_explicit(&net->app_leave, memory_order_relaxed) >= APP_LEAVER &&
+	    atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		rx_watch(net);
+		atomic_store_explicit(&net->take_next, true, memory_order_relaxed);
+	}
 }
 
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 {
 	struct urvt_net *net = cq->uctx->rdi->transport_priv;
 	int n = rvt_poll_cq(cq, num_entries, wc);
+	uint64_t t, now = 0;
 
 	if (!net || num_entries <= 0)
 		return n;
-	/* An empty CQ: receive inline (uncontended) before saying so. */
-	if (n == 0 && urvt_net_poll(cq->uctx->rdi) > 0)
+	atomic_store_explicit(&net->app_polls,
+			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	if (unlikely(t)) {
+		now = urvt_now_ns();
+		app_back(net, t, now);
+	}
+	if (n == 0) {
+		app_empty_poll(net);
+		/* An empty CQ: receive inline (uncontended) before saying so. */
+		if (urvt_net_poll(cq->uctx->rdi) <= 0)
+			return 0;
 		n = rvt_poll_cq(cq, num_entries, wc);
+		if (n <= 0)
+			return n;
+		now = 0;
+	}
+	app_returns(net, now ? now : urvt_now_ns());
 	return n;
 }
 

@@ -22,6 +22,12 @@ int urvt_net_poll(struct rvt_dev_info *rdi);
 /* Receive everything waiting now unless another thread is receiving. */
 void urvt_net_drain(struct rvt_dev_info *rdi);
 
+/* An application thread calls a verb (post_send): it is not waiting elsewhere. */
+void urvt_net_app_active(struct rvt_dev_info *rdi);
+/* The application is about to block for a completion event (req_notify_cq):
+ * the progress thread receives. */
+void urvt_net_app_blocks(struct rvt_dev_info *rdi);
+
 /* poll_cq that drives the network inline when the CQ is empty. */
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 

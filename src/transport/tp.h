@@ -92,14 +92,22 @@ struct urvt_net {
 	/* the receive side: one thread at a time (rx_lock) */
 	pthread_mutex_t rx_lock;
 	struct urvt_rx *rx;
-	/* busy application pollers (net.c "Who receives") */
+	/* application pollers (net.c "Who receives"); written by the
+	 * application's threads without read-modify-writes: a lost update
+	 * only delays a heuristic */
 	struct {
-		_Atomic uint64_t app_poll_ns;
-		_Atomic uint64_t app_empty_ns;    /* last inline receive that found nothing */
-		_Atomic uint32_t app_streak;
+		_Atomic uint32_t app_polls;       /* poll_cq calls (the watchdog compares) */
+		_Atomic uint32_t app_run;         /* empty polls in the current run */
+		_Atomic uint64_t app_run_ns;      /* when the run started */
+		_Atomic uint32_t app_skip;        /* polls left before asking the socket again */
+		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
+		_Atomic uint64_t app_ret_ns;      /* a poll returned completions (0: came back since) */
+		_Atomic bool take_next;           /* the next empty poll takes the socket */
 	} __attribute__((aligned(64)));
-	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl) */
+	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching fd */
+	bool wd_armed;                    /* the watchdog is pending */
+	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
 	struct urvt_timer watchdog;
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */

@@ -217,7 +217,11 @@ int urvt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 
 int urvt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	return fail_int(rvt_req_notify_cq(ibcq_to_rvtcq(cq), solicited_only));
+	struct rvt_cq *rcq = ibcq_to_rvtcq(cq);
+
+	/* the application will block: the progress thread must receive */
+	urvt_net_app_blocks(rcq->uctx->rdi);
+	return fail_int(rvt_req_notify_cq(rcq, solicited_only));
 }
 
 /* ---- ibv_create_cq_ex: the start/next/end_poll iterator ---- */
