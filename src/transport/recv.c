@@ -105,6 +105,14 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		}
 	}
 	if (pkt->mask & URVT_REQ_MASK) {
+		/* an RDMA WRITE that completes nothing: its reader polls
+		 * memory (net.c app_linger); writers hold rx_lock */
+		if ((pkt->mask & (URVT_WRITE_MASK | URVT_COMP_MASK)) == URVT_WRITE_MASK) {
+			_Atomic uint32_t *c = pkt->mask & URVT_END_MASK ? &net->rx_mem_writes :
+									  &net->rx_mem_pkts;
+			atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+					      memory_order_relaxed);
+		}
 		urvt_resp_rcv(qp, pkt, ip);
 		rvt_put_qp(qp);
 		return;

@@ -92,6 +92,9 @@ struct urvt_net {
 	/* the receive side: one thread at a time (rx_lock) */
 	pthread_mutex_t rx_lock;
 	struct urvt_rx *rx;
+	/* RDMA WRITEs that complete nothing (recv.c; written under rx_lock) */
+	_Atomic uint32_t rx_mem_writes;   /* last packets of such messages */
+	_Atomic uint32_t rx_mem_pkts;     /* their other packets */
 	/* application pollers (net.c "Who receives"); written by the
 	 * application's threads without read-modify-writes: a lost update
 	 * only delays a heuristic */
@@ -103,6 +106,8 @@ struct urvt_net {
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
 		_Atomic uint64_t app_ret_ns;      /* a poll returned completions (0: came back since) */
 		_Atomic bool take_next;           /* the next empty poll takes the socket */
+		_Atomic uint32_t app_linger;      /* linger score: lingering caught WRITEs */
+		_Atomic uint32_t app_linger_rest; /* returns since lingering was given up */
 	} __attribute__((aligned(64)));
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching fd */
