@@ -60,14 +60,31 @@ __be64 urvt_node_guid(void)
 	return g_guid;
 }
 
-/* URVT_MTU: 256..4096 bytes (or the enum 1..5); default 1024. */
-static enum ibv_mtu mtu_from_env(void)
+/*
+ * The port's active MTU. By default, as rxe: the interface's MTU less the
+ * RoCEv2 headers (RXE_MAX_HDR_LENGTH, 80 bytes) rounded down to an IB MTU:
+ * lo (65536) -> 4096, Ethernet 1500 -> 1024, 9000 -> 4096; 1024 if the
+ * interface is unknown. URVT_MTU (256..4096 bytes, or the enum 1..5)
+ * overrides it; other values warn and keep the default.
+ */
+static enum ibv_mtu mtu_from_if(int if_mtu)
 {
+	int m = if_mtu - 80;
+
+	if (if_mtu <= 0)
+		return IBV_MTU_1024;
+	return m >= 4096 ? IBV_MTU_4096 : m >= 2048 ? IBV_MTU_2048 :
+	       m >= 1024 ? IBV_MTU_1024 : m >= 512 ? IBV_MTU_512 : IBV_MTU_256;
+}
+
+static enum ibv_mtu active_mtu(int if_mtu)
+{
+	enum ibv_mtu def = mtu_from_if(if_mtu);
 	const char *s = getenv("URVT_MTU");
 	long v;
 
 	if (!s || !*s)
-		return IBV_MTU_1024;
+		return def;
 	v = strtol(s, NULL, 0);
 	switch (v) {
 	case 1: case 256: return IBV_MTU_256;
@@ -76,12 +93,13 @@ static enum ibv_mtu mtu_from_env(void)
 	case 4: case 2048: return IBV_MTU_2048;
 	case 5: case 4096: return IBV_MTU_4096;
 	default:
-		fprintf(stderr, "urvt: URVT_MTU=%s is not 256/512/1024/2048/4096, using 1024\n", s);
-		return IBV_MTU_1024;
+		fprintf(stderr, "urvt: URVT_MTU=%s is not 256/512/1024/2048/4096, using %u\n", s,
+			128u << def);
+		return def;
 	}
 }
 
-static void init_attrs(struct rvt_dev_info *rdi)
+static void init_attrs(struct rvt_dev_info *rdi, int if_mtu)
 {
 	struct ibv_device_attr *a = &rdi->dattr;
 	struct ibv_port_attr *p = &rdi->port_attr;
@@ -122,7 +140,7 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	memset(p, 0, sizeof(*p));
 	p->state = IBV_PORT_ACTIVE;
 	p->max_mtu = IBV_MTU_4096;
-	p->active_mtu = mtu_from_env();
+	p->active_mtu = active_mtu(if_mtu);
 	p->gid_tbl_len = 1;
 	p->port_cap_flags = IBV_PORT_CM_SUP;
 	p->max_msg_sz = 1u << 31;
@@ -157,7 +175,7 @@ static struct rvt_dev_info *dev_create(int *err)
 	memcpy(rdi->ifname, ua.ifname, sizeof(rdi->ifname));
 	memcpy(rdi->gid.raw, &ua.addr6, 16);
 	pthread_mutex_init(&rdi->lock, NULL);
-	init_attrs(rdi);
+	init_attrs(rdi, ua.if_mtu);
 
 	ret = rvt_qpn_table_init(&rdi->qpn_table);
 	if (ret)

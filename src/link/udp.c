@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,8 +72,17 @@ static void set_ifname(struct urvt_udp_addr *out)
 		}
 	}
 	if (i) {
+		struct ifreq ifr;
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
 		snprintf(out->ifname, sizeof(out->ifname), "%s", i->ifa_name);
 		out->ifindex = if_nametoindex(i->ifa_name);
+		memset(&ifr, 0, sizeof(ifr));
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
+		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr))
+			out->if_mtu = ifr.ifr_mtu;
+		if (fd >= 0)
+			close(fd);
 	}
 	freeifaddrs(ifa);
 }

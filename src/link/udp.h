@@ -11,6 +11,7 @@ struct urvt_udp_addr {
 	struct in6_addr addr6;            /* IPv4 addresses stored v4-mapped */
 	unsigned int ifindex;
 	char ifname[32];
+	int if_mtu;                       /* the interface's MTU; 0 if unknown */
 };
 
 /*

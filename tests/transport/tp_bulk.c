@@ -308,7 +308,7 @@ static int run_requester(int sock, pid_t child)
 			while (recv(sock, &v, sizeof(v), MSG_DONTWAIT) == sizeof(v))
 				checked = v;
 		}
-		while (posted < nmsg && posted - done < (uint64_t)depth && !t_kill &&
+		while (posted < nmsg && posted - done < (uint64_t)depth + (t_kill ? 1 : 0) &&
 		       (!is_write || posted < checked + RING)) {
 			int slot = (int)(posted % (uint64_t)depth);
 			uint8_t *b = c.buf + (size_t)slot * msg;
@@ -338,12 +338,19 @@ static int run_requester(int sock, pid_t child)
 			posted++;
 		}
 		if (kill_mode && !t_kill && done >= nmsg / 2) {
+			siginfo_t si;
 			kill(child, SIGKILL);
 			t_kill = now_s();
+			/* dead (not reaped: main does) before anything more is posted */
+			waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT);
 			printf("requester: peer killed after %" PRIu64 " messages, %" PRIu64
 			       " outstanding\n", done, posted - done);
 			fflush(stdout);
-			nmsg = posted; /* everything posted must now complete */
+			/* everything posted must now complete. The outstanding WRs
+			 * may all have been acknowledged before the kill landed (a
+			 * fast link: MTU 4096 on lo), so one more is posted now that
+			 * the peer is dead: it cannot succeed */
+			nmsg = posted + 1;
 		}
 		struct ibv_wc wc[16];
 		int n = ibv_poll_cq(c.cq, 16, wc);
