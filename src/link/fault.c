@@ -17,7 +17,7 @@
 #define DST_BYTES 28
 
 struct hold {
-	uint64_t due_ns;                  /* 0 = free */
+	uint64_t due_ns;                  /* when it leaves */
 	uint32_t len, dstlen;
 	uint8_t dst[DST_BYTES];
 	uint8_t data[HOLD_BYTES];
@@ -31,8 +31,11 @@ struct urvt_fault {
 	pthread_mutex_t lock;             /* rng, slots, timer arming */
 	uint64_t rng;
 	struct urvt_timer timer;
-	uint32_t nheld;
+	uint32_t nheld;                   /* entries in heap */
+	uint32_t nfree;                   /* entries in free_slots */
 	struct hold *slots;
+	uint32_t heap[HOLD_SLOTS];        /* held slots, a min-heap on due_ns */
+	uint32_t free_slots[HOLD_SLOTS];
 };
 
 static double parse_prob(const char *v, bool *ok)
@@ -111,33 +114,68 @@ static bool chance(struct urvt_fault *f, double p)
 	return (double)(rnd(f) >> 11) * (1.0 / 9007199254740992.0) < p;
 }
 
-/* Arm the timer at the earliest held packet; caller holds f->lock. */
-static void rearm(struct urvt_fault *f)
+/* Held packets leave in due order: a binary min-heap of slot indices keeps
+ * hold and release O(log n) at any packet rate. Caller holds f->lock. */
+static uint64_t due(const struct urvt_fault *f, uint32_t k)
 {
-	uint64_t min = 0;
+	return f->slots[f->heap[k]].due_ns;
+}
 
-	for (uint32_t i = 0; i < HOLD_SLOTS && f->nheld; i++)
-		if (f->slots[i].due_ns && (!min || f->slots[i].due_ns < min))
-			min = f->slots[i].due_ns;
-	if (min)
-		urvt_timer_mod(f->p, &f->timer, min);
+static void heap_swap(struct urvt_fault *f, uint32_t a, uint32_t b)
+{
+	uint32_t t = f->heap[a];
+
+	f->heap[a] = f->heap[b];
+	f->heap[b] = t;
+}
+
+static void heap_push(struct urvt_fault *f, uint32_t slot)
+{
+	uint32_t k = f->nheld++;
+
+	f->heap[k] = slot;
+	while (k && due(f, (k - 1) / 2) > due(f, k)) {
+		heap_swap(f, k, (k - 1) / 2);
+		k = (k - 1) / 2;
+	}
+}
+
+static uint32_t heap_pop(struct urvt_fault *f)
+{
+	uint32_t top = f->heap[0], k = 0;
+
+	f->heap[0] = f->heap[--f->nheld];
+	for (;;) {
+		uint32_t l = 2 * k + 1, r = l + 1, m = k;
+		if (l < f->nheld && due(f, l) < due(f, m))
+			m = l;
+		if (r < f->nheld && due(f, r) < due(f, m))
+			m = r;
+		if (m == k)
+			break;
+		heap_swap(f, k, m);
+		k = m;
+	}
+	return top;
+}
+
+/* Send the held packets due by now (all: every one). Caller holds f->lock. */
+static void release_locked(struct urvt_fault *f, uint64_t now, bool all)
+{
+	while (f->nheld && (all || due(f, 0) <= now)) {
+		uint32_t slot = heap_pop(f);
+		struct hold *h = &f->slots[slot];
+		f->send(f->arg, h->data, h->len, h->dst, h->dstlen);
+		f->free_slots[f->nfree++] = slot;
+	}
 }
 
 static void release_due(struct urvt_fault *f, bool all)
 {
-	uint64_t now = urvt_now_ns();
-
 	pthread_mutex_lock(&f->lock);
-	for (uint32_t i = 0; i < HOLD_SLOTS && f->nheld; i++) {
-		struct hold *h = &f->slots[i];
-		if (!h->due_ns || (!all && h->due_ns > now))
-			continue;
-		f->send(f->arg, h->data, h->len, h->dst, h->dstlen);
-		h->due_ns = 0;
-		f->nheld--;
-	}
-	if (!all)
-		rearm(f);
+	release_locked(f, urvt_now_ns(), all);
+	if (!all && f->nheld)
+		urvt_timer_mod(f->p, &f->timer, due(f, 0));
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -158,6 +196,9 @@ struct urvt_fault *urvt_fault_create(const struct urvt_fault_cfg *cfg, struct ur
 		free(f);
 		return NULL;
 	}
+	for (uint32_t i = 0; i < HOLD_SLOTS; i++)
+		f->free_slots[i] = HOLD_SLOTS - 1 - i;
+	f->nfree = HOLD_SLOTS;
 	f->cfg = *cfg;
 	f->p = p;
 	f->send = send;
@@ -209,20 +250,32 @@ enum urvt_fault_verdict urvt_fault_apply(struct urvt_fault *f, uint8_t *buf, uin
 		*flags |= URVT_FAULT_F_DELAY;
 		delay_ns += (uint64_t)f->cfg.delay_us * 1000;
 	}
-	if (delay_ns && len <= HOLD_BYTES && dstlen <= DST_BYTES && f->nheld < HOLD_SLOTS) {
-		for (uint32_t i = 0; i < HOLD_SLOTS; i++) {
-			struct hold *h = &f->slots[i];
-			if (h->due_ns)
-				continue;
-			h->due_ns = urvt_now_ns() + delay_ns;
-			h->len = len;
-			h->dstlen = dstlen;
-			memcpy(h->dst, dst, dstlen);
-			memcpy(h->data, buf, len);
-			f->nheld++;
-			rearm(f);
-			break;
+	if (delay_ns && len <= HOLD_BYTES && dstlen <= DST_BYTES) {
+		uint64_t now = urvt_now_ns();
+		uint32_t slot;
+		struct hold *h;
+
+		/* the sender releases what is due itself (the timer may run
+		 * late on a busy machine); a full queue lets its earliest
+		 * packet go early rather than this one overtake it */
+		release_locked(f, now, false);
+		if (!f->nfree) {
+			slot = heap_pop(f);
+			h = &f->slots[slot];
+			f->send(f->arg, h->data, h->len, h->dst, h->dstlen);
+			f->free_slots[f->nfree++] = slot;
 		}
+		slot = f->free_slots[--f->nfree];
+		h = &f->slots[slot];
+		h->due_ns = now + delay_ns;
+		h->len = len;
+		h->dstlen = dstlen;
+		memcpy(h->dst, dst, dstlen);
+		memcpy(h->data, buf, len);
+		heap_push(f, slot);
+		/* the timer follows the earliest packet */
+		if (f->heap[0] == slot)
+			urvt_timer_mod(f->p, &f->timer, h->due_ns);
 		/* a held duplicate: the original goes now, the copy later */
 		v = v == URVT_FAULT_DUP ? URVT_FAULT_PASS : URVT_FAULT_HELD;
 	}

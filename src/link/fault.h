@@ -6,7 +6,8 @@
  * with probability corrupt; duplicated with probability dup; held back for
  * a random 20..500 us with probability reorder (later packets overtake it);
  * and delayed by delay_us. Held packets sit in a bounded queue released by a
- * progress-thread timer (a full queue sends at once).
+ * progress-thread timer and by later sends (a full queue lets its earliest
+ * packet go early).
  */
 #ifndef URVT_LINK_FAULT_H
 #define URVT_LINK_FAULT_H
