@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/keys.h"
+#include "core/qp_table.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 
@@ -223,9 +225,149 @@ bail_inval:
 	return -EINVAL;
 }
 
+/*
+ * Direct execution: the in-process fast path. An RDMA WRITE of one SGE on
+ * an RC/UC QP in RTS whose peer is a QP of this process, posted alone to
+ * an empty send queue whose engine is idle, is executed here and now,
+ * without a trip through the ring: exactly what rvt_post_one_wr and then
+ * the engine (rvt_ruc_loopback, rvt_send_complete) would do at once, in
+ * the same order. The caller holds s_hlock (so no WR can be queued behind
+ * this one before it has landed, and modify cannot move the state) and the
+ * engine token (so no earlier completion is still on its way).
+ *
+ * Anything unusual (an error to report, RNR, a peer not ready) leaves
+ * nothing behind and returns false: the WR then takes the ordinary path,
+ * which reports or executes it as before. *token tells the caller whether
+ * it holds the engine token then (it must run the engine to let it go).
+ */
+#define RVT_DIRECT_MAX 4096 /* bytes copied under s_hlock */
+
+static void direct_copy(uint8_t *d, const uint8_t *s, uint32_t len)
+{
+	/* the last 8 bytes land last, as in sge_to_sge (copy_last) */
+	uint32_t head = len > 8 ? len - 8 : 0;
+
+#ifndef URVT_TSAN
+	if (len == 8) {
+		uint64_t v;
+		memcpy(&v, s, 8);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		memcpy(d, &v, 8);
+		return;
+	}
+#endif
+	if (head)
+		memmove(d, s, head);
+	rvt_copy_tail(d + head, s + head, len - head);
+}
+
+/* The send completion of a direct WR (rvt_send_complete, signaled case). */
+static __attribute__((noinline)) void direct_complete(struct rvt_qp *qp, uint64_t wr_id,
+						      uint32_t len)
+{
+	struct ibv_wc wc = {
+		.wr_id = wr_id,
+		.status = IBV_WC_SUCCESS,
+		.opcode = IBV_WC_RDMA_WRITE,
+		.byte_len = len,
+		.qp_num = qp->qpn,
+	};
+
+	/* a reset that came meanwhile discards it, as it would the WQE */
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_OR_FLUSH_SEND))
+		return;
+	if (!rvt_cq_enter(qp->send_cq, &wc, false))
+		rvt_error_qp(qp, IBV_WC_LOC_QP_OP_ERR);
+}
+
+static __attribute__((noinline)) void direct_comm_est(struct rvt_qp *peer)
+{
+	urvt_dispatch_async_event(peer->uctx, IBV_EVENT_COMM_EST, peer);
+}
+
+static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr, bool *token)
+{
+	const struct ibv_sge *sg = wr->sg_list;
+	struct rvt_sge lsge = { 0 }, rsge;
+	struct rvt_qp *peer;
+	const uint8_t *src;
+	uint32_t len, zero = 0, psn;
+	bool comm_est = false;
+
+	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->num_sge != 1 || wr->next)
+		return false;
+	len = sg->length;
+	if (len - 1 >= RVT_DIRECT_MAX) /* 0: no SGE at all, the ordinary path */
+		return false;
+	if (rvt_qp_state(qp) != IBV_QPS_RTS)
+		return false;
+	if (!atomic_compare_exchange_strong_explicit(&qp->s_sched, &zero, 1,
+						     memory_order_acquire, memory_order_relaxed))
+		return false;
+	*token = true;
+	/* engine state, ours now: nothing queued, nothing waited for */
+	if (qp->s_last != qp->s_head || qp->s_flags)
+		return false;
+	/* W10 (or inline: W11's max_inline), as rvt_post_one_wr */
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		if (len > qp->max_inline)
+			return false;
+		src = (const uint8_t *)(uintptr_t)sg->addr;
+	} else {
+		if (rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &lsge, NULL, sg, 0) < 0)
+			return false;
+		src = lsge.vaddr;
+	}
+	/* rvt_ruc_loopback */
+	peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
+	if (unlikely(!peer))
+		goto no_mr;
+	if (unlikely(peer->type != qp->type))
+		goto no_peer;
+	urvt_spin_lock(&peer->r_lock);
+	if (unlikely(!(ib_rvt_state_ops[rvt_qp_state(peer)] & RVT_PROCESS_RECV_OK) ||
+		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE) ||
+		     !rvt_rkey_ok(peer, &rsge, len, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
+				  IBV_ACCESS_REMOTE_WRITE)))
+		goto no_unlock;
+
+	/* Executed from here on. The SSN and PSNs it would have taken. */
+	qp->s_ssn++;
+	psn = (qp->s_next_psn + ((len - 1) >> __builtin_ctz(qp->pmtu))) & URVT_QPN_MASK;
+	qp->s_next_psn = (psn + 1) & URVT_QPN_MASK;
+	direct_copy(rsge.vaddr, src, len);
+	rvt_put_mr(rsge.mr);
+	if (unlikely(!peer->comm_est) && rvt_qp_state(peer) == IBV_QPS_RTR) {
+		peer->comm_est = true;
+		comm_est = true;
+	}
+	urvt_spin_unlock(&peer->r_lock);
+	qp->s_rnr_retry = qp->rnr_retry;
+	urvt_spin_unlock(&qp->s_hlock);
+	if (unlikely(comm_est))
+		direct_comm_est(peer);
+	rvt_put_qp(peer);
+	if (lsge.mr)
+		rvt_put_mr(lsge.mr);
+	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
+		direct_complete(qp, wr->wr_id, len);
+	rvt_schedule_send_release(qp);
+	return true;
+
+no_unlock:
+	urvt_spin_unlock(&peer->r_lock);
+no_peer:
+	rvt_put_qp(peer);
+no_mr:
+	if (lsge.mr)
+		rvt_put_mr(lsge.mr);
+	return false;
+}
+
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	int ret = 0, posted = 0;
+	bool token = false;
 
 	urvt_spin_lock(&qp->s_hlock);
 	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
@@ -234,6 +376,8 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		*bad_wr = wr;
 		return -EINVAL;
 	}
+	if (qp->lb_direct && wr && post_direct(qp, wr, &token))
+		return 0;
 	for (; wr; wr = wr->next) {
 		ret = rvt_post_one_wr(qp, wr, NULL);
 		if (unlikely(ret < 0)) {
@@ -247,7 +391,9 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		posted++;
 	}
 	urvt_spin_unlock(&qp->s_hlock);
-	if (posted)
+	if (token)
+		rvt_schedule_send_held(qp); /* post_direct took it */
+	else if (posted)
 		rvt_schedule_send(qp);
 	return ret;
 }

@@ -650,6 +650,9 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 		qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
 	if (attr_mask & IBV_QP_MAX_QP_RD_ATOMIC)
 		qp->max_rd_atomic = attr->max_rd_atomic;
+	/* the same test as rvt_do_send's for the loopback engine */
+	qp->lb_direct = qp->type != IBV_QPT_UD && (qp->remote_av.loopback || !rdi->transport) &&
+			qp->max_send_wr && qp->max_send_sge;
 
 	switch (next) {
 	case IBV_QPS_RESET:

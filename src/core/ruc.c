@@ -36,39 +36,13 @@ static inline void sge_advance(struct rvt_sge_state *ss, uint32_t len, bool rele
 	}
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define URVT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define URVT_TSAN 1
-#endif
-#endif
-
-/*
- * The last bytes of an RDMA WRITE land after everything before them, so a
- * peer polling the last byte sees the rest (rdmavt's copy_last). A release
- * fence orders them after the earlier stores (on x86 it costs nothing);
- * TSan cannot model fences, so there each byte is a release store.
- * memmove: a loopback WRITE/READ may name overlapping ranges of one MR.
- */
-static inline void copy_tail(uint8_t *d, const uint8_t *s, uint32_t n)
-{
-#ifdef URVT_TSAN
-	for (uint32_t i = 0; i < n; i++)
-		__atomic_store_n(&d[i], s[i], __ATOMIC_RELEASE);
-#else
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	memmove(d, s, n);
-#endif
-}
-
 static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_t length,
 			   bool release, bool last)
 {
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
 		if (last)
-			copy_tail(ss->sge.vaddr, src, len);
+			rvt_copy_tail(ss->sge.vaddr, src, len);
 		else
 			memmove(ss->sge.vaddr, src, len);
 		sge_advance(ss, len, release);
@@ -79,7 +53,7 @@ static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_
 
 /*
  * copy_last: the final 8 bytes (all of a message of 8 bytes or less) are
- * written after the rest, see copy_tail().
+ * written after the rest, see rvt_copy_tail().
  */
 void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 		  bool release, bool copy_last)
@@ -120,7 +94,7 @@ static void sge_to_sge(struct rvt_sge_state *dst, struct rvt_sge_state *src, uin
 	if (likely(src->sge.length >= length && dst->sge.length >= length)) {
 		memmove(dst->sge.vaddr, src->sge.vaddr, head);
 		if (head != length)
-			copy_tail(dst->sge.vaddr + head, src->sge.vaddr + head, length - head);
+			rvt_copy_tail(dst->sge.vaddr + head, src->sge.vaddr + head, length - head);
 		sge_advance(src, length, false);
 		sge_advance(dst, length, release);
 		return;
@@ -720,18 +694,23 @@ static void rvt_do_send(struct rvt_qp *qp)
 	}
 }
 
-void rvt_schedule_send(struct rvt_qp *qp)
+void rvt_schedule_send_held(struct rvt_qp *qp)
 {
 	uint32_t seen;
 
-	/* Whoever moves s_sched from 0 runs the engine; others leave a mark
-	 * that makes the runner go round once more. */
-	if (atomic_fetch_add_explicit(&qp->s_sched, 1, memory_order_acq_rel))
-		return;
 	do {
 		seen = atomic_load_explicit(&qp->s_sched, memory_order_acquire);
 		rvt_do_send(qp);
 	} while (atomic_fetch_sub_explicit(&qp->s_sched, seen, memory_order_acq_rel) != seen);
+}
+
+void rvt_schedule_send(struct rvt_qp *qp)
+{
+	/* Whoever moves s_sched from 0 runs the engine; others leave a mark
+	 * that makes the runner go round once more. */
+	if (atomic_fetch_add_explicit(&qp->s_sched, 1, memory_order_acq_rel))
+		return;
+	rvt_schedule_send_held(qp);
 }
 
 void rvt_schedule_send_async(struct rvt_qp *qp)

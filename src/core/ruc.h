@@ -6,6 +6,8 @@
 #ifndef URVT_CORE_RUC_H
 #define URVT_CORE_RUC_H
 
+#include <string.h>
+
 #include "core/rvt.h"
 
 /*
@@ -14,6 +16,16 @@
  * posting never waits.
  */
 void rvt_schedule_send(struct rvt_qp *qp);
+/* The caller holds the token (moved s_sched from 0 itself): run the engine
+ * until no mark is left, then let go of the token. */
+void rvt_schedule_send_held(struct rvt_qp *qp);
+/* Let go of a token taken with a CAS from 0 to 1, running the engine first
+ * if someone left a mark meanwhile. */
+static inline void rvt_schedule_send_release(struct rvt_qp *qp)
+{
+	if (atomic_fetch_sub_explicit(&qp->s_sched, 1, memory_order_acq_rel) != 1)
+		rvt_schedule_send_held(qp);
+}
 /* From contexts that must not run the engine nested: the progress thread runs it. */
 void rvt_schedule_send_async(struct rvt_qp *qp);
 void rvt_send_work_fn(struct urvt_work *w);
@@ -44,6 +56,32 @@ static inline void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *
 		ss->sge = list[0];
 	else
 		ss->sge = (struct rvt_sge){ 0 };
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define URVT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define URVT_TSAN 1
+#endif
+#endif
+
+/*
+ * The last bytes of an RDMA WRITE land after everything before them, so a
+ * peer polling the last byte sees the rest (rdmavt's copy_last). A release
+ * fence orders them after the earlier stores (on x86 it costs nothing);
+ * TSan cannot model fences, so there each byte is a release store.
+ * memmove: a loopback WRITE/READ may name overlapping ranges of one MR.
+ */
+static inline void rvt_copy_tail(uint8_t *d, const uint8_t *s, uint32_t n)
+{
+#ifdef URVT_TSAN
+	for (uint32_t i = 0; i < n; i++)
+		__atomic_store_n(&d[i], s[i], __ATOMIC_RELEASE);
+#else
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	memmove(d, s, n);
+#endif
 }
 
 /* RNR NAK timer code -> microseconds (qp-semantics.md §9.1). */

@@ -464,6 +464,10 @@ struct rvt_qp {
 		uint32_t s_ssn;
 		uint32_t s_next_psn;      /* PSN of the next posted WR */
 		uint32_t local_ops_pending;
+		/* RC/UC to a QP of this process with room for one WR of one
+		 * SGE: post_send may run it at once (post.c post_direct).
+		 * Written by modify under s_hlock. */
+		bool lb_direct;
 	} __cacheline_aligned;
 
 	/*

@@ -47,6 +47,7 @@ struct pair_opts {
 	struct rvt_srq *b_srq;
 	uint32_t sges;                /* max send/recv SGEs */
 	int bcq_size;                 /* b's CQ (0: 1024) */
+	uint32_t max_inline;          /* both QPs */
 };
 
 static const struct pair_opts defaults = {
@@ -87,7 +88,7 @@ static struct pair *pair_new_opts(enum ibv_qp_type type, const struct pair_opts 
 				  struct rvt_pd *pd)
 {
 	struct pair *p = calloc(1, sizeof(*p));
-	struct ut_qp_caps caps = { 64, 64, o->sges, o->sges, 0 };
+	struct ut_qp_caps caps = { 64, 64, o->sges, o->sges, o->max_inline };
 
 	assert_non_null(p);
 	p->type = type;
@@ -1562,6 +1563,107 @@ static void test_event_after_destroy(void **state)
 	pair_free(p, true);
 }
 
+/*
+ * post_send runs a lone RDMA WRITE on an idle queue at once (post.c
+ * post_direct). Whatever it does must be what the engine would have done:
+ * WQEs already queued go first, the PSNs move as for a queued WR, the
+ * responder in RTR raises COMM_EST once, inline data and sq_sig_all work.
+ */
+static void test_direct_write(void **state)
+{
+	struct pair_opts o = defaults;
+	struct ibv_qp_attr qa;
+	struct ibv_send_wr wr, send;
+	struct ibv_sge sge, ssge;
+	struct ibv_wc wc;
+	struct pair *p;
+	uint32_t pmtu, psn;
+
+	(void)state;
+	o.b_min_rnr_timer = 0x0a; /* 0.32 ms */
+	o.max_inline = 64;
+	p = pair_new_opts(IBV_QPT_RC, &o, NULL);
+
+	/* 1. behind a SEND waiting for a receive (RNR): not before it */
+	ut_fill(p->abuf, 64, 3);
+	wr1(p, &send, &ssge, IBV_WR_SEND, 0, 16, 0);
+	ut_post_send(p->a, &send);
+	memset(p->bbuf, 0x5a, 256);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 16, 8, baddr(p, 128));
+	ut_post_send(p->a, &wr);
+	ut_cq_empty(p->acq, 20);
+	assert_int_equal(p->bbuf[128], 0x5a);
+	brecv(p, 1, 0, 64);
+	expect_wc(p->acq, send.wr_id, IBV_WC_SUCCESS);
+	wc = expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RDMA_WRITE);
+	assert_int_equal(wc.byte_len, 8);
+	assert_int_equal(wc.qp_num, p->a->qpn);
+	assert_memory_equal(p->bbuf + 128, p->abuf + 16, 8);
+	expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+
+	/* 2. PSNs: one per MTU, as a queued WR takes them */
+	assert_int_equal(rvt_query_qp(p->a, &qa, 0, NULL), 0);
+	psn = qa.sq_psn;
+	pmtu = 128u << qa.path_mtu;
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 4096, baddr(p, 4096));
+	ut_fill(p->abuf, 4096, 9);
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	assert_true(ut_check(p->bbuf + 4096, 4096, 9));
+	assert_int_equal(rvt_query_qp(p->a, &qa, 0, NULL), 0);
+	assert_int_equal(qa.sq_psn, (psn + (4096 + pmtu - 1) / pmtu) & 0xffffff);
+
+	/* 3. unsignaled: no completion; the next signaled one comes alone */
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
+	wr.send_flags = 0;
+	for (int i = 0; i < 5; i++)
+		ut_post_send(p->a, &wr);
+	ut_cq_empty(p->acq, 2);
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr_id = 55;
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, 55, IBV_WC_SUCCESS);
+	ut_cq_empty(p->acq, 2);
+
+	/* 4. inline: the bytes of the SGE, no lkey needed */
+	{
+		uint8_t data[40];
+		ut_fill(data, sizeof(data), 77);
+		wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, sizeof(data), baddr(p, 1000));
+		sge.addr = (uintptr_t)data;
+		sge.lkey = 0;
+		wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+		ut_post_send(p->a, &wr);
+		memset(data, 0, sizeof(data));
+		expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+		assert_true(ut_check(p->bbuf + 1000, sizeof(data), 77));
+	}
+
+	/* 5. a responder in RTR: COMM_EST once, as for a SEND */
+	ut_async_drain(&dev);
+	ut_modify_state(p->b, IBV_QPS_RESET);
+	ut_to_init(p->b, ALL_REMOTE, 0);
+	ut_to_rtr(&dev, p->b, p->a->qpn, 1);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	assert_int_equal(ut_async_count(&dev, IBV_EVENT_COMM_EST, p->b, 20), 1);
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	assert_int_equal(ut_async_count(&dev, IBV_EVENT_COMM_EST, p->b, 20), 0);
+	ut_to_rts(p->b, 7, 7, 4);
+
+	/* 6. a bad rkey still ends as before (the engine reports it) */
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
+	wr.wr.rdma.rkey ^= 1;
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
+	assert_int_equal(ut_state(p->a), IBV_QPS_ERR);
+	ut_cq_empty(p->acq, 2);
+	pair_free(p, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1601,6 +1703,7 @@ int main(void)
 		cmocka_unit_test(test_error_flushes_responder_sq),
 		cmocka_unit_test(test_rnr_then_err_or_destroy),
 		cmocka_unit_test(test_event_after_destroy),
+		cmocka_unit_test(test_direct_write),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
