@@ -231,14 +231,20 @@ bail_inval:
  * an empty send queue whose engine is idle, is executed here and now,
  * without a trip through the ring: exactly what rvt_post_one_wr and then
  * the engine (rvt_ruc_loopback, rvt_send_complete) would do at once, in
- * the same order. The caller holds s_hlock (so no WR can be queued behind
- * this one before it has landed, and modify cannot move the state) and the
- * engine token (so no earlier completion is still on its way).
+ * the same order.
+ *
+ * Everything happens under s_hlock, completion included:
+ *  - no WR can be queued behind this one before it has completed, and
+ *    modify (SQD, ERR, attributes) waits for it;
+ *  - the engine is idle when we look (s_sched 0, acquire: whatever an
+ *    earlier run completed is in the CQ before ours), and a run that
+ *    starts meanwhile (progress thread, RNR timer, another QP's error
+ *    path) finds the ring empty, with s_head frozen by s_hlock, and does
+ *    nothing; so the engine token is not needed.
  *
  * Anything unusual (an error to report, RNR, a peer not ready) leaves
  * nothing behind and returns false: the WR then takes the ordinary path,
- * which reports or executes it as before. *token tells the caller whether
- * it holds the engine token then (it must run the engine to let it go).
+ * which reports or executes it as before.
  */
 #define RVT_DIRECT_MAX 4096 /* bytes copied under s_hlock */
 
@@ -285,14 +291,15 @@ static __attribute__((noinline)) void direct_comm_est(struct rvt_qp *peer)
 	urvt_dispatch_async_event(peer->uctx, IBV_EVENT_COMM_EST, peer);
 }
 
-static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr, bool *token)
+/* Caller holds s_hlock and has checked L1. True: executed, s_hlock released. */
+static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 {
 	const struct ibv_sge *sg = wr->sg_list;
 	struct rvt_sge lsge = { 0 }, rsge;
 	struct rvt_qp *peer;
 	const uint8_t *src;
-	uint32_t len, zero = 0, psn;
-	bool comm_est = false;
+	uint32_t len, psn;
+	int pstate;
 
 	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->num_sge != 1 || wr->next)
 		return false;
@@ -301,12 +308,10 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr, bool *t
 		return false;
 	if (rvt_qp_state(qp) != IBV_QPS_RTS)
 		return false;
-	if (!atomic_compare_exchange_strong_explicit(&qp->s_sched, &zero, 1,
-						     memory_order_acquire, memory_order_relaxed))
-		return false;
-	*token = true;
-	/* engine state, ours now: nothing queued, nothing waited for */
-	if (qp->s_last != qp->s_head || qp->s_flags)
+	/* The engine idle, nothing queued, nothing waited for. s_last is
+	 * still the engine's to move if a WQE is queued (an RNR wait). */
+	if (atomic_load_explicit(&qp->s_sched, memory_order_acquire) ||
+	    load_acquire(&qp->s_last) != qp->s_head || qp->s_flags)
 		return false;
 	/* W10 (or inline: W11's max_inline), as rvt_post_one_wr */
 	if (wr->send_flags & IBV_SEND_INLINE) {
@@ -325,7 +330,8 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr, bool *t
 	if (unlikely(peer->type != qp->type))
 		goto no_peer;
 	urvt_spin_lock(&peer->r_lock);
-	if (unlikely(!(ib_rvt_state_ops[rvt_qp_state(peer)] & RVT_PROCESS_RECV_OK) ||
+	pstate = rvt_qp_state(peer);
+	if (unlikely(!(ib_rvt_state_ops[pstate] & RVT_PROCESS_RECV_OK) ||
 		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE) ||
 		     !rvt_rkey_ok(peer, &rsge, len, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
 				  IBV_ACCESS_REMOTE_WRITE)))
@@ -337,21 +343,20 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr, bool *t
 	qp->s_next_psn = (psn + 1) & URVT_QPN_MASK;
 	direct_copy(rsge.vaddr, src, len);
 	rvt_put_mr(rsge.mr);
-	if (unlikely(!peer->comm_est) && rvt_qp_state(peer) == IBV_QPS_RTR) {
+	if (unlikely(pstate == IBV_QPS_RTR) && !peer->comm_est) {
 		peer->comm_est = true;
-		comm_est = true;
-	}
-	urvt_spin_unlock(&peer->r_lock);
-	qp->s_rnr_retry = qp->rnr_retry;
-	urvt_spin_unlock(&qp->s_hlock);
-	if (unlikely(comm_est))
+		urvt_spin_unlock(&peer->r_lock);
 		direct_comm_est(peer);
+	} else {
+		urvt_spin_unlock(&peer->r_lock);
+	}
 	rvt_put_qp(peer);
 	if (lsge.mr)
 		rvt_put_mr(lsge.mr);
+	qp->s_rnr_retry = qp->rnr_retry;
 	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
 		direct_complete(qp, wr->wr_id, len);
-	rvt_schedule_send_release(qp);
+	urvt_spin_unlock(&qp->s_hlock);
 	return true;
 
 no_unlock:
@@ -367,7 +372,6 @@ no_mr:
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	int ret = 0, posted = 0;
-	bool token = false;
 
 	urvt_spin_lock(&qp->s_hlock);
 	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
@@ -376,7 +380,7 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		*bad_wr = wr;
 		return -EINVAL;
 	}
-	if (qp->lb_direct && wr && post_direct(qp, wr, &token))
+	if (qp->lb_direct && wr && post_direct(qp, wr))
 		return 0;
 	for (; wr; wr = wr->next) {
 		ret = rvt_post_one_wr(qp, wr, NULL);
@@ -391,9 +395,7 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		posted++;
 	}
 	urvt_spin_unlock(&qp->s_hlock);
-	if (token)
-		rvt_schedule_send_held(qp); /* post_direct took it */
-	else if (posted)
+	if (posted)
 		rvt_schedule_send(qp);
 	return ret;
 }
