@@ -299,6 +299,7 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	struct rvt_qp *peer;
 	const uint8_t *src;
 	uint32_t len, psn;
+	bool ref = false;
 	int pstate;
 
 	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->num_sge != 1 || wr->next)
@@ -323,10 +324,14 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 			return false;
 		src = lsge.vaddr;
 	}
-	/* rvt_ruc_loopback */
-	peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
-	if (unlikely(!peer))
-		goto no_mr;
+	/* rvt_ruc_loopback: the peer as cached (qp.c lb_cache), else by QPN */
+	peer = qp->lb_peer;
+	if (unlikely(!peer || peer->qpn != qp->remote_qpn)) {
+		peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
+		if (unlikely(!peer))
+			goto no_mr;
+		ref = true;
+	}
 	if (unlikely(peer->type != qp->type))
 		goto no_peer;
 	urvt_spin_lock(&peer->r_lock);
@@ -350,7 +355,8 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	} else {
 		urvt_spin_unlock(&peer->r_lock);
 	}
-	rvt_put_qp(peer);
+	if (unlikely(ref))
+		rvt_put_qp(peer);
 	if (lsge.mr)
 		rvt_put_mr(lsge.mr);
 	qp->s_rnr_retry = qp->rnr_retry;
@@ -362,7 +368,8 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 no_unlock:
 	urvt_spin_unlock(&peer->r_lock);
 no_peer:
-	rvt_put_qp(peer);
+	if (ref)
+		rvt_put_qp(peer);
 no_mr:
 	if (lsge.mr)
 		rvt_put_mr(lsge.mr);

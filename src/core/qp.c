@@ -407,6 +407,85 @@ static void drop_send_wqes(struct rvt_qp *qp)
 }
 
 /*
+ * The loopback peer cache. A QP that sends to another QP of this process
+ * keeps a pointer to it (lb_peer) from modify on, so post_direct needs no
+ * QPN lookup and no reference get/put per WR. The pointer holds no
+ * reference; instead every QP lists the QPs caching it (lb_cachers), and
+ * its destroy clears their lb_peer (lb_evict) before the structure can be
+ * recycled. post_direct reads lb_peer under the sender's s_hlock, which
+ * every writer takes, so a peer it holds cannot be evicted under it.
+ * Lock order: state_lock, qp_table.lb_lock, s_hlock.
+ */
+static void lb_set(struct rvt_qp *qp, struct rvt_qp *peer)
+{
+	urvt_spin_lock(&qp->s_hlock);
+	WRITE_ONCE(qp->lb_peer, peer);
+	urvt_spin_unlock(&qp->s_hlock);
+}
+
+/* Caller holds lb_lock. */
+static void lb_unlink(struct rvt_qp *qp)
+{
+	struct rvt_qp *peer = qp->lb_peer, **pp;
+
+	if (!peer)
+		return;
+	for (pp = &peer->lb_cachers; *pp; pp = &(*pp)->lb_next) {
+		if (*pp == qp) {
+			*pp = qp->lb_next;
+			break;
+		}
+	}
+	qp->lb_next = NULL;
+	lb_set(qp, NULL);
+}
+
+/* After modify (state_lock held, no spinlock): cache the peer, or drop it. */
+static void lb_cache(struct rvt_qp *qp)
+{
+	struct rvt_qp_table *t = &qp->rdi->qp_table;
+	struct rvt_qp *peer = NULL;
+	int state = rvt_qp_state(qp);
+
+	if (qp->lb_direct &&
+	    (state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD))
+		peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
+	if (peer == READ_ONCE(qp->lb_peer)) {
+		/* nothing to change (a peer found holds on to its place) */
+		if (peer)
+			rvt_put_qp(peer);
+		return;
+	}
+	/* The reference keeps the peer's destroy (lb_evict) from passing
+	 * its reset until it is listed. */
+	pthread_mutex_lock(&t->lb_lock);
+	lb_unlink(qp);
+	if (peer) {
+		qp->lb_next = peer->lb_cachers;
+		peer->lb_cachers = qp;
+		lb_set(qp, peer);
+	}
+	pthread_mutex_unlock(&t->lb_lock);
+	if (peer)
+		rvt_put_qp(peer);
+}
+
+/* Destroy, after reset: no QP may keep a pointer to this one. */
+static void lb_evict(struct rvt_qp *qp)
+{
+	struct rvt_qp_table *t = &qp->rdi->qp_table;
+	struct rvt_qp *s;
+
+	pthread_mutex_lock(&t->lb_lock);
+	while ((s = qp->lb_cachers)) {
+		qp->lb_cachers = s->lb_next;
+		s->lb_next = NULL;
+		lb_set(s, NULL);
+	}
+	pthread_mutex_unlock(&t->lb_lock);
+}
+
+/*
  * _rvt_reset_qp (qp-semantics.md §5.4): stop everything, withdraw the QP
  * from lookups, discard both queues without completions. Caller holds
  * state_lock and no spinlock.
@@ -415,6 +494,12 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 {
 	struct urvt_progress *p = qp->rdi->progress;
 
+	/* Its own peer cache goes (modify to RTR/RTS makes a new one). */
+	if (READ_ONCE(qp->lb_peer)) {
+		pthread_mutex_lock(&qp->rdi->qp_table.lb_lock);
+		lb_unlink(qp);
+		pthread_mutex_unlock(&qp->rdi->qp_table.lb_lock);
+	}
 	if (rvt_qp_state(qp) != IBV_QPS_RESET) {
 		/* 1. Everyone that looks at the state from now on backs off. */
 		urvt_spin_lock(&qp->r_lock);
@@ -683,6 +768,8 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	/* 8. RESET -> INIT publishes the QP for lookups by QPN. */
 	if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
 		ret = rvt_qp_table_insert(&rdi->qp_table, qp);
+	/* 8b. the loopback peer, for post_direct */
+	lb_cache(qp);
 	pthread_mutex_unlock(&qp->state_lock);
 
 	/* 9. */
@@ -753,6 +840,8 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	pthread_mutex_lock(&qp->state_lock);
 	rvt_reset_qp(qp);
 	pthread_mutex_unlock(&qp->state_lock);
+	/* Out of the table since the reset: no QP can cache it any more. */
+	lb_evict(qp);
 	/* Reset: no new events. Unread ones go, as the kernel drops them; the
 	 * structure may be recycled for another QP. */
 	urvt_cancel_async_events(qp->uctx, qp);

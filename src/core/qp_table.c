@@ -98,6 +98,7 @@ int rvt_qp_table_init(struct rvt_qp_table *t)
 {
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->lb_lock, NULL);
 	return 0;
 }
 
@@ -113,6 +114,7 @@ void rvt_qp_table_fini(struct rvt_qp_table *t)
 		qp = n;
 	}
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->lb_lock);
 }
 
 static _Atomic(struct rvt_qp *) *slot_of(struct rvt_qp_table *t, uint32_t qpn, bool create)

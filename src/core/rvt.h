@@ -78,6 +78,7 @@ struct rvt_qp_table {
 	_Atomic(struct rvt_qp *) *page[RVT_QPT_PAGES];
 	pthread_mutex_t lock;       /* page allocation, QP free list */
 	struct rvt_qp *free_list;   /* destroyed QPs kept for reuse */
+	pthread_mutex_t lb_lock;    /* loopback peer caches (qp.c lb_cache) */
 };
 
 /*
@@ -468,6 +469,12 @@ struct rvt_qp {
 		 * SGE: post_send may run it at once (post.c post_direct).
 		 * Written by modify under s_hlock. */
 		bool lb_direct;
+		/* The QP remote_qpn names, kept from modify on (qp.c
+		 * lb_cache); no reference: its destroy clears this under
+		 * s_hlock first. Written under qp_table.lb_lock and s_hlock. */
+		struct rvt_qp *lb_peer;
+		struct rvt_qp *lb_cachers; /* QPs whose lb_peer is this one */
+		struct rvt_qp *lb_next;    /* next in lb_peer->lb_cachers */
 	} __cacheline_aligned;
 
 	/*

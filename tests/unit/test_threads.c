@@ -1060,6 +1060,184 @@ static void test_sqd_toggle_and_query_while_posting(void **state)
 	assert_int_equal(rvt_destroy_cq(zcq), 0);
 }
 
+/* ---------------------------------------------------------------- */
+/* post_direct's cached peer (qp.c lb_cache): the peer is destroyed     */
+/* (its structure recycled for the next one) and the sender cycles      */
+/* through ERR/RESET/RTS while a thread posts lone UC RDMA WRITEs.      */
+/* ---------------------------------------------------------------- */
+#define PEER_CHURN_CYCLES 300u
+
+static struct rvt_qp *pa;
+static struct rvt_cq *pca, *pcb;
+static struct rvt_mregion *pmr;
+static uint8_t *pbuf;
+static _Atomic int pc_running, pc_hold;
+static _Atomic uint64_t pc_gen, pc_ack;
+static _Atomic uint64_t pc_ok, pc_flush, pc_posted, pc_refused, pc_signaled;
+
+static void *pc_sender(void *arg)
+{
+	(void)arg;
+	for (uint64_t seq = 0; atomic_load(&pc_running) && !t_stop(); seq++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)pbuf + (seq & 63) * 8, .length = 8,
+				       .lkey = pmr->ibmr.lkey };
+		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = (seq & 3) ? 0 : IBV_SEND_SIGNALED }, *bad;
+		int ret;
+
+		if (atomic_load(&pc_hold)) {
+			/* the sender's own modifies come while it does not post:
+			 * acknowledge each hold (pc_hold_sender) until let go */
+			while (atomic_load(&pc_hold) && atomic_load(&pc_running) && !t_stop()) {
+				atomic_store(&pc_ack, atomic_load(&pc_gen));
+				sched_yield();
+			}
+			continue;
+		}
+		/* flow control: at most WINDOW signaled WRs without a CQE (a
+		 * flush completes unsignaled ones too, hence the signed test) */
+		if ((int64_t)(atomic_load(&pc_signaled) - atomic_load(&pc_ok) -
+			      atomic_load(&pc_flush)) >= (int64_t)WINDOW) {
+			seq--;
+			sched_yield();
+			continue;
+		}
+		wr.wr.rdma.remote_addr = (uintptr_t)pbuf + 4096 + (seq & 63) * 8;
+		wr.wr.rdma.rkey = pmr->ibmr.rkey;
+		if (wr.send_flags)
+			atomic_fetch_add(&pc_signaled, 1);
+		ret = rvt_post_send(pa, &wr, &bad);
+		if (ret == -ENOMEM) {
+			if (wr.send_flags)
+				atomic_fetch_sub(&pc_signaled, 1);
+			atomic_fetch_add(&pc_refused, 1);
+			sched_yield();
+			continue;
+		}
+		if (ret) {
+			t_fail("peer churn: post_send %d", ret);
+			break;
+		}
+		atomic_fetch_add(&pc_posted, 1);
+	}
+	return NULL;
+}
+
+/* Returns once the sender has seen this hold (pc_gen after pc_hold). */
+static void pc_hold_sender(void)
+{
+	uint64_t g;
+
+	atomic_store(&pc_hold, 1);
+	g = atomic_fetch_add(&pc_gen, 1) + 1;
+	while (atomic_load(&pc_ack) != g && !t_stop())
+		sched_yield();
+}
+
+static void *pc_poller(void *arg)
+{
+	struct ibv_wc wc[16];
+
+	(void)arg;
+	while (atomic_load(&pc_running) && !t_stop()) {
+		int n = rvt_poll_cq(pca, 16, wc);
+		for (int i = 0; i < n; i++) {
+			/* UC: a missing peer drops the message, the sender succeeds */
+			if (wc[i].status == IBV_WC_SUCCESS)
+				atomic_fetch_add(&pc_ok, 1);
+			else if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+				atomic_fetch_add(&pc_flush, 1);
+			else
+				t_fail("peer churn: wr_id %llu status %d",
+				       (unsigned long long)wc[i].wr_id, wc[i].status);
+		}
+		while (rvt_poll_cq(pcb, 16, wc) > 0)
+			;
+		if (!n)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void test_direct_peer_churn(void **state)
+{
+	struct ut_qp_caps caps = { 64, 4, 1, 1, 0 };
+	uint64_t t0 = ut_now_ms();
+	struct rvt_qp *pb = NULL;
+	pthread_t s, c;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = t0 + DEADLINE_MS;
+	pbuf = aligned_alloc(64, 8192);
+	assert_non_null(pbuf);
+	memset(pbuf, 0x3c, 8192);
+	pmr = ut_mr(pd, pbuf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	pca = ut_cq(&dev, 4096);
+	pcb = ut_cq(&dev, 256);
+	pa = ut_qp(&dev, pd, IBV_QPT_UC, pca, pca, NULL, &caps, false);
+
+	atomic_store(&pc_running, 1);
+	atomic_store(&pc_hold, 1);
+	assert_int_equal(pthread_create(&c, NULL, pc_poller, NULL), 0);
+	assert_int_equal(pthread_create(&s, NULL, pc_sender, NULL), 0);
+	for (uint32_t i = 0; i < PEER_CHURN_CYCLES && !atomic_load(&failed); i++) {
+		pc_hold_sender();
+		if (pb) {
+			ut_modify_state(pa, IBV_QPS_ERR);
+			ut_modify_state(pa, IBV_QPS_RESET);
+			assert_int_equal(rvt_destroy_qp(pb), 0);
+		}
+		pb = ut_qp(&dev, pd, IBV_QPT_UC, pcb, pcb, NULL, &caps, false);
+		ut_to_init(pb, IBV_ACCESS_REMOTE_WRITE, 0);
+		/* pa caches pb at RTR/RTS (pb is in the table from INIT) */
+		ut_to_init(pa, IBV_ACCESS_REMOTE_WRITE, 0);
+		ut_to_rtr(&dev, pa, pb->qpn, 1);
+		ut_to_rts(pa, 0, 0, 0);
+		ut_to_rtr(&dev, pb, pa->qpn, 1);
+		ut_to_rts(pb, 0, 0, 0);
+		/* a reset discards queued WRs without completions: start the
+		 * window afresh (the sender is held, the poller only adds) */
+		atomic_store(&pc_signaled, atomic_load(&pc_ok) + atomic_load(&pc_flush));
+		atomic_store(&pc_hold, 0);
+		for (int y = 0; y < 20; y++)
+			sched_yield();
+		/* destroyed under the sender's feet (pa in RTS, posting): the
+		 * cache must go first; the structure is recycled at once */
+		if (i & 1)
+			ut_modify_state(pb, IBV_QPS_ERR);
+		assert_int_equal(rvt_destroy_qp(pb), 0);
+		pb = ut_qp(&dev, pd, IBV_QPT_UC, pcb, pcb, NULL, &caps, false);
+		ut_to_init(pb, IBV_ACCESS_REMOTE_WRITE, 0);
+		ut_to_rtr(&dev, pb, pa->qpn, 1);
+		ut_to_rts(pb, 0, 0, 0);
+		for (int y = 0; y < 10; y++)
+			sched_yield();
+	}
+	pc_hold_sender();
+	atomic_store(&pc_running, 0);
+	pthread_join(s, NULL);
+	pthread_join(c, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_true(atomic_load(&pc_posted) > 0);
+	assert_null(pa->lb_peer); /* pb went: evicted */
+	assert_int_equal(rvt_destroy_qp(pa), 0);
+	assert_int_equal(rvt_destroy_qp(pb), 0);
+	assert_int_equal(atomic_load(&pmr->refcount), 1);
+	assert_int_equal(rvt_dereg_mr(pmr), 0);
+	assert_int_equal(rvt_destroy_cq(pca), 0);
+	assert_int_equal(rvt_destroy_cq(pcb), 0);
+	free(pbuf);
+	print_message("%llu lone UC WRITEs (%llu refused) against %u destroyed peers in %llu ms "
+		      "(%llu completed, %llu flushed)\n",
+		      (unsigned long long)atomic_load(&pc_posted),
+		      (unsigned long long)atomic_load(&pc_refused), PEER_CHURN_CYCLES,
+		      (unsigned long long)(ut_now_ms() - t0), (unsigned long long)atomic_load(&pc_ok),
+		      (unsigned long long)atomic_load(&pc_flush));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1069,6 +1247,7 @@ int main(void)
 		cmocka_unit_test(test_requester_err_while_posting),
 		cmocka_unit_test(test_destroy_during_async_flush),
 		cmocka_unit_test(test_sqd_toggle_and_query_while_posting),
+		cmocka_unit_test(test_direct_peer_churn),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
