@@ -250,8 +250,7 @@ bail_inval:
 
 static void direct_copy(uint8_t *d, const uint8_t *s, uint32_t len)
 {
-	/* the last 8 bytes land last, as in sge_to_sge (copy_last) */
-	uint32_t head = len > 8 ? len - 8 : 0;
+	uint32_t head;
 
 #ifndef URVT_TSAN
 	if (len == 8) {
@@ -262,6 +261,8 @@ static void direct_copy(uint8_t *d, const uint8_t *s, uint32_t len)
 		return;
 	}
 #endif
+	/* the last 8 bytes land last, as in sge_to_sge (copy_last) */
+	head = len > 8 ? len - 8 : 0;
 	if (head)
 		memmove(d, s, head);
 	rvt_copy_tail(d + head, s + head, len - head);
@@ -291,7 +292,7 @@ static __attribute__((noinline)) void direct_comm_est(struct rvt_qp *peer)
 	urvt_dispatch_async_event(peer->uctx, IBV_EVENT_COMM_EST, peer);
 }
 
-/* Caller holds s_hlock and has checked L1. True: executed, s_hlock released. */
+/* Caller holds s_hlock and has seen the QP in RTS. True: executed, s_hlock released. */
 static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 {
 	const struct ibv_sge *sg = wr->sg_list;
@@ -299,7 +300,6 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	struct rvt_qp *peer;
 	const uint8_t *src;
 	uint32_t len, psn;
-	bool ref = false;
 	int pstate;
 
 	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->num_sge != 1 || wr->next)
@@ -307,7 +307,12 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	len = sg->length;
 	if (len - 1 >= RVT_DIRECT_MAX) /* 0: no SGE at all, the ordinary path */
 		return false;
-	if (rvt_qp_state(qp) != IBV_QPS_RTS)
+	/* The peer as cached by modify (qp.c lb_cache: the QP remote_qpn
+	 * names, of the same type; remote_qpn only moves in INIT->RTR and
+	 * reset, and every modify ends with lb_cache); without one the
+	 * engine looks it up, as it always did. */
+	peer = qp->lb_peer;
+	if (unlikely(!peer))
 		return false;
 	/* The engine idle, nothing queued, nothing waited for. s_last is
 	 * still the engine's to move if a WQE is queued (an RNR wait). */
@@ -324,23 +329,18 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 			return false;
 		src = lsge.vaddr;
 	}
-	/* rvt_ruc_loopback: the peer as cached (qp.c lb_cache), else by QPN */
-	peer = qp->lb_peer;
-	if (unlikely(!peer || peer->qpn != qp->remote_qpn)) {
-		peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
-		if (unlikely(!peer))
-			goto no_mr;
-		ref = true;
-	}
-	if (unlikely(peer->type != qp->type))
-		goto no_peer;
+	/* rvt_ruc_loopback */
 	urvt_spin_lock(&peer->r_lock);
 	pstate = rvt_qp_state(peer);
 	if (unlikely(!(ib_rvt_state_ops[pstate] & RVT_PROCESS_RECV_OK) ||
 		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE) ||
 		     !rvt_rkey_ok(peer, &rsge, len, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
-				  IBV_ACCESS_REMOTE_WRITE)))
-		goto no_unlock;
+				  IBV_ACCESS_REMOTE_WRITE))) {
+		urvt_spin_unlock(&peer->r_lock);
+		if (lsge.mr)
+			rvt_put_mr(lsge.mr);
+		return false;
+	}
 
 	/* Executed from here on. The SSN and PSNs it would have taken. */
 	qp->s_ssn++;
@@ -355,8 +355,6 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	} else {
 		urvt_spin_unlock(&peer->r_lock);
 	}
-	if (unlikely(ref))
-		rvt_put_qp(peer);
 	if (lsge.mr)
 		rvt_put_mr(lsge.mr);
 	qp->s_rnr_retry = qp->rnr_retry;
@@ -364,31 +362,22 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		direct_complete(qp, wr->wr_id, len);
 	urvt_spin_unlock(&qp->s_hlock);
 	return true;
-
-no_unlock:
-	urvt_spin_unlock(&peer->r_lock);
-no_peer:
-	if (ref)
-		rvt_put_qp(peer);
-no_mr:
-	if (lsge.mr)
-		rvt_put_mr(lsge.mr);
-	return false;
 }
 
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
-	int ret = 0, posted = 0;
+	int ret = 0, posted = 0, state;
 
 	urvt_spin_lock(&qp->s_hlock);
+	state = rvt_qp_state(qp);
+	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr))
+		return 0;
 	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
-	if (unlikely(!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_SEND_OK))) {
+	if (unlikely(!(ib_rvt_state_ops[state] & RVT_POST_SEND_OK))) {
 		urvt_spin_unlock(&qp->s_hlock);
 		*bad_wr = wr;
 		return -EINVAL;
 	}
-	if (qp->lb_direct && wr && post_direct(qp, wr))
-		return 0;
 	for (; wr; wr = wr->next) {
 		ret = rvt_post_one_wr(qp, wr, NULL);
 		if (unlikely(ret < 0)) {

@@ -448,8 +448,14 @@ static void lb_cache(struct rvt_qp *qp)
 	int state = rvt_qp_state(qp);
 
 	if (qp->lb_direct &&
-	    (state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD))
+	    (state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD)) {
 		peer = rvt_lookup_qpn(qp->rdi, qp->remote_qpn);
+		/* another type there: the engine's path (it drops the WR) */
+		if (peer && peer->type != qp->type) {
+			rvt_put_qp(peer);
+			peer = NULL;
+		}
+	}
 	if (peer == READ_ONCE(qp->lb_peer)) {
 		/* nothing to change (a peer found holds on to its place) */
 		if (peer)
