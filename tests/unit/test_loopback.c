@@ -1654,7 +1654,32 @@ static void test_direct_write(void **state)
 	assert_int_equal(ut_async_count(&dev, IBV_EVENT_COMM_EST, p->b, 20), 0);
 	ut_to_rts(p->b, 7, 7, 4);
 
-	/* 6. a bad rkey still ends as before (the engine reports it) */
+	/* 6. no peer cached (it was not there when a went to RTR): the
+	 * engine looks it up per WR, as always */
+	{
+		struct rvt_qp *c = ut_qp(&dev, p->pd, IBV_QPT_RC, p->bcq, p->bcq, NULL, NULL, false);
+		struct rvt_qp *d = ut_qp(&dev, p->pd, IBV_QPT_RC, p->acq, p->acq, NULL, NULL, false);
+		ut_to_init(d, ALL_REMOTE, 0);
+		ut_to_rtr(&dev, d, c->qpn, 1);
+		ut_to_rts(d, 7, 7, 4);
+		assert_null(d->lb_peer);
+		ut_to_init(c, ALL_REMOTE, 0);
+		ut_to_rtr(&dev, c, d->qpn, 1);
+		ut_to_rts(c, 7, 7, 4);
+		assert_ptr_equal(c->lb_peer, d);
+		memset(p->bbuf, 0, 64);
+		ut_fill(p->abuf, 8, 21);
+		wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 32));
+		wr.wr_id = 66;
+		ut_post_send(d, &wr);
+		expect_wc(p->acq, 66, IBV_WC_SUCCESS);
+		assert_true(ut_check(p->bbuf + 32, 8, 21));
+		assert_int_equal(rvt_destroy_qp(d), 0);
+		assert_null(c->lb_peer); /* evicted */
+		assert_int_equal(rvt_destroy_qp(c), 0);
+	}
+
+	/* 7. a bad rkey still ends as before (the engine reports it) */
 	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
 	wr.wr.rdma.rkey ^= 1;
 	ut_post_send(p->a, &wr);
