@@ -358,6 +358,10 @@ static void test_wr_checks(void **state)
 		sge[0].length = pmtu;
 		assert_int_equal(post1(ud, &wr), 0);
 		ut_modify_state(ud, IBV_QPS_ERR);
+		/* the flush may run on the progress thread (it can hold the
+		 * engine token when modify asks for a run) */
+		for (int i = 0; i < UT_TIMEOUT_MS && mr_refs(bmr) != 1; i++)
+			ut_sleep_ms(1);
 		drain();
 		assert_int_equal(mr_refs(bmr), 1);
 		assert_int_equal(rvt_dereg_mr(bmr), 0);
