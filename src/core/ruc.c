@@ -638,6 +638,13 @@ static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
 
 static void rvt_do_send(struct rvt_qp *qp)
 {
+	/* Nothing to do outside RTS/SQD/SQE/ERR. Looked at first: a run
+	 * queued while the QP was in ERR may start after it went RESET ->
+	 * INIT -> RTR, and the state (acquire) orders the AV that modify
+	 * wrote before it. The transport's completer queue is empty there
+	 * (dropped at reset; responses are accepted only in RTS/SQD). */
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_OR_FLUSH_SEND))
+		return;
 	/* Remote RC/UC peers: the protocol engines (src/transport) run the
 	 * whole requester and completer, flush and RNR/retry waits included
 	 * (they keep state across calls the loop below would not see). */
