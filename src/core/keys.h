@@ -134,4 +134,39 @@ bad:
 	return false;
 }
 
+/*
+ * post_direct's key checks (post.c): the same checks in the same order as
+ * rvt_lkey_ok / rvt_rkey_ok, but no reference is taken. The caller holds
+ * the sender's s_hlock from the lookup until it is done with the region:
+ * a retiring MR leaves the table first and then waits for every s_hlock
+ * (qp_table.c rvt_direct_barrier), which is what the reference did for
+ * the ordinary path. So an MR found in its slot here stays registered,
+ * unchanged, until the caller drops s_hlock. The key must still match
+ * (generation) and not be invalidated (LOCAL_INV). Returns the host
+ * address of va, or NULL.
+ */
+static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd,
+					 uint32_t key, uint64_t va, uint32_t len, int acc,
+					 bool all_bits)
+{
+	struct rvt_mregion *mr;
+
+	/* No "!key" or "idx < max" test: every index a key can hold is in
+	 * the table (below), and slot 0 is never published, so key 0 finds
+	 * no MR. A1 (publish_mr); pairs too with the barrier (see above). */
+	_Static_assert(URVT_MAX_MR == 1ull << (32 - RVT_LKEY_GEN_BITS),
+		       "the table holds every key index (device.c sizes it URVT_MAX_MR)");
+	mr = atomic_load_explicit(&t->table[key >> RVT_LKEY_GEN_BITS], memory_order_acquire);
+	if (unlikely(!mr || mr->lkey != key ||
+		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed)))
+		return NULL;
+	/* range_ok for len <= RVT_DIRECT_MAX: len <= length, then the offset
+	 * (huge if va < iova) at most length - len, no overflow either way */
+	if (unlikely(mr->pd != pd || len > mr->length || va - mr->iova > mr->length - len))
+		return NULL;
+	if (unlikely(all_bits ? (mr->access & acc) != acc : !(mr->access & acc)))
+		return NULL;
+	return (uint8_t *)mr->vaddr + (va - mr->iova);
+}
+
 #endif

@@ -6,6 +6,12 @@
  * and take a reference with an increment-unless-zero without any lock. A
  * reference taken on a recycled structure is detected by re-checking the key
  * (whose generation moved) and dropped again.
+ *
+ * post_direct (post.c) takes no reference: it uses an MR only while it
+ * holds its QP's s_hlock, so dereg and rereg, once the MR is out of the
+ * table, wait for every s_hlock (rvt_direct_barrier, qp_table.c, with the
+ * memory-ordering argument) before they wait for references and change or
+ * free the MR.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/keys.h"
+#include "core/qp_table.h"
 #include "core/rvt_api.h"
 
 #define SLOT_IN_USE 0x80000000u
@@ -256,6 +263,9 @@ int rvt_dereg_mr(struct rvt_mregion *mr)
 		if (!wait_idle(mr))
 			return -EBUSY;
 		unpublish_mr(&rdi->lkey_table, mr);
+		/* No new lookup finds it; post_direct's use no reference:
+		 * wait for those that found it before. */
+		rvt_direct_barrier(&rdi->qp_table);
 		/* A lookup that raced with unpublish holds a reference now:
 		 * publish again and wait for it to go. */
 		if (atomic_compare_exchange_strong(&mr->refcount, &one, 0))
@@ -300,6 +310,8 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 	/* Take it out of the table while it changes: lookups miss, no one
 	 * sees a half-updated region. */
 	unpublish_mr(&rdi->lkey_table, mr);
+	/* and post_direct's, which take no reference, are done with it */
+	rvt_direct_barrier(&rdi->qp_table);
 	if (atomic_load(&mr->refcount) != 1) {
 		publish_mr(&rdi->lkey_table, mr);
 		return -EBUSY;

@@ -292,13 +292,18 @@ static __attribute__((noinline)) void direct_comm_est(struct rvt_qp *peer)
 	urvt_dispatch_async_event(peer->uctx, IBV_EVENT_COMM_EST, peer);
 }
 
-/* Caller holds s_hlock and has seen the QP in RTS. True: executed, s_hlock released. */
+/*
+ * Caller holds s_hlock and has seen the QP in RTS. True: executed, s_hlock released.
+ * The lkey and the peer's rkey are checked without MR references
+ * (rvt_direct_key_ok): s_hlock, held from the lookups to the end of the
+ * copy, is what a dereg or rereg waits for (qp_table.c rvt_direct_barrier).
+ */
 static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 {
 	const struct ibv_sge *sg = wr->sg_list;
-	struct rvt_sge lsge = { 0 }, rsge;
 	struct rvt_qp *peer;
 	const uint8_t *src;
+	uint8_t *dst;
 	uint32_t len, psn;
 	int pstate;
 
@@ -325,29 +330,27 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 			return false;
 		src = (const uint8_t *)(uintptr_t)sg->addr;
 	} else {
-		if (rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &lsge, NULL, sg, 0) < 0)
+		src = rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr, len, 0,
+					true);
+		if (unlikely(!src))
 			return false;
-		src = lsge.vaddr;
 	}
 	/* rvt_ruc_loopback */
 	urvt_spin_lock(&peer->r_lock);
 	pstate = rvt_qp_state(peer);
 	if (unlikely(!(ib_rvt_state_ops[pstate] & RVT_PROCESS_RECV_OK) ||
-		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE) ||
-		     !rvt_rkey_ok(peer, &rsge, len, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
-				  IBV_ACCESS_REMOTE_WRITE))) {
-		urvt_spin_unlock(&peer->r_lock);
-		if (lsge.mr)
-			rvt_put_mr(lsge.mr);
-		return false;
-	}
+		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE)))
+		goto back_out;
+	dst = rvt_direct_key_ok(&qp->rdi->lkey_table, peer->pd, wr->wr.rdma.rkey,
+				wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_WRITE, false);
+	if (unlikely(!dst))
+		goto back_out;
 
 	/* Executed from here on. The SSN and PSNs it would have taken. */
 	qp->s_ssn++;
 	psn = (qp->s_next_psn + ((len - 1) >> __builtin_ctz(qp->pmtu))) & URVT_QPN_MASK;
 	qp->s_next_psn = (psn + 1) & URVT_QPN_MASK;
-	direct_copy(rsge.vaddr, src, len);
-	rvt_put_mr(rsge.mr);
+	direct_copy(dst, src, len);
 	if (unlikely(pstate == IBV_QPS_RTR) && !peer->comm_est) {
 		peer->comm_est = true;
 		urvt_spin_unlock(&peer->r_lock);
@@ -355,13 +358,15 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	} else {
 		urvt_spin_unlock(&peer->r_lock);
 	}
-	if (lsge.mr)
-		rvt_put_mr(lsge.mr);
 	qp->s_rnr_retry = qp->rnr_retry;
 	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
 		direct_complete(qp, wr->wr_id, len);
 	urvt_spin_unlock(&qp->s_hlock);
 	return true;
+
+back_out:
+	urvt_spin_unlock(&peer->r_lock);
+	return false;
 }
 
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)

@@ -365,6 +365,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	/* Live from now on: lookups may take references once it is published
 	 * (RESET -> INIT). */
 	atomic_store_explicit(&qp->refcount, 1, memory_order_release);
+	rvt_qp_all_add(&rdi->qp_table, qp);
 	return qp;
 
 err_count:
@@ -866,6 +867,8 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 		atomic_fetch_sub(&qp->srq->usecnt, 1);
 	else
 		rvt_rq_fini(&qp->rq);
+	/* off the MR barrier's list before s_hlock and the structure go */
+	rvt_qp_all_del(&rdi->qp_table, qp);
 	urvt_spin_destroy(&qp->s_hlock);
 	urvt_spin_destroy(&qp->r_lock);
 	pthread_mutex_destroy(&qp->state_lock);

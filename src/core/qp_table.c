@@ -99,6 +99,7 @@ int rvt_qp_table_init(struct rvt_qp_table *t)
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->lb_lock, NULL);
+	pthread_mutex_init(&t->all_lock, NULL);
 	return 0;
 }
 
@@ -115,6 +116,7 @@ void rvt_qp_table_fini(struct rvt_qp_table *t)
 	}
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->lb_lock);
+	pthread_mutex_destroy(&t->all_lock);
 }
 
 static _Atomic(struct rvt_qp *) *slot_of(struct rvt_qp_table *t, uint32_t qpn, bool create)
@@ -183,4 +185,69 @@ void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp)
 	qp->next_free = t->free_list;
 	t->free_list = qp;
 	pthread_mutex_unlock(&t->lock);
+}
+
+/* Called by create once s_hlock is initialised, before the QP can post. */
+void rvt_qp_all_add(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	pthread_mutex_lock(&t->all_lock);
+	qp->all_prev = NULL;
+	qp->all_next = t->all_head;
+	if (t->all_head)
+		t->all_head->all_prev = qp;
+	t->all_head = qp;
+	pthread_mutex_unlock(&t->all_lock);
+}
+
+/* Called by destroy after its reset, before s_hlock and the structure go. */
+void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp)
+{
+	pthread_mutex_lock(&t->all_lock);
+	if (qp->all_prev)
+		qp->all_prev->all_next = qp->all_next;
+	else
+		t->all_head = qp->all_next;
+	if (qp->all_next)
+		qp->all_next->all_prev = qp->all_prev;
+	qp->all_next = qp->all_prev = NULL;
+	pthread_mutex_unlock(&t->all_lock);
+}
+
+/*
+ * The MR retirement barrier. post_direct (post.c) checks the lkey and the
+ * peer's rkey without taking MR references: it finds the MR in the key
+ * table, checks it and copies, all under the sender's s_hlock. A retiring
+ * MR (mr.c: dereg, rereg) is first withdrawn from the table (release store
+ * of NULL in its slot), then this takes and drops the s_hlock of every QP
+ * of the device, one after another.
+ *
+ * Why that is enough. s_hlock is taken by an acquire exchange and dropped
+ * by a release store, so the critical sections of one QP are totally
+ * ordered, each one happening-before the next. For a post_direct P on QP q
+ * and the barrier's visit B of q, either
+ *  - P's section comes before B's: P's unlock synchronizes with B's lock,
+ *    so P's copy (and every read of the MR's fields) happens-before the
+ *    barrier returns, hence before the caller frees or changes the MR and
+ *    before the application reuses or unmaps the region; or
+ *  - B's section comes first: the NULL store is sequenced before B's lock,
+ *    B's unlock synchronizes with P's lock, and P's (acquire) load of the
+ *    slot comes after that, so by coherence it reads NULL or a later value
+ *    (never the retired MR: the slot only gets it back by rereg's or a
+ *    failed dereg's publish, which are release stores made after the
+ *    barrier and the change, so P then sees the MR complete).
+ * A QP is on the list from before it can post (create) until after its
+ * reset took s_hlock (destroy), and all_lock is held throughout, so a QP
+ * cannot be destroyed and its structure recycled (s_hlock reinitialised)
+ * while the barrier holds or waits for its lock. Lock order: all_lock, then
+ * s_hlock; nothing takes all_lock under a spinlock. The cost is on dereg
+ * and rereg (one lock per QP of the device), none on the data path.
+ */
+void rvt_direct_barrier(struct rvt_qp_table *t)
+{
+	pthread_mutex_lock(&t->all_lock);
+	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next) {
+		urvt_spin_lock(&qp->s_hlock);
+		urvt_spin_unlock(&qp->s_hlock);
+	}
+	pthread_mutex_unlock(&t->all_lock);
 }

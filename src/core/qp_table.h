@@ -16,6 +16,11 @@ void rvt_qp_table_fini(struct rvt_qp_table *t);
 int rvt_qp_table_insert(struct rvt_qp_table *t, struct rvt_qp *qp);
 void rvt_qp_table_remove(struct rvt_qp_table *t, struct rvt_qp *qp);
 bool rvt_qp_table_contains(struct rvt_qp_table *t, struct rvt_qp *qp);
+/* The list of every QP of the device (create .. destroy). */
+void rvt_qp_all_add(struct rvt_qp_table *t, struct rvt_qp *qp);
+void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp);
+/* Wait until every post_direct running now has finished (mr.c: dereg/rereg). */
+void rvt_direct_barrier(struct rvt_qp_table *t);
 /* Type-stable QP structures: recycled through the table's free list. */
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);

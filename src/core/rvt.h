@@ -79,6 +79,10 @@ struct rvt_qp_table {
 	pthread_mutex_t lock;       /* page allocation, QP free list */
 	struct rvt_qp *free_list;   /* destroyed QPs kept for reuse */
 	pthread_mutex_t lb_lock;    /* loopback peer caches (qp.c lb_cache) */
+	/* Every QP from create to destroy (all_next/all_prev), for the MR
+	 * retirement barrier (qp_table.c rvt_direct_barrier). */
+	pthread_mutex_t all_lock;
+	struct rvt_qp *all_head;
 };
 
 /*
@@ -534,6 +538,7 @@ struct rvt_qp {
 	_Atomic uint32_t async_events_reported;
 	_Atomic uint32_t refcount;        /* 0 = free (type-stable memory) */
 	struct rvt_qp *next_free;
+	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
 	void *transport_priv;
 };
 

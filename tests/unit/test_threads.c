@@ -1238,6 +1238,233 @@ static void test_direct_peer_churn(void **state)
 		      (unsigned long long)atomic_load(&pc_flush));
 }
 
+/* ---------------------------------------------------------------- */
+/* post_direct takes no MR references (qp_table.c rvt_direct_barrier): */
+/* a thread posts lone UC RDMA WRITEs while the source and the target  */
+/* MR are deregistered (or the target re-registered elsewhere) and     */
+/* registered again. Once dereg/rereg returns, the old source is never */
+/* read again (poisoned, the poison never arrives) and nothing lands   */
+/* in the old target (zeroed, stays zero). Under TSan a copy after the */
+/* barrier is also a reported race with the poisoning/zeroing.         */
+/* ---------------------------------------------------------------- */
+#define MR_CHURN_CYCLES 150u
+#define MR_CHURN_WAIT 64u      /* post attempts between the steps */
+#define MR_CHURN_BYTES 4096u
+#define MR_POISON 0xee
+#define MR_DATA 0x5a
+
+static struct rvt_qp *ma, *mb;
+static struct rvt_cq *mca, *mcb;
+static uint8_t *msrc, *mdst, *mdst2;
+static _Atomic uint64_t m_lkey, m_rkey;
+static _Atomic int mc_running, mc_hold;
+static _Atomic uint64_t mc_gen, mc_ack, mc_attempts, mc_posted, mc_refused;
+
+static void *mc_sender(void *arg)
+{
+	(void)arg;
+	for (uint64_t seq = 0; atomic_load(&mc_running) && !t_stop(); seq++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)msrc + (seq & 63) * 8, .length = 8,
+				       .lkey = (uint32_t)atomic_load(&m_lkey) };
+		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = (seq & 15) ? 0 : IBV_SEND_SIGNALED }, *bad;
+		int ret;
+
+		if (atomic_load(&mc_hold)) {
+			while (atomic_load(&mc_hold) && atomic_load(&mc_running) && !t_stop()) {
+				atomic_store(&mc_ack, atomic_load(&mc_gen));
+				sched_yield();
+			}
+			continue;
+		}
+		wr.wr.rdma.remote_addr = (uintptr_t)mdst + (seq & 63) * 8;
+		wr.wr.rdma.rkey = (uint32_t)atomic_load(&m_rkey);
+		ret = rvt_post_send(ma, &wr, &bad);
+		atomic_fetch_add(&mc_attempts, 1);
+		if (ret == 0) {
+			atomic_fetch_add(&mc_posted, 1);
+		} else if (ret == -ENOMEM || ret == -EINVAL) {
+			/* a full queue, or a stale lkey (checked at post time) */
+			atomic_fetch_add(&mc_refused, 1);
+			sched_yield();
+		} else {
+			t_fail("mr churn: post_send %d", ret);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void mc_hold_sender(void)
+{
+	uint64_t g;
+
+	atomic_store(&mc_hold, 1);
+	g = atomic_fetch_add(&mc_gen, 1) + 1;
+	while (atomic_load(&mc_ack) != g && !t_stop())
+		sched_yield();
+}
+
+static void *mc_poller(void *arg)
+{
+	struct ibv_wc wc[16];
+
+	(void)arg;
+	while (atomic_load(&mc_running) && !t_stop()) {
+		/* any status: stale keys fail WRs and put the target QP in ERR */
+		int n = rvt_poll_cq(mca, 16, wc);
+		while (rvt_poll_cq(mcb, 16, wc) > 0)
+			;
+		if (!n)
+			sched_yield();
+	}
+	return NULL;
+}
+
+/* Let the sender make n more attempts (bounded by time). */
+static void mc_let_post(uint64_t n)
+{
+	uint64_t target = atomic_load(&mc_attempts) + n, end = ut_now_ms() + 500;
+
+	while (atomic_load(&mc_attempts) < target && ut_now_ms() < end && !t_stop())
+		sched_yield();
+}
+
+static void mc_dereg(struct rvt_mregion *mr)
+{
+	int ret = -EBUSY;
+
+	/* EBUSY: a queued WR held a reference for 100 ms (a slow machine) */
+	for (int k = 0; k < 50 && ret == -EBUSY; k++)
+		ret = rvt_dereg_mr(mr);
+	assert_int_equal(ret, 0);
+}
+
+static bool mc_all(const uint8_t *p, size_t n, uint8_t v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return false;
+	return true;
+}
+
+static void test_direct_mr_churn(void **state)
+{
+	struct ut_qp_caps caps = { 64, 4, 1, 1, 0 };
+	int dacc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	struct rvt_mregion *smr, *dmr;
+	uint64_t t0 = ut_now_ms(), landed = 0;
+	pthread_t s, c;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = t0 + DEADLINE_MS;
+	msrc = aligned_alloc(64, MR_CHURN_BYTES);
+	mdst = aligned_alloc(64, MR_CHURN_BYTES);
+	mdst2 = aligned_alloc(64, MR_CHURN_BYTES);
+	assert_non_null(msrc);
+	assert_non_null(mdst);
+	assert_non_null(mdst2);
+	memset(msrc, MR_DATA, MR_CHURN_BYTES);
+	memset(mdst, 0, MR_CHURN_BYTES);
+	memset(mdst2, 0, MR_CHURN_BYTES);
+	mca = ut_cq(&dev, 4096);
+	mcb = ut_cq(&dev, 256);
+	ma = ut_qp(&dev, pd, IBV_QPT_UC, mca, mca, NULL, &caps, false);
+	mb = ut_qp(&dev, pd, IBV_QPT_UC, mcb, mcb, NULL, &caps, false);
+	smr = ut_mr(pd, msrc, MR_CHURN_BYTES, 0);
+	dmr = ut_mr(pd, mdst, MR_CHURN_BYTES, dacc);
+	atomic_store(&m_lkey, smr->ibmr.lkey);
+	atomic_store(&m_rkey, dmr->ibmr.rkey);
+	ut_to_init(mb, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_init(ma, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_rtr(&dev, ma, mb->qpn, 1);
+	ut_to_rts(ma, 0, 0, 0);
+	ut_to_rtr(&dev, mb, ma->qpn, 1);
+	ut_to_rts(mb, 0, 0, 0);
+	assert_ptr_equal(ma->lb_peer, mb); /* the direct path is on */
+
+	atomic_store(&mc_running, 1);
+	atomic_store(&mc_hold, 0);
+	assert_int_equal(pthread_create(&c, NULL, mc_poller, NULL), 0);
+	assert_int_equal(pthread_create(&s, NULL, mc_sender, NULL), 0);
+	for (uint32_t i = 0; i < MR_CHURN_CYCLES && !atomic_load(&failed) && !t_stop(); i++) {
+		bool src_first = !(i & 1);
+
+		mc_let_post(MR_CHURN_WAIT);
+		if (i % 3 == 2) {
+			/* the target moves to mdst2 (same key): mdst is retired */
+			assert_int_equal(rvt_rereg_mr(dmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL,
+						      mdst2, MR_CHURN_BYTES, 0), 0);
+			memset(mdst, 0, MR_CHURN_BYTES);
+			mc_let_post(MR_CHURN_WAIT);
+			if (!mc_all(mdst, MR_CHURN_BYTES, 0))
+				t_fail("cycle %u: a WRITE landed in the target after rereg", i);
+		}
+		if (src_first) {
+			mc_dereg(smr);
+			memset(msrc, MR_POISON, MR_CHURN_BYTES);
+			mc_let_post(MR_CHURN_WAIT);
+		}
+		mc_dereg(dmr);
+		/* the old source was never read after its dereg */
+		for (uint32_t k = 0; k < MR_CHURN_BYTES; k++)
+			if (mdst[k] == MR_POISON)
+				t_fail("cycle %u: the source was read after dereg", i);
+		landed += !mc_all(mdst, MR_CHURN_BYTES, 0);
+		memset(mdst, 0, MR_CHURN_BYTES);
+		mc_let_post(MR_CHURN_WAIT);
+		if (!mc_all(mdst, MR_CHURN_BYTES, 0))
+			t_fail("cycle %u: a WRITE landed in the target after dereg", i);
+		if (!src_first) {
+			mc_dereg(smr);
+			memset(msrc, MR_POISON, MR_CHURN_BYTES);
+			mc_let_post(MR_CHURN_WAIT);
+		}
+		/* again: stale keys put the target QP in ERR */
+		mc_hold_sender();
+		ut_modify_state(ma, IBV_QPS_ERR);
+		ut_modify_state(ma, IBV_QPS_RESET);
+		ut_modify_state(mb, IBV_QPS_ERR);
+		ut_modify_state(mb, IBV_QPS_RESET);
+		memset(msrc, MR_DATA, MR_CHURN_BYTES);
+		smr = ut_mr(pd, msrc, MR_CHURN_BYTES, 0);
+		dmr = ut_mr(pd, mdst, MR_CHURN_BYTES, dacc);
+		atomic_store(&m_lkey, smr->ibmr.lkey);
+		atomic_store(&m_rkey, dmr->ibmr.rkey);
+		ut_to_init(mb, IBV_ACCESS_REMOTE_WRITE, 0);
+		ut_to_init(ma, IBV_ACCESS_REMOTE_WRITE, 0);
+		ut_to_rtr(&dev, ma, mb->qpn, 1);
+		ut_to_rts(ma, 0, 0, 0);
+		ut_to_rtr(&dev, mb, ma->qpn, 1);
+		ut_to_rts(mb, 0, 0, 0);
+		atomic_store(&mc_hold, 0);
+	}
+	mc_hold_sender();
+	atomic_store(&mc_running, 0);
+	pthread_join(s, NULL);
+	pthread_join(c, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_true(atomic_load(&mc_posted) > 0);
+	assert_true(landed > 0); /* the WRITEs did reach the target */
+	assert_int_equal(rvt_destroy_qp(ma), 0);
+	assert_int_equal(rvt_destroy_qp(mb), 0);
+	mc_dereg(smr);
+	mc_dereg(dmr);
+	assert_int_equal(rvt_destroy_cq(mca), 0);
+	assert_int_equal(rvt_destroy_cq(mcb), 0);
+	free(msrc);
+	free(mdst);
+	free(mdst2);
+	print_message("%llu lone UC WRITEs posted (%llu refused), %u MR retirements of each side "
+		      "in %llu ms, writes landed in %llu cycles\n",
+		      (unsigned long long)atomic_load(&mc_posted),
+		      (unsigned long long)atomic_load(&mc_refused), MR_CHURN_CYCLES,
+		      (unsigned long long)(ut_now_ms() - t0), (unsigned long long)landed);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1248,6 +1475,7 @@ int main(void)
 		cmocka_unit_test(test_destroy_during_async_flush),
 		cmocka_unit_test(test_sqd_toggle_and_query_while_posting),
 		cmocka_unit_test(test_direct_peer_churn),
+		cmocka_unit_test(test_direct_mr_churn),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
