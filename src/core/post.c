@@ -409,9 +409,13 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
  * advanced once, at the end. s_hlock is held from start to end, as
  * providers hold their SQ lock between wr_start and wr_complete/wr_abort.
  */
+_Thread_local char rvt_batch_marker;
+
 void rvt_post_batch_start(struct rvt_qp *qp, struct rvt_post_batch *b)
 {
 	urvt_spin_lock(&qp->s_hlock);
+	atomic_store_explicit(&qp->s_batch_owner, (uintptr_t)&rvt_batch_marker,
+			      memory_order_relaxed);
 	b->n = 0;
 	b->n_local = 0;
 	b->ssn = qp->s_ssn;
@@ -438,6 +442,8 @@ int rvt_post_batch_end(struct rvt_qp *qp, struct rvt_post_batch *b, bool commit)
 {
 	int ret = commit ? b->err : 0;
 	uint32_t n = b->n; /* b belongs to the next batch once s_hlock is dropped */
+
+	atomic_store_explicit(&qp->s_batch_owner, 0, memory_order_relaxed);
 
 	/* L1 again: a reset stores RESET without s_hlock (it takes s_hlock
 	 * only later, to drop the WQEs, and waits for us there). */

@@ -246,6 +246,13 @@ void rvt_direct_barrier(struct rvt_qp_table *t)
 {
 	pthread_mutex_lock(&t->all_lock);
 	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next) {
+		/* Our own ibv_wr_* batch holds this s_hlock (a dereg between
+		 * wr_start and wr_complete): waiting would deadlock, and no
+		 * post_direct can be inside it while we hold it. Only this
+		 * thread stores its marker, so the relaxed load is exact. */
+		if (atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
+		    (uintptr_t)&rvt_batch_marker)
+			continue;
 		urvt_spin_lock(&qp->s_hlock);
 		urvt_spin_unlock(&qp->s_hlock);
 	}

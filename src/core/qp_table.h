@@ -21,6 +21,8 @@ void rvt_qp_all_add(struct rvt_qp_table *t, struct rvt_qp *qp);
 void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp);
 /* Wait until every post_direct running now has finished (mr.c: dereg/rereg). */
 void rvt_direct_barrier(struct rvt_qp_table *t);
+/* One per thread: its address marks the owner of an ibv_wr_* batch (post.c). */
+extern _Thread_local char rvt_batch_marker;
 /* Type-stable QP structures: recycled through the table's free list. */
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);

@@ -465,6 +465,10 @@ struct rvt_qp {
 	/* ---- posting side (post_send), under s_hlock ---- */
 	struct {
 		urvt_spinlock_t s_hlock;
+		/* the thread whose ibv_wr_* batch holds s_hlock (its
+		 * rvt_batch_marker's address), 0 if none: the MR retirement
+		 * barrier skips the QP for that thread (qp_table.c) */
+		_Atomic uintptr_t s_batch_owner;
 		uint32_t s_head;          /* next slot to fill; release */
 		uint32_t s_ssn;
 		uint32_t s_next_psn;      /* PSN of the next posted WR */

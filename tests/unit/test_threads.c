@@ -1349,6 +1349,85 @@ static bool mc_all(const uint8_t *p, size_t n, uint8_t v)
 	return true;
 }
 
+/*
+ * dereg/rereg wait for every QP's s_hlock (rvt_direct_barrier); an
+ * ibv_wr_* batch holds its QP's s_hlock from start to complete. A thread
+ * that deregisters an MR inside its own batch must not wait for itself,
+ * and the batch must still post afterwards. Bounded: a deadlock here
+ * hangs, so the work runs in a thread and the test gives it 10 s.
+ */
+struct batch_dereg_arg {
+	struct rvt_qp *qp;
+	struct rvt_mregion *gone;         /* deregistered inside the batch */
+	struct ibv_send_wr wr;            /* added to the batch after that */
+	int dereg_ret, end_ret;
+	atomic_bool done;
+};
+
+static void *batch_dereg_fn(void *p)
+{
+	struct batch_dereg_arg *a = p;
+	struct rvt_post_batch b;
+
+	rvt_post_batch_start(a->qp, &b);
+	a->dereg_ret = rvt_dereg_mr(a->gone);
+	rvt_post_batch_add(a->qp, &b, &a->wr);
+	a->end_ret = rvt_post_batch_end(a->qp, &b, true);
+	atomic_store(&a->done, true);
+	return NULL;
+}
+
+static void test_dereg_inside_own_batch(void **state)
+{
+	struct ut_qp_caps caps = { 16, 1, 1, 1, 0 };
+	struct batch_dereg_arg a = { 0 };
+	uint8_t *buf = calloc(1, 3 * 4096);
+	struct rvt_mregion *src, *dst;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	struct ut_dev bdev;
+	struct rvt_pd *bpd;
+	struct rvt_cq *cq;
+	uint64_t end;
+	pthread_t t;
+
+	(void)state;
+	assert_non_null(buf);
+	ut_open(&bdev);
+	bpd = ut_pd(&bdev);
+	cq = ut_cq(&bdev, 64);
+	a.qp = ut_qp(&bdev, bpd, IBV_QPT_RC, cq, cq, NULL, &caps, true);
+	ut_connect(&bdev, a.qp, a.qp->qpn, IBV_ACCESS_REMOTE_WRITE);
+	src = ut_mr(bpd, buf, 4096, 0);
+	dst = ut_mr(bpd, buf + 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	a.gone = ut_mr(bpd, buf + 8192, 4096, 0);
+	memset(buf, 0x5a, 64);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = 64, .lkey = src->lkey };
+	a.wr = (struct ibv_send_wr){ .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_WRITE };
+	a.wr.wr.rdma.remote_addr = (uintptr_t)(buf + 4096);
+	a.wr.wr.rdma.rkey = dst->lkey;
+	/* a deadlock on its own batch would hang: the work runs in a thread */
+	assert_int_equal(pthread_create(&t, NULL, batch_dereg_fn, &a), 0);
+	end = ut_now_ms() + 10000;
+	while (!atomic_load(&a.done) && ut_now_ms() < end)
+		ut_sleep_ms(1);
+	assert_true(atomic_load(&a.done));
+	pthread_join(t, NULL);
+	assert_int_equal(a.dereg_ret, 0);
+	assert_int_equal(a.end_ret, 0);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.wr_id, 7);
+	assert_memory_equal(buf + 4096, buf, 64);
+	assert_int_equal(rvt_destroy_qp(a.qp), 0);
+	mc_dereg(src);
+	mc_dereg(dst);
+	assert_int_equal(rvt_destroy_cq(cq), 0);
+	ut_close(&bdev);
+	free(buf);
+}
+
 static void test_direct_mr_churn(void **state)
 {
 	struct ut_qp_caps caps = { 64, 4, 1, 1, 0 };
@@ -1476,6 +1555,7 @@ int main(void)
 		cmocka_unit_test(test_sqd_toggle_and_query_while_posting),
 		cmocka_unit_test(test_direct_peer_churn),
 		cmocka_unit_test(test_direct_mr_churn),
+		cmocka_unit_test(test_dereg_inside_own_batch),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
