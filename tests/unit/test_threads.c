@@ -1203,6 +1203,11 @@ static void test_direct_peer_churn(void **state)
 		atomic_store(&pc_hold, 0);
 		for (int y = 0; y < 20; y++)
 			sched_yield();
+		/* on a loaded machine 20 yields may not let the sender run:
+		 * the first cycle waits (bounded) until it has posted */
+		for (uint64_t w = ut_now_ms() + 2000; i == 0 && !atomic_load(&pc_posted) &&
+						  ut_now_ms() < w && !t_stop();)
+			sched_yield();
 		/* destroyed under the sender's feet (pa in RTS, posting): the
 		 * cache must go first; the structure is recycled at once */
 		if (i & 1)
@@ -1424,6 +1429,7 @@ static void test_dereg_inside_own_batch(void **state)
 	mc_dereg(src);
 	mc_dereg(dst);
 	assert_int_equal(rvt_destroy_cq(cq), 0);
+	assert_int_equal(rvt_dealloc_pd(bpd), 0);
 	ut_close(&bdev);
 	free(buf);
 }
