@@ -1071,14 +1071,45 @@ static struct rvt_qp *pa;
 static struct rvt_cq *pca, *pcb;
 static struct rvt_mregion *pmr;
 static uint8_t *pbuf;
-static _Atomic int pc_running, pc_hold;
-static _Atomic uint64_t pc_gen, pc_ack;
+/*
+ * A sender thread the main thread can hold while it modifies or destroys
+ * the sender's QPs: hold_sender returns once the sender has seen the hold
+ * (gen acknowledged); sender_held spins, acknowledging, until let go.
+ */
+struct sender_hold {
+	_Atomic int hold, running;
+	_Atomic uint64_t gen, ack;
+};
+
+static void hold_sender(struct sender_hold *h)
+{
+	uint64_t g;
+
+	atomic_store(&h->hold, 1);
+	g = atomic_fetch_add(&h->gen, 1) + 1;
+	while (atomic_load(&h->ack) != g && !t_stop())
+		sched_yield();
+}
+
+/* In the sender's loop: true if it was held (and now let go or stopping). */
+static bool sender_held(struct sender_hold *h)
+{
+	if (!atomic_load(&h->hold))
+		return false;
+	while (atomic_load(&h->hold) && atomic_load(&h->running) && !t_stop()) {
+		atomic_store(&h->ack, atomic_load(&h->gen));
+		sched_yield();
+	}
+	return true;
+}
+
+static struct sender_hold pc_h;
 static _Atomic uint64_t pc_ok, pc_flush, pc_posted, pc_refused, pc_signaled;
 
 static void *pc_sender(void *arg)
 {
 	(void)arg;
-	for (uint64_t seq = 0; atomic_load(&pc_running) && !t_stop(); seq++) {
+	for (uint64_t seq = 0; atomic_load(&pc_h.running) && !t_stop(); seq++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)pbuf + (seq & 63) * 8, .length = 8,
 				       .lkey = pmr->ibmr.lkey };
 		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
@@ -1086,15 +1117,9 @@ static void *pc_sender(void *arg)
 					  .send_flags = (seq & 3) ? 0 : IBV_SEND_SIGNALED }, *bad;
 		int ret;
 
-		if (atomic_load(&pc_hold)) {
-			/* the sender's own modifies come while it does not post:
-			 * acknowledge each hold (pc_hold_sender) until let go */
-			while (atomic_load(&pc_hold) && atomic_load(&pc_running) && !t_stop()) {
-				atomic_store(&pc_ack, atomic_load(&pc_gen));
-				sched_yield();
-			}
+		/* the sender's own modifies come while it does not post */
+		if (sender_held(&pc_h))
 			continue;
-		}
 		/* flow control: at most WINDOW signaled WRs without a CQE (a
 		 * flush completes unsignaled ones too, hence the signed test) */
 		if ((int64_t)(atomic_load(&pc_signaled) - atomic_load(&pc_ok) -
@@ -1124,23 +1149,12 @@ static void *pc_sender(void *arg)
 	return NULL;
 }
 
-/* Returns once the sender has seen this hold (pc_gen after pc_hold). */
-static void pc_hold_sender(void)
-{
-	uint64_t g;
-
-	atomic_store(&pc_hold, 1);
-	g = atomic_fetch_add(&pc_gen, 1) + 1;
-	while (atomic_load(&pc_ack) != g && !t_stop())
-		sched_yield();
-}
-
 static void *pc_poller(void *arg)
 {
 	struct ibv_wc wc[16];
 
 	(void)arg;
-	while (atomic_load(&pc_running) && !t_stop()) {
+	while (atomic_load(&pc_h.running) && !t_stop()) {
 		int n = rvt_poll_cq(pca, 16, wc);
 		for (int i = 0; i < n; i++) {
 			/* UC: a missing peer drops the message, the sender succeeds */
@@ -1178,12 +1192,12 @@ static void test_direct_peer_churn(void **state)
 	pcb = ut_cq(&dev, 256);
 	pa = ut_qp(&dev, pd, IBV_QPT_UC, pca, pca, NULL, &caps, false);
 
-	atomic_store(&pc_running, 1);
-	atomic_store(&pc_hold, 1);
+	atomic_store(&pc_h.running, 1);
+	atomic_store(&pc_h.hold, 1);
 	assert_int_equal(pthread_create(&c, NULL, pc_poller, NULL), 0);
 	assert_int_equal(pthread_create(&s, NULL, pc_sender, NULL), 0);
 	for (uint32_t i = 0; i < PEER_CHURN_CYCLES && !atomic_load(&failed); i++) {
-		pc_hold_sender();
+		hold_sender(&pc_h);
 		if (pb) {
 			ut_modify_state(pa, IBV_QPS_ERR);
 			ut_modify_state(pa, IBV_QPS_RESET);
@@ -1200,7 +1214,7 @@ static void test_direct_peer_churn(void **state)
 		/* a reset discards queued WRs without completions: start the
 		 * window afresh (the sender is held, the poller only adds) */
 		atomic_store(&pc_signaled, atomic_load(&pc_ok) + atomic_load(&pc_flush));
-		atomic_store(&pc_hold, 0);
+		atomic_store(&pc_h.hold, 0);
 		for (int y = 0; y < 20; y++)
 			sched_yield();
 		/* on a loaded machine 20 yields may not let the sender run:
@@ -1220,8 +1234,8 @@ static void test_direct_peer_churn(void **state)
 		for (int y = 0; y < 10; y++)
 			sched_yield();
 	}
-	pc_hold_sender();
-	atomic_store(&pc_running, 0);
+	hold_sender(&pc_h);
+	atomic_store(&pc_h.running, 0);
 	pthread_join(s, NULL);
 	pthread_join(c, NULL);
 	if (atomic_load(&failed))
@@ -1262,13 +1276,13 @@ static struct rvt_qp *ma, *mb;
 static struct rvt_cq *mca, *mcb;
 static uint8_t *msrc, *mdst, *mdst2;
 static _Atomic uint64_t m_lkey, m_rkey;
-static _Atomic int mc_running, mc_hold;
-static _Atomic uint64_t mc_gen, mc_ack, mc_attempts, mc_posted, mc_refused;
+static struct sender_hold mc_h;
+static _Atomic uint64_t mc_attempts, mc_posted, mc_refused;
 
 static void *mc_sender(void *arg)
 {
 	(void)arg;
-	for (uint64_t seq = 0; atomic_load(&mc_running) && !t_stop(); seq++) {
+	for (uint64_t seq = 0; atomic_load(&mc_h.running) && !t_stop(); seq++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)msrc + (seq & 63) * 8, .length = 8,
 				       .lkey = (uint32_t)atomic_load(&m_lkey) };
 		struct ibv_send_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1,
@@ -1276,13 +1290,8 @@ static void *mc_sender(void *arg)
 					  .send_flags = (seq & 15) ? 0 : IBV_SEND_SIGNALED }, *bad;
 		int ret;
 
-		if (atomic_load(&mc_hold)) {
-			while (atomic_load(&mc_hold) && atomic_load(&mc_running) && !t_stop()) {
-				atomic_store(&mc_ack, atomic_load(&mc_gen));
-				sched_yield();
-			}
+		if (sender_held(&mc_h))
 			continue;
-		}
 		wr.wr.rdma.remote_addr = (uintptr_t)mdst + (seq & 63) * 8;
 		wr.wr.rdma.rkey = (uint32_t)atomic_load(&m_rkey);
 		ret = rvt_post_send(ma, &wr, &bad);
@@ -1301,22 +1310,12 @@ static void *mc_sender(void *arg)
 	return NULL;
 }
 
-static void mc_hold_sender(void)
-{
-	uint64_t g;
-
-	atomic_store(&mc_hold, 1);
-	g = atomic_fetch_add(&mc_gen, 1) + 1;
-	while (atomic_load(&mc_ack) != g && !t_stop())
-		sched_yield();
-}
-
 static void *mc_poller(void *arg)
 {
 	struct ibv_wc wc[16];
 
 	(void)arg;
-	while (atomic_load(&mc_running) && !t_stop()) {
+	while (atomic_load(&mc_h.running) && !t_stop()) {
 		/* any status: stale keys fail WRs and put the target QP in ERR */
 		int n = rvt_poll_cq(mca, 16, wc);
 		while (rvt_poll_cq(mcb, 16, wc) > 0)
@@ -1470,8 +1469,8 @@ static void test_direct_mr_churn(void **state)
 	ut_to_rts(mb, 0, 0, 0);
 	assert_ptr_equal(ma->lb_peer, mb); /* the direct path is on */
 
-	atomic_store(&mc_running, 1);
-	atomic_store(&mc_hold, 0);
+	atomic_store(&mc_h.running, 1);
+	atomic_store(&mc_h.hold, 0);
 	assert_int_equal(pthread_create(&c, NULL, mc_poller, NULL), 0);
 	assert_int_equal(pthread_create(&s, NULL, mc_sender, NULL), 0);
 	for (uint32_t i = 0; i < MR_CHURN_CYCLES && !atomic_load(&failed) && !t_stop(); i++) {
@@ -1508,7 +1507,7 @@ static void test_direct_mr_churn(void **state)
 			mc_let_post(MR_CHURN_WAIT);
 		}
 		/* again: stale keys put the target QP in ERR */
-		mc_hold_sender();
+		hold_sender(&mc_h);
 		ut_modify_state(ma, IBV_QPS_ERR);
 		ut_modify_state(ma, IBV_QPS_RESET);
 		ut_modify_state(mb, IBV_QPS_ERR);
@@ -1524,10 +1523,10 @@ static void test_direct_mr_churn(void **state)
 		ut_to_rts(ma, 0, 0, 0);
 		ut_to_rtr(&dev, mb, ma->qpn, 1);
 		ut_to_rts(mb, 0, 0, 0);
-		atomic_store(&mc_hold, 0);
+		atomic_store(&mc_h.hold, 0);
 	}
-	mc_hold_sender();
-	atomic_store(&mc_running, 0);
+	hold_sender(&mc_h);
+	atomic_store(&mc_h.running, 0);
 	pthread_join(s, NULL);
 	pthread_join(c, NULL);
 	if (atomic_load(&failed))
