@@ -38,30 +38,54 @@ static inline void rvt_put_sge(struct rvt_sge *sge)
 	sge->mr = NULL;
 }
 
+/* The MR published in key's slot (A1: pairs with the release publish in
+ * mr.c publish_mr()); the caller checks that it still carries key. */
+static inline struct rvt_mregion *key_slot(struct rvt_lkey_table *t, uint32_t key)
+{
+	return atomic_load_explicit(&t->table[key >> RVT_LKEY_GEN_BITS], memory_order_acquire);
+}
+
+/* The MR has this key (generation) and no LOCAL_INV took it away. */
+static inline bool key_live(const struct rvt_mregion *mr, uint32_t key)
+{
+	return READ_ONCE(mr->lkey) == key &&
+	       !atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed);
+}
+
 /* Look a key up and take a reference; NULL if no live MR has that key. */
 static inline struct rvt_mregion *rvt_lookup_key(struct rvt_lkey_table *t, uint32_t key)
 {
-	uint32_t idx = key >> RVT_LKEY_GEN_BITS;
 	struct rvt_mregion *mr;
 
-	if (unlikely(idx >= t->max))
+	if (unlikely((key >> RVT_LKEY_GEN_BITS) >= t->max))
 		return NULL;
-	/* A1: pairs with the release publish in mr.c publish_mr(). */
-	mr = atomic_load_explicit(&t->table[idx], memory_order_acquire);
+	mr = key_slot(t, key);
 	if (!mr || !mr_get_unless_zero(mr))
 		return NULL;
-	if (unlikely(READ_ONCE(mr->lkey) != key ||
-		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed))) {
+	if (unlikely(!key_live(mr, key))) {
 		rvt_put_mr(mr);
 		return NULL;
 	}
 	return mr;
 }
 
-/* Overflow-safe "[va, va+len) inside [base, base+size)". */
+/*
+ * "[va, va+len) inside [base, base+size)" without overflow. Registration
+ * (mr.c) keeps base + size from wrapping 2^64, so a va below base makes
+ * va - base wrap to more than size - len: one subtraction covers it.
+ */
 static inline bool range_ok(uint64_t base, uint64_t size, uint64_t va, uint64_t len)
 {
-	return va >= base && va - base <= size && len <= size - (va - base);
+	return len <= size && va - base <= size - len;
+}
+
+/* qp-semantics.md §2.6 steps 4-6 for an MR that has the key: PD, bounds,
+ * every access bit asked for (remote checks ask for one). */
+static inline bool mr_grants(const struct rvt_mregion *mr, const struct rvt_pd *pd,
+			     uint64_t va, uint64_t len, int acc)
+{
+	return mr->pd == pd && range_ok(mr->iova, mr->length, va, len) &&
+	       (mr->access & acc) == acc;
 }
 
 /* qp-semantics.md §2.6, in order. */
@@ -86,26 +110,19 @@ static inline int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struc
 			return 0;
 		}
 	}
-	/* 3./4. lookup, published, key generation, PD */
+	/* 3./4. lookup, published, key generation; 4.-6. PD, bounds, access */
 	mr = rvt_lookup_key(t, key);
 	if (unlikely(!mr))
 		return -EINVAL;
-	if (unlikely(mr->pd != pd))
-		goto bad;
-	/* 5. bounds (addresses are in the MR's iova space) */
-	if (unlikely(!range_ok(mr->iova, mr->length, sge->addr, sge->length)))
-		goto bad;
-	/* 6. access: every required bit */
-	if (unlikely((mr->access & acc) != acc))
-		goto bad;
+	if (unlikely(!mr_grants(mr, pd, sge->addr, sge->length, acc))) {
+		rvt_put_mr(mr);
+		return -EINVAL;
+	}
 	isge->mr = mr;
 	isge->vaddr = mr->vaddr + (sge->addr - mr->iova);
 	isge->length = sge->length;
 	isge->sge_length = sge->length;
 	return 1;
-bad:
-	rvt_put_mr(mr);
-	return -EINVAL;
 }
 
 static inline bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64_t vaddr,
@@ -118,53 +135,38 @@ static inline bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t 
 	mr = rvt_lookup_key(&qp->rdi->lkey_table, rkey);
 	if (unlikely(!mr))
 		return false;
-	if (unlikely(mr->pd != qp->pd))
-		goto bad;
-	if (unlikely(!range_ok(mr->iova, mr->length, vaddr, len)))
-		goto bad;
-	if (unlikely(!(mr->access & acc)))
-		goto bad;
+	if (unlikely(!mr_grants(mr, qp->pd, vaddr, len, acc))) {
+		rvt_put_mr(mr);
+		return false;
+	}
 	sge->mr = mr;
 	sge->vaddr = mr->vaddr + (vaddr - mr->iova);
 	sge->length = len;
 	sge->sge_length = len;
 	return true;
-bad:
-	rvt_put_mr(mr);
-	return false;
 }
 
 /*
- * post_direct's key checks (post.c): the same checks in the same order as
- * rvt_lkey_ok / rvt_rkey_ok, but no reference is taken. The caller holds
- * the sender's s_hlock from the lookup until it is done with the region:
- * a retiring MR leaves the table first and then waits for every s_hlock
- * (qp_table.c rvt_direct_barrier), which is what the reference did for
- * the ordinary path. So an MR found in its slot here stays registered,
- * unchanged, until the caller drops s_hlock. The key must still match
- * (generation) and not be invalidated (LOCAL_INV). Returns the host
- * address of va, or NULL.
+ * post_direct's key check (post.c): rvt_lookup_key and mr_grants without
+ * the reference. The caller holds the sender's s_hlock from the lookup
+ * until it is done with the region: a retiring MR leaves the table first
+ * and then waits for every s_hlock (qp_table.c rvt_direct_barrier), which
+ * is what the reference did for the ordinary path. So an MR found in its
+ * slot here stays registered, unchanged, until the caller drops s_hlock.
+ * Returns the host address of va, or NULL.
  */
 static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd,
-					 uint32_t key, uint64_t va, uint32_t len, int acc,
-					 bool all_bits)
+					 uint32_t key, uint64_t va, uint32_t len, int acc)
 {
 	struct rvt_mregion *mr;
 
 	/* No "!key" or "idx < max" test: every index a key can hold is in
 	 * the table (below), and slot 0 is never published, so key 0 finds
-	 * no MR. A1 (publish_mr); pairs too with the barrier (see above). */
+	 * no MR. Pairs too with the barrier (see above). */
 	_Static_assert(URVT_MAX_MR == 1ull << (32 - RVT_LKEY_GEN_BITS),
 		       "the table holds every key index (device.c sizes it URVT_MAX_MR)");
-	mr = atomic_load_explicit(&t->table[key >> RVT_LKEY_GEN_BITS], memory_order_acquire);
-	if (unlikely(!mr || mr->lkey != key ||
-		     atomic_load_explicit(&mr->lkey_invalid, memory_order_relaxed)))
-		return NULL;
-	/* range_ok for len <= RVT_DIRECT_MAX: len <= length, then the offset
-	 * (huge if va < iova) at most length - len, no overflow either way */
-	if (unlikely(mr->pd != pd || len > mr->length || va - mr->iova > mr->length - len))
-		return NULL;
-	if (unlikely(all_bits ? (mr->access & acc) != acc : !(mr->access & acc)))
+	mr = key_slot(t, key);
+	if (unlikely(!mr || !key_live(mr, key) || !mr_grants(mr, pd, va, len, acc)))
 		return NULL;
 	return (uint8_t *)mr->vaddr + (va - mr->iova);
 }

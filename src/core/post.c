@@ -330,8 +330,7 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 			return false;
 		src = (const uint8_t *)(uintptr_t)sg->addr;
 	} else {
-		src = rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr, len, 0,
-					true);
+		src = rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr, len, 0);
 		if (unlikely(!src))
 			return false;
 	}
@@ -342,7 +341,7 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		     !(peer->qp_access_flags & IBV_ACCESS_REMOTE_WRITE)))
 		goto back_out;
 	dst = rvt_direct_key_ok(&qp->rdi->lkey_table, peer->pd, wr->wr.rdma.rkey,
-				wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_WRITE, false);
+				wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_WRITE);
 	if (unlikely(!dst))
 		goto back_out;
 
