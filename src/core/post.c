@@ -248,26 +248,6 @@ bail_inval:
  */
 #define RVT_DIRECT_MAX 4096 /* bytes copied under s_hlock */
 
-static void direct_copy(uint8_t *d, const uint8_t *s, uint32_t len)
-{
-	uint32_t head;
-
-#ifndef URVT_TSAN
-	if (len == 8) {
-		uint64_t v;
-		memcpy(&v, s, 8);
-		__atomic_thread_fence(__ATOMIC_RELEASE);
-		memcpy(d, &v, 8);
-		return;
-	}
-#endif
-	/* the last 8 bytes land last, as in sge_to_sge (copy_last) */
-	head = len > 8 ? len - 8 : 0;
-	if (head)
-		memmove(d, s, head);
-	rvt_copy_tail(d + head, s + head, len - head);
-}
-
 /* The send completion of a direct WR (rvt_send_complete, signaled case). */
 static __attribute__((noinline)) void direct_complete(struct rvt_qp *qp, uint64_t wr_id,
 						      uint32_t len)
@@ -349,7 +329,7 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	qp->s_ssn++;
 	psn = (qp->s_next_psn + ((len - 1) >> __builtin_ctz(qp->pmtu))) & URVT_QPN_MASK;
 	qp->s_next_psn = (psn + 1) & URVT_QPN_MASK;
-	direct_copy(dst, src, len);
+	rvt_copy_last(dst, src, len);
 	if (unlikely(pstate == IBV_QPS_RTR) && !peer->comm_est) {
 		peer->comm_est = true;
 		urvt_spin_unlock(&peer->r_lock);

@@ -92,9 +92,10 @@ static void sge_to_sge(struct rvt_sge_state *dst, struct rvt_sge_state *src, uin
 		return;
 	/* One segment holds the whole message on each side: the usual case. */
 	if (likely(src->sge.length >= length && dst->sge.length >= length)) {
-		memmove(dst->sge.vaddr, src->sge.vaddr, head);
-		if (head != length)
-			rvt_copy_tail(dst->sge.vaddr + head, src->sge.vaddr + head, length - head);
+		if (copy_last)
+			rvt_copy_last(dst->sge.vaddr, src->sge.vaddr, length);
+		else
+			memmove(dst->sge.vaddr, src->sge.vaddr, length);
 		sge_advance(src, length, false);
 		sge_advance(dst, length, release);
 		return;

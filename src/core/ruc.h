@@ -84,6 +84,26 @@ static inline void rvt_copy_tail(uint8_t *d, const uint8_t *s, uint32_t n)
 #endif
 }
 
+/* One flat region: everything but the last 8 bytes, then those (copy_last). */
+static inline void rvt_copy_last(uint8_t *d, const uint8_t *s, uint32_t len)
+{
+	uint32_t head;
+
+#ifndef URVT_TSAN
+	if (len == 8) { /* the common small WRITE: one load, fence, one store */
+		uint64_t v;
+		memcpy(&v, s, 8);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		memcpy(d, &v, 8);
+		return;
+	}
+#endif
+	head = len > 8 ? len - 8 : 0;
+	if (head)
+		memmove(d, s, head);
+	rvt_copy_tail(d + head, s + head, len - head);
+}
+
 /* RNR NAK timer code -> microseconds (qp-semantics.md §9.1). */
 extern const uint32_t ib_rvt_rnr_table[32];
 
