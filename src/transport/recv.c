@@ -39,31 +39,27 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 	bool consumed;
 
 	ret = urvt_pkt_parse(data, len, pkt);
-	if (unlikely(ret)) {
-		drop(net, NULL, ret);
-		return;
-	}
+	if (unlikely(ret))
+		goto drop_pkt;
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
 	ret = urvt_icrc_check(ip, data, len, urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
-	if (unlikely(ret)) {
-		drop(net, NULL, ret);
-		return;
-	}
+	if (unlikely(ret))
+		goto drop_pkt;
 	if (unlikely(net->pcap))
 		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
-	if (unlikely(!pkt->dest_qpn)) {
-		drop(net, NULL, URVT_DROP_BAD_QPN); /* roce-wire §12: no SMI */
-		return;
+	if (unlikely(!pkt->dest_qpn)) { /* roce-wire §12: no SMI */
+		ret = URVT_DROP_BAD_QPN;
+		goto drop_pkt;
 	}
 	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN)) {
-		drop(net, NULL, URVT_TDROP_MCAST);
-		return;
+		ret = URVT_TDROP_MCAST;
+		goto drop_pkt;
 	}
 	qp = rvt_lookup_qpn(net->rdi, pkt->dest_qpn);
 	if (unlikely(!qp)) {
-		drop(net, NULL, URVT_DROP_NO_QP);
-		return;
+		ret = URVT_DROP_NO_QP;
+		goto drop_pkt;
 	}
 	{
 		struct urvt_stats_qp *qs = urvt_qp_stats(qp);
@@ -71,37 +67,35 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		urvt_ctr_add(&qs->c, URVT_CTR_RX_BYTES, len);
 	}
 	ret = urvt_opcode_chk_transport(pkt->opcode, qp_transport(qp));
-	if (unlikely(ret)) {
-		drop(net, qp, ret);
-		return;
-	}
+	if (unlikely(ret))
+		goto drop_qp;
 	/* QP state: requests in RTR/RTS/SQD(/SQE), responses in RTS/SQD */
 	state = rvt_qp_state(qp);
 	if (pkt->mask & URVT_REQ_MASK) {
 		if (unlikely(!(ib_rvt_state_ops[state] & RVT_PROCESS_RECV_OK))) {
-			drop(net, qp, URVT_TDROP_BAD_STATE);
-			return;
+			ret = URVT_TDROP_BAD_STATE;
+			goto drop_qp;
 		}
 	} else if (unlikely(state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
-		drop(net, qp, URVT_TDROP_BAD_STATE);
-		return;
+		ret = URVT_TDROP_BAD_STATE;
+		goto drop_qp;
 	}
 	if (unlikely(!urvt_pkey_match(pkt->pkey, URVT_DEFAULT_PKEY))) {
-		drop(net, qp, URVT_DROP_BAD_PKEY);
-		return;
+		ret = URVT_DROP_BAD_PKEY;
+		goto drop_qp;
 	}
 	if (qp->type == IBV_QPT_UD) {
 		/* §7: Q_Key of the QP */
 		if (unlikely(pkt->deth.qkey != qp->qkey)) {
-			drop(net, qp, URVT_DROP_BAD_QKEY);
-			return;
+			ret = URVT_DROP_BAD_QKEY;
+			goto drop_qp;
 		}
 	} else {
 		/* roce-wire §12 (rxe check_addr): from the QP's peer, to us */
 		if (unlikely(memcmp(ip->sgid, qp->remote_av.attr.grh.dgid.raw, 16) ||
 			     memcmp(ip->dgid, net->rdi->gid.raw, 16))) {
-			drop(net, qp, URVT_DROP_BAD_ADDR);
-			return;
+			ret = URVT_DROP_BAD_ADDR;
+			goto drop_qp;
 		}
 	}
 	if (pkt->mask & URVT_REQ_MASK) {
@@ -121,8 +115,8 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 	 * reused at once); ACKs are a few bytes, READ responses one PMTU */
 	b = len <= URVT_PKTBUF_DATA ? urvt_pkt_alloc(net) : NULL;
 	if (unlikely(!b)) {
-		drop(net, qp, URVT_TDROP_NO_BUF);
-		return;
+		ret = URVT_TDROP_NO_BUF;
+		goto drop_qp;
 	}
 	memcpy(b->data, data, len);
 	b->len = len;
@@ -133,4 +127,11 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 	if (!consumed)
 		urvt_pkt_free(net, b);
 	rvt_put_qp(qp);
+	return;
+
+drop_pkt:
+	drop(net, NULL, ret);
+	return;
+drop_qp:
+	drop(net, qp, ret);
 }
