@@ -234,19 +234,6 @@ static void send_pkt(int fd, const struct sockaddr_in *from, struct urvt_pkt *f,
 			 (ssize_t)n);
 }
 
-static bool peer_recv(struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms)
-{
-	struct pollfd pfd = { .fd = peer_fd, .events = POLLIN };
-	ssize_t n;
-
-	if (poll(&pfd, 1, ms) <= 0)
-		return false;
-	n = recv(peer_fd, buf, cap, 0);
-	assert_true(n > 0);
-	assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
-	return true;
-}
-
 static void flush_socks(void)
 {
 	uint8_t junk[5000];
@@ -264,7 +251,10 @@ static struct rvt_cq *cq;
 static struct rvt_qp *victim(enum ibv_qp_type t, int st, int access)
 {
 	struct rvt_qp *qp = ut_qp(&dev, pd, t, cq, cq, NULL, NULL, false);
-	struct ibv_qp_attr a;
+	const struct ut_path path = { .peer_s_addr = peer_addr.sin_addr.s_addr,
+				      .dest_qpn = PEER_QPN, .rq_psn = PEER_PSN, .sq_psn = MY_PSN,
+				      .min_rnr_timer = 3, .timeout = 18, .retry_cnt = 7,
+				      .rnr_retry = 7, .max_rd_atomic = 4 };
 
 	flush_socks();
 	if (st == IBV_QPS_RESET)
@@ -273,37 +263,10 @@ static struct rvt_qp *victim(enum ibv_qp_type t, int st, int access)
 	ut_post_recv(qp, 0xabc, R[M_RECV].buf, 512, R[M_RECV].key);
 	if (st == IBV_QPS_INIT)
 		return qp;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = PEER_QPN;
-	a.rq_psn = PEER_PSN;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 3;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	urvt_gid_from_v4(a.ah_attr.grh.dgid.raw, peer_addr.sin_addr.s_addr);
-	assert_int_equal(rvt_modify_qp(qp, &a, t == IBV_QPT_UD ? IBV_QP_STATE :
-				       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					       (t == IBV_QPT_RC ? IBV_QP_MAX_DEST_RD_ATOMIC |
-									  IBV_QP_MIN_RNR_TIMER : 0)),
-			 0);
+	ut_to_rtr_path(qp, &path);
 	if (st == IBV_QPS_RTR)
 		return qp;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = MY_PSN;
-	a.max_rd_atomic = 4;
-	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
-				       (t == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-								  IBV_QP_RNR_RETRY |
-								  IBV_QP_MAX_QP_RD_ATOMIC : 0)),
-			 0);
+	ut_to_rts_path(qp, &path);
 	if (st == IBV_QPS_ERR)
 		ut_modify_state(qp, IBV_QPS_ERR);
 	return qp;
@@ -600,7 +563,7 @@ static void run_attack(const struct attack *a)
 	send_pkt(a->stranger ? stranger_fd : peer_fd, a->stranger ? &stranger_addr : &peer_addr, &f,
 		 payload, a->paylen, a->pre, a->post);
 	if (a->resp_op != NONE) {
-		if (!peer_recv(&p, buf, sizeof(buf), 2000))
+		if (!ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 2000))
 			fail_msg("%s: no response", a->name);
 		if (p.opcode != a->resp_op)
 			fail_msg("%s: response opcode %#x, expected %#x", a->name, p.opcode,
@@ -623,7 +586,7 @@ static void run_attack(const struct attack *a)
 		struct pollfd pfd[2] = { { .fd = peer_fd, .events = POLLIN },
 					 { .fd = stranger_fd, .events = POLLIN } };
 		if (poll(pfd, 2, 30) > 0) {
-			if (pfd[0].revents && peer_recv(&p, buf, sizeof(buf), 0))
+			if (pfd[0].revents && ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 0))
 				fail_msg("%s: unexpected packet opcode %#x syn %#x psn %#x", a->name,
 					 p.opcode, p.aeth.syn, p.psn);
 			fail_msg("%s: a packet went to the stranger", a->name);
@@ -670,7 +633,7 @@ static void test_table(void **state)
 /* ------------------------------------------------------------------ */
 static void expect(struct urvt_pkt *p, uint8_t *buf, uint8_t op)
 {
-	assert_true(peer_recv(p, buf, 5000, 2000));
+	assert_true(ut_peer_recv(peer_fd, p, buf, 5000, 2000));
 	assert_int_equal(p->opcode, op);
 	assert_int_equal(p->dest_qpn, PEER_QPN);
 }
@@ -679,7 +642,7 @@ static void quiet(int ms)
 {
 	struct urvt_pkt p;
 	uint8_t buf[5000];
-	if (peer_recv(&p, buf, sizeof(buf), ms))
+	if (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), ms))
 		fail_msg("unexpected packet opcode %#x psn %#x", p.opcode, p.psn);
 }
 

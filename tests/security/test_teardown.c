@@ -164,36 +164,17 @@ static uint64_t ctr(enum urvt_ctr c)
 static struct rvt_qp *rc_qp(struct rvt_cq *cq, int upto)
 {
 	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
-	struct ibv_qp_attr a;
+	const struct ut_path path = { .peer_s_addr = peer_s_addr, .dest_qpn = PEER_QPN,
+				      .min_rnr_timer = 1, .timeout = 14, .retry_cnt = 7,
+				      .rnr_retry = 7, .max_rd_atomic = 1 };
 
 	if (upto == IBV_QPS_RESET)
 		return qp;
 	ut_to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 0);
 	if (upto == IBV_QPS_INIT)
 		return qp;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = PEER_QPN;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	urvt_gid_from_v4(a.ah_attr.grh.dgid.raw, peer_s_addr);
-	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-			 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-						   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-						   IBV_QP_MAX_QP_RD_ATOMIC),
-			 0);
+	ut_to_rtr_path(qp, &path);
+	ut_to_rts_path(qp, &path);
 	return qp;
 }
 

@@ -101,23 +101,9 @@ static void peer_send(struct urvt_pkt *f, const void *payload, uint32_t len)
 			 (ssize_t)n);
 }
 
-/* Receive one packet at the peer within ms (false: none). */
-static bool peer_recv(struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms)
-{
-	struct pollfd pfd = { .fd = peer_fd, .events = POLLIN };
-	ssize_t n;
-
-	if (poll(&pfd, 1, ms) <= 0)
-		return false;
-	n = recv(peer_fd, buf, cap, 0);
-	assert_true(n > 0);
-	assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
-	return true;
-}
-
 static void peer_expect(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode)
 {
-	assert_true(peer_recv(p, buf, 5000, 2000));
+	assert_true(ut_peer_recv(peer_fd, p, buf, 5000, 2000));
 	assert_int_equal(p->opcode, opcode);
 	assert_int_equal(p->dest_qpn, PEER_QPN);
 }
@@ -126,7 +112,7 @@ static void peer_quiet(int ms)
 {
 	struct urvt_pkt p;
 	uint8_t buf[5000];
-	if (peer_recv(&p, buf, sizeof(buf), ms))
+	if (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), ms))
 		fail_msg("unexpected packet opcode %#x psn %#x", p.opcode, p.psn);
 }
 
@@ -137,36 +123,15 @@ static struct rvt_qp *rc_qp(struct rvt_cq *cq, uint8_t timeout, uint8_t retry)
 	while (recv(peer_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
 		;
 	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
-	struct ibv_qp_attr a;
+	const struct ut_path path = { .peer_s_addr = peer_addr.sin_addr.s_addr,
+				      .dest_qpn = PEER_QPN, .rq_psn = PEER_PSN, .sq_psn = MY_PSN,
+				      .min_rnr_timer = 3, .timeout = timeout, .retry_cnt = retry,
+				      .rnr_retry = 7, .max_rd_atomic = 4 };
 
 	ut_to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
 		   0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = PEER_QPN;
-	a.rq_psn = PEER_PSN;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 3;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	urvt_gid_from_v4(a.ah_attr.grh.dgid.raw, peer_addr.sin_addr.s_addr);
-	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-			 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = timeout;
-	a.retry_cnt = retry;
-	a.rnr_retry = 7;
-	a.sq_psn = MY_PSN;
-	a.max_rd_atomic = 4;
-	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-						   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-						   IBV_QP_MAX_QP_RD_ATOMIC),
-			 0);
+	ut_to_rtr_path(qp, &path);
+	ut_to_rts_path(qp, &path);
 	return qp;
 }
 
@@ -485,7 +450,7 @@ static void test_comp_read_and_retry(void **state)
 	wr.wr_id = 8;
 	sge.length = 10;
 	ut_post_send(qp, &wr);
-	while (peer_recv(&p, buf, sizeof(buf), 300)) {
+	while (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 300)) {
 		assert_int_equal(p.opcode, URVT_OP_RC_SEND_ONLY);
 		sent++;
 	}

@@ -9,9 +9,12 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "ut.h"
+#include "wire/hdr.h"
+#include "wire/ip.h"
 
 uint64_t ut_now_ms(void)
 {
@@ -168,7 +171,8 @@ void ut_to_init(struct rvt_qp *qp, int access, uint32_t qkey)
 	assert_int_equal(rvt_modify_qp(qp, &a, mask), 0);
 }
 
-void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer)
+static void to_rtr(struct rvt_qp *qp, const struct ibv_ah_attr *ah, uint32_t dest_qpn,
+		   uint32_t rq_psn, uint8_t min_rnr_timer)
 {
 	struct ibv_qp_attr a;
 	int mask = IBV_QP_STATE;
@@ -178,8 +182,8 @@ void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t m
 	if (qp->type != IBV_QPT_UD) {
 		a.path_mtu = IBV_MTU_1024;
 		a.dest_qp_num = dest_qpn;
-		a.rq_psn = 0;
-		ut_loopback_ah_attr(d, &a.ah_attr);
+		a.rq_psn = rq_psn;
+		a.ah_attr = *ah;
 		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 		if (qp->type == IBV_QPT_RC) {
 			a.max_dest_rd_atomic = 4;
@@ -190,16 +194,17 @@ void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t m
 	assert_int_equal(rvt_modify_qp(qp, &a, mask), 0);
 }
 
-void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t max_rd_atomic)
+static void to_rts(struct rvt_qp *qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt,
+		   uint8_t rnr_retry, uint8_t max_rd_atomic)
 {
 	struct ibv_qp_attr a;
 	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
+	a.sq_psn = sq_psn;
 	if (qp->type == IBV_QPT_RC) {
-		a.timeout = 14;
+		a.timeout = timeout;
 		a.retry_cnt = retry_cnt;
 		a.rnr_retry = rnr_retry;
 		a.max_rd_atomic = max_rd_atomic;
@@ -207,6 +212,36 @@ void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t 
 			IBV_QP_MAX_QP_RD_ATOMIC;
 	}
 	assert_int_equal(rvt_modify_qp(qp, &a, mask), 0);
+}
+
+void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer)
+{
+	struct ibv_ah_attr ah;
+
+	ut_loopback_ah_attr(d, &ah);
+	to_rtr(qp, &ah, dest_qpn, 0, min_rnr_timer);
+}
+
+void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t max_rd_atomic)
+{
+	to_rts(qp, 0, 14, retry_cnt, rnr_retry, max_rd_atomic);
+}
+
+void ut_to_rtr_path(struct rvt_qp *qp, const struct ut_path *p)
+{
+	struct ibv_ah_attr ah;
+
+	memset(&ah, 0, sizeof(ah));
+	ah.is_global = 1;
+	ah.port_num = 1;
+	ah.grh.hop_limit = 64;
+	urvt_gid_from_v4(ah.grh.dgid.raw, p->peer_s_addr);
+	to_rtr(qp, &ah, p->dest_qpn, p->rq_psn, p->min_rnr_timer);
+}
+
+void ut_to_rts_path(struct rvt_qp *qp, const struct ut_path *p)
+{
+	to_rts(qp, p->sq_psn, p->timeout, p->retry_cnt, p->rnr_retry, p->max_rd_atomic);
 }
 
 void ut_connect(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, int access)
@@ -331,4 +366,17 @@ void ut_post_recv(struct rvt_qp *qp, uint64_t wr_id, void *addr, uint32_t len, u
 
 	if (ret)
 		fail_msg("rvt_post_recv: %d", ret);
+}
+
+bool ut_peer_recv(int fd, struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	if (poll(&pfd, 1, ms) <= 0)
+		return false;
+	n = recv(fd, buf, cap, 0);
+	assert_true(n > 0);
+	assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
+	return true;
 }

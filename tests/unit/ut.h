@@ -51,6 +51,20 @@ void ut_to_init(struct rvt_qp *qp, int access, uint32_t qkey);
 void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer);
 /* RTR -> RTS (RC: retry/rnr_retry, max_rd_atomic). */
 void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t max_rd_atomic);
+/* A peer at an IPv4 address (a test's own socket) and the attributes of
+ * the connection to it; ut_to_rtr_path / ut_to_rts_path apply them the way
+ * ut_to_rtr / ut_to_rts do (UD and UC take what applies to them). */
+struct ut_path {
+	uint32_t peer_s_addr;             /* network byte order */
+	uint32_t dest_qpn, rq_psn, sq_psn;
+	uint8_t min_rnr_timer, timeout, retry_cnt, rnr_retry, max_rd_atomic;
+};
+void ut_to_rtr_path(struct rvt_qp *qp, const struct ut_path *p);
+void ut_to_rts_path(struct rvt_qp *qp, const struct ut_path *p);
+/* Receive one packet on a test's peer socket within ms and parse it
+ * (asserting that it parses); false if none came. */
+struct urvt_pkt;
+bool ut_peer_recv(int fd, struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms);
 /* Bring qp to RTS connected to dest_qpn (RC/UC) or ready for UD. */
 void ut_connect(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, int access);
 void ut_modify_state(struct rvt_qp *qp, enum ibv_qp_state s);
