@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/rvt_api.h"
+#include "fuzz_reader.h"
 
 #define NQP 4
 #define NMR 3
@@ -33,27 +34,6 @@ static struct rvt_srq *srq;
 static uint8_t *region[NMR];
 static struct rvt_mregion *mr[NMR];
 static uint32_t stale_key;
-
-struct reader {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint8_t u8(struct reader *r)
-{
-	if (!r->n)
-		return 0;
-	r->n--;
-	return *r->p++;
-}
-
-static uint32_t u32(struct reader *r)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v = v << 8 | u8(r);
-	return v;
-}
 
 static void die(const char *why)
 {

@@ -36,6 +36,7 @@
 #include <arpa/inet.h>
 
 #include "core/rvt_api.h"
+#include "fuzz_reader.h"
 #include "transport/tp.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
@@ -68,32 +69,6 @@ static struct rvt_ah *ah;
 static uint32_t dead_qpn[8];
 static unsigned n_dead;
 static uint64_t next_wrid;
-
-struct reader {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint8_t u8(struct reader *r)
-{
-	if (!r->n)
-		return 0;
-	r->n--;
-	return *r->p++;
-}
-
-static uint16_t u16(struct reader *r)
-{
-	return (uint16_t)(u8(r) << 8 | u8(r));
-}
-
-static uint32_t u32(struct reader *r)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v = v << 8 | u8(r);
-	return v;
-}
 
 static void die(const char *why)
 {
