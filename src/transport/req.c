@@ -145,11 +145,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	uint32_t h;
 	uint8_t *p;
 
-	memset(&f, 0, sizeof(f));
-	f.opcode = req_opcode(wqe, uc, first, last);
-	f.pkey = URVT_DEFAULT_PKEY;
-	f.dest_qpn = qp->remote_qpn;
-	f.psn = psn;
+	urvt_pkt_init(&f, req_opcode(wqe, uc, first, last), qp->remote_qpn, psn);
 	f.paylen = paylen;
 	/* §2.3: AckReq on the last packet and every URVT_MAX_PKT_PER_ACK
 	 * packets in between; also on the packet that fills the window and
@@ -190,11 +186,7 @@ static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_t
 	uint32_t h, npsn = 1;
 	uint8_t *p;
 
-	memset(&f, 0, sizeof(f));
-	f.opcode = req_opcode(wqe, false, true, true);
-	f.pkey = URVT_DEFAULT_PKEY;
-	f.dest_qpn = qp->remote_qpn;
-	f.psn = psn;
+	urvt_pkt_init(&f, req_opcode(wqe, false, true, true), qp->remote_qpn, psn);
 	f.ackreq = true;
 	if (wqe->opcode == IBV_WR_RDMA_READ) {
 		uint32_t left = wqe->length - qp->s_offset;
@@ -327,12 +319,10 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 
 	if (unlikely(!q))
 		return;
-	memset(&f, 0, sizeof(f));
-	f.opcode = wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
-						       : URVT_OP_UD_SEND_ONLY;
-	f.pkey = URVT_DEFAULT_PKEY;
-	f.dest_qpn = wqe->wr.ud.remote_qpn;
-	f.psn = wqe->psn;
+	urvt_pkt_init(&f,
+		      wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
+							  : URVT_OP_UD_SEND_ONLY,
+		      wqe->wr.ud.remote_qpn, wqe->psn);
 	f.ackreq = true; /* rxe sets it on every last packet; ignored by receivers */
 	f.se = !!(wqe->send_flags & IBV_SEND_SOLICITED);
 	f.paylen = wqe->length;

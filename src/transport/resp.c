@@ -38,8 +38,11 @@ static inline const struct urvt_av *peer_av(struct rvt_qp *qp)
 	return &qp->remote_av;
 }
 
-/* ACKNOWLEDGE with syndrome syn for psn (§3.10). Caller holds r_lock. */
-void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
+/*
+ * An ACKNOWLEDGE (syndrome syn) or an ATOMIC ACKNOWLEDGE (original value
+ * orig) for psn with the current MSN: no payload (rxe send_common_ack).
+ */
+static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn, uint64_t orig)
 {
 	struct urvt_txq *q = urvt_txq_get();
 	struct urvt_pkt f;
@@ -48,15 +51,18 @@ void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
 
 	if (unlikely(!q))
 		return;
-	memset(&f, 0, sizeof(f));
-	f.opcode = URVT_OP_RC_ACKNOWLEDGE;
-	f.pkey = URVT_DEFAULT_PKEY;
-	f.dest_qpn = qp->remote_qpn;
-	f.psn = psn;
+	urvt_pkt_init(&f, opcode, qp->remote_qpn, psn);
 	f.aeth.syn = syn;
 	f.aeth.msn = qp->r_msn;
+	f.atmack_orig = orig;
 	p = urvt_build_start(qp, q, &f, &h);
 	urvt_build_finish(qp, q, p, h, peer_av(qp));
+}
+
+/* ACKNOWLEDGE with syndrome syn for psn (§3.10; rxe send_ack). Caller holds r_lock. */
+void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
+{
+	ack_pkt(qp, URVT_OP_RC_ACKNOWLEDGE, syn, psn, 0);
 	switch (urvt_aeth_syn_type(syn)) {
 	case URVT_AETH_ACK:
 		qp_count(qp, URVT_CTR_ACKS_SENT, 1);
@@ -84,25 +90,10 @@ void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
 	}
 }
 
+/* rxe send_atomic_ack */
 static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
 {
-	struct urvt_txq *q = urvt_txq_get();
-	struct urvt_pkt f;
-	uint32_t h;
-	uint8_t *p;
-
-	if (unlikely(!q))
-		return;
-	memset(&f, 0, sizeof(f));
-	f.opcode = URVT_OP_RC_ATOMIC_ACKNOWLEDGE;
-	f.pkey = URVT_DEFAULT_PKEY;
-	f.dest_qpn = qp->remote_qpn;
-	f.psn = psn;
-	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
-	f.aeth.msn = qp->r_msn;
-	f.atmack_orig = orig;
-	p = urvt_build_start(qp, q, &f, &h);
-	urvt_build_finish(qp, q, p, h, peer_av(qp));
+	ack_pkt(qp, URVT_OP_RC_ATOMIC_ACKNOWLEDGE, URVT_AETH_SYN_ACK_UNLIMITED, psn, orig);
 }
 
 /*
@@ -125,20 +116,18 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 	do {
 		uint32_t paylen = left > qp->pmtu ? qp->pmtu : left;
 		bool last = left <= qp->pmtu;
+		uint8_t op;
 		struct urvt_pkt f;
 		uint32_t h;
 		uint8_t *p;
 
-		memset(&f, 0, sizeof(f));
 		if (first && restart)
-			f.opcode = last ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
-					: URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
+			op = last ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
+				  : URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
 		else
-			f.opcode = last ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
-					: URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
-		f.pkey = URVT_DEFAULT_PKEY;
-		f.dest_qpn = qp->remote_qpn;
-		f.psn = psn;
+			op = last ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
+				  : URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
+		urvt_pkt_init(&f, op, qp->remote_qpn, psn);
 		f.paylen = paylen;
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;

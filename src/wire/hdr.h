@@ -268,6 +268,17 @@ struct urvt_pkt {
 };
 
 /*
+ * Start a packet to build: the BTH fields every packet a QP sends sets
+ * (the default P_Key, §7), everything else zero for the caller to fill.
+ */
+static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t dest_qpn,
+				 uint32_t psn)
+{
+	*f = (struct urvt_pkt){ .opcode = opcode, .pkey = URVT_DEFAULT_PKEY,
+				.dest_qpn = dest_qpn, .psn = psn };
+}
+
+/*
  * Parse a UDP payload (BTH .. ICRC) of len bytes. Returns 0, or a negative
  * enum urvt_wire_drop. Bounds-checked: never reads outside [p, p + len).
  * Does NOT check the ICRC (wire/icrc.h), the P_Key against a QP
