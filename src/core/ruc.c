@@ -10,15 +10,8 @@
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "core/transport.h"
+#include "wire/aeth.h"
 #include "wire/grh.h"
-
-/* qp-semantics.md §9.1, in microseconds (0x19 is 61.44 ms, not rxe's typo). */
-const uint32_t ib_rvt_rnr_table[32] = {
-	655360, 10,    20,    30,    40,    60,    80,    120,
-	160,    240,   320,   480,   640,   960,   1280,  1920,
-	2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
-	40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520,
-};
 
 /* ------------------------------------------------------------------ */
 /* SGE copies                                                         */
@@ -420,12 +413,7 @@ static bool loopback_rnr(struct rvt_qp *sqp, struct rvt_swqe *wqe, struct rvt_qp
 		rvt_error_qp(sqp, IBV_WC_WR_FLUSH_ERR);
 		return true;
 	}
-	if (sqp->rnr_retry != 7)
-		sqp->s_rnr_retry--;
-	sqp->s_flags |= RVT_S_WAIT_RNR;
-	atomic_store(&sqp->s_rnr_fired, false);
-	urvt_timer_mod(sqp->rdi->progress, &sqp->s_rnr_timer,
-		       urvt_now_ns() + (uint64_t)ib_rvt_rnr_table[qp->min_rnr_timer & 31] * 1000);
+	rvt_add_rnr_timer(sqp, qp->min_rnr_timer);
 	return false;
 }
 
@@ -730,6 +718,15 @@ void rvt_schedule_send_async(struct rvt_qp *qp)
 void rvt_send_work_fn(struct urvt_work *w)
 {
 	rvt_schedule_send(container_of(w, struct rvt_qp, s_work));
+}
+
+void rvt_add_rnr_timer(struct rvt_qp *qp, uint8_t code)
+{
+	if (qp->rnr_retry != 7)
+		qp->s_rnr_retry--;
+	qp->s_flags |= RVT_S_WAIT_RNR;
+	atomic_store(&qp->s_rnr_fired, false);
+	urvt_timer_mod(qp->rdi->progress, &qp->s_rnr_timer, urvt_now_ns() + urvt_rnr_timer_ns(code));
 }
 
 void rvt_rnr_timer_fn(struct urvt_timer *t)

@@ -104,7 +104,11 @@ static inline void rvt_copy_last(uint8_t *d, const uint8_t *s, uint32_t len)
 	rvt_copy_tail(d + head, s + head, len - head);
 }
 
-/* RNR NAK timer code -> microseconds (qp-semantics.md §9.1). */
-extern const uint32_t ib_rvt_rnr_table[32];
+/*
+ * Wait out an RNR NAK with timer code `code` (rdmavt rvt_add_rnr_timer):
+ * one retry used (rnr_retry 7 is infinite), the send engine holds off
+ * (RVT_S_WAIT_RNR) until the timer fires. Engine context, s_rnr_retry > 0.
+ */
+void rvt_add_rnr_timer(struct rvt_qp *qp, uint8_t code);
 
 #endif

@@ -181,19 +181,14 @@ static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_
 		comp_error(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR);
 		return;
 	}
-	/* §4.4: 7 = infinite */
-	if (qp->rnr_retry != 7)
-		qp->s_rnr_retry--;
-	qp->s_flags |= RVT_S_WAIT_RNR;
-	atomic_store(&qp->s_rnr_fired, false);
 	/* the PSN-sequence NAK the in-flight packets will cause is no news */
 	qp->tp.rewind_valid = true;
 	qp->tp.rewind_by_nak = true;
 	qp->tp.rewind_psn = qp->tp.comp_psn;
 	URVT_DBG("qp %u: RNR NAK psn %#x, wait %u us", qp->qpn, pkt->psn,
-		 ib_rvt_rnr_table[pkt->aeth.syn & 0x1f]);
-	urvt_timer_mod(qp->rdi->progress, &qp->s_rnr_timer,
-		       urvt_now_ns() + (uint64_t)ib_rvt_rnr_table[pkt->aeth.syn & 0x1f] * 1000);
+		 urvt_rnr_timer_us[urvt_aeth_syn_value(pkt->aeth.syn)]);
+	/* §4.4: one retry used (7 = infinite), then the timer */
+	rvt_add_rnr_timer(qp, urvt_aeth_syn_value(pkt->aeth.syn));
 }
 
 void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)

@@ -63,6 +63,12 @@ extern const uint32_t urvt_credit_table[32];
 /* RNR timer code -> microseconds; 0x00 = 655.36 ms, 0x19 = 61.44 ms (qp-semantics.md §9.1). */
 extern const uint32_t urvt_rnr_timer_us[32];
 
+/* RNR timer code -> nanoseconds, for a timer's deadline. */
+static inline uint64_t urvt_rnr_timer_ns(uint8_t timer_code)
+{
+	return (uint64_t)urvt_rnr_timer_us[timer_code & 0x1f] * 1000;
+}
+
 /* Largest credit code whose count is <= n_rwqe (rvt_compute_aeth); never 0x1f. */
 uint8_t urvt_credit_code(uint32_t n_rwqe);
 
