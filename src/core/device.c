@@ -10,7 +10,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/rvt_api.h"
 #include "core/qp_table.h"
 #include "link/udp.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/qp_table.h"
 #include "core/rvt_api.h"
 #include "core/ruc.h"

@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/compiler.h"
-#include "core/timer.h"
+#include "base/compiler.h"
+#include "base/timer.h"
 
 struct rvt_dev_info;
 struct rvt_qp;

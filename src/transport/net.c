@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "core/transport.h"
