@@ -143,7 +143,7 @@ static void init_attrs(struct rvt_dev_info *rdi, int if_mtu)
 	p->active_mtu = active_mtu(if_mtu);
 	p->gid_tbl_len = 1;
 	p->port_cap_flags = IBV_PORT_CM_SUP;
-	p->max_msg_sz = 1u << 31;
+	p->max_msg_sz = URVT_MAX_MSG_SZ;
 	p->pkey_tbl_len = URVT_PKEY_TABLE_LEN;
 	p->max_vl_num = 1;
 	p->active_width = 2;  /* 4X */

@@ -146,6 +146,50 @@ static inline bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t 
 	return true;
 }
 
+/* What a remote target earns: rvt_chk_rkey's answer. */
+enum rvt_rkey_res {
+	RVT_RKEY_OK,
+	RVT_RKEY_INV,  /* invalid request (NAK 0x61 / REM_INV_REQ_ERR) */
+	RVT_RKEY_ACC,  /* remote access error (NAK 0x62 / REM_ACCESS_ERR) */
+};
+
+/*
+ * The responder's check of a remote READ, WRITE or atomic target, one rule
+ * for the in-process path (ruc.c rvt_ruc_loopback) and the UDP responder
+ * (transport/resp.c); rxe's check_rkey, with the QP's access bit of its
+ * check_op_valid. acc is the one access bit the operation needs; an atomic
+ * asks for 8 bytes. In order (rc-protocol.md §3, qp-semantics.md §10):
+ *  - the QP does not allow acc, or len is beyond max_msg_sz: invalid;
+ *  - len 0: nothing to check, no key (§3.6); sge is left empty;
+ *  - an atomic va not 8-aligned: invalid ("misaligned atomic");
+ *  - the rkey check (rvt_rkey_ok): access error;
+ *  - an atomic whose host word is not 8-aligned (an MR registered with an
+ *    iova that differs from its address mod 8): invalid, so no __atomic
+ *    ever runs on a misaligned word.
+ * On RVT_RKEY_OK with len > 0, sge holds an MR reference (rvt_put_sge).
+ */
+static inline enum rvt_rkey_res rvt_chk_rkey(struct rvt_qp *qp, struct rvt_sge *sge,
+					     uint64_t va, uint32_t len, uint32_t rkey, int acc)
+{
+	const bool atomic = acc == IBV_ACCESS_REMOTE_ATOMIC;
+
+	if (unlikely(!(qp->qp_access_flags & acc) || len > URVT_MAX_MSG_SZ))
+		return RVT_RKEY_INV;
+	if (!len) {
+		*sge = (struct rvt_sge){ 0 };
+		return RVT_RKEY_OK;
+	}
+	if (atomic && unlikely(va & (sizeof(uint64_t) - 1)))
+		return RVT_RKEY_INV;
+	if (unlikely(!rvt_rkey_ok(qp, sge, len, va, rkey, acc)))
+		return RVT_RKEY_ACC;
+	if (atomic && unlikely((uintptr_t)sge->vaddr & (sizeof(uint64_t) - 1))) {
+		rvt_put_sge(sge);
+		return RVT_RKEY_INV;
+	}
+	return RVT_RKEY_OK;
+}
+
 /*
  * post_direct's key check (post.c): rvt_lookup_key and mr_grants without
  * the reference. The caller holds the sender's s_hlock from the lookup

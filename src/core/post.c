@@ -162,7 +162,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	}
 	/* W11 [driver, hfi1] */
 	if (qp->type != IBV_QPT_UD) {
-		if (unlikely(length > (1u << 31)))
+		if (unlikely(length > URVT_MAX_MSG_SZ))
 			goto bail_inval;
 	} else {
 		struct rvt_ah *ah = ibah_to_rvtah(wr->wr.ud.ah);

@@ -279,7 +279,15 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 /* ------------------------------------------------------------------ */
 /* Loopback (rvt_ruc_loopback, qp-semantics.md §10)                    */
 /* ------------------------------------------------------------------ */
-enum lb_result { LB_OK, LB_RNR, LB_OP_ERR, LB_INV, LB_ACC, LB_LOC_QP_OP };
+/* The first three are rvt_chk_rkey's answers (keys.h), so they pass through. */
+enum lb_result {
+	LB_OK = RVT_RKEY_OK,
+	LB_INV = RVT_RKEY_INV,
+	LB_ACC = RVT_RKEY_ACC,
+	LB_RNR,
+	LB_OP_ERR,
+	LB_LOC_QP_OP,
+};
 
 /*
  * Enter a receive completion; a full CQ puts the responder in ERR. Returns
@@ -298,6 +306,7 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 				       struct rvt_swqe *wqe, struct ibv_wc *wc, bool *recv_cqe)
 {
 	struct rvt_sge_state src;
+	enum rvt_rkey_res rres;
 	struct rvt_sge rsge;
 	int ret;
 
@@ -335,6 +344,7 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 		return LB_OK;
 
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		/* before the receive WQE: a forbidden WRITE never waits for one */
 		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
 			return LB_INV;
 		ret = rvt_get_rwqe(qp, true);
@@ -348,14 +358,11 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 		*recv_cqe = true;
 		/* fall through */
 	case IBV_WR_RDMA_WRITE:
-		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
-			return LB_INV;
-		if (!wqe->length)
-			return LB_OK;
-		if (!rvt_rkey_ok(qp, &rsge, wqe->length, wqe->wr.rdma.remote_addr,
-				 wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_WRITE))
-			return LB_ACC;
-		{
+		rres = rvt_chk_rkey(qp, &rsge, wqe->wr.rdma.remote_addr, wqe->length,
+				    wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_WRITE);
+		if (rres != RVT_RKEY_OK)
+			return (enum lb_result)rres;
+		if (wqe->length) {
 			struct rvt_sge_state dst;
 			rvt_sge_state_init(&dst, &rsge, 1, wqe->length);
 			sge_to_sge(&dst, &src, wqe->length, true, true);
@@ -363,14 +370,11 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 		return LB_OK;
 
 	case IBV_WR_RDMA_READ:
-		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_READ))
-			return LB_INV;
-		if (!wqe->length)
-			return LB_OK;
-		if (!rvt_rkey_ok(qp, &rsge, wqe->length, wqe->wr.rdma.remote_addr,
-				 wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_READ))
-			return LB_ACC;
-		{
+		rres = rvt_chk_rkey(qp, &rsge, wqe->wr.rdma.remote_addr, wqe->length,
+				    wqe->wr.rdma.rkey, IBV_ACCESS_REMOTE_READ);
+		if (rres != RVT_RKEY_OK)
+			return (enum lb_result)rres;
+		if (wqe->length) {
 			struct rvt_sge_state rsrc;
 			rvt_sge_state_init(&rsrc, &rsge, 1, wqe->length);
 			sge_to_sge(&src, &rsrc, wqe->length, false, false);
@@ -381,13 +385,10 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: {
 		uint64_t *target, orig;
-		if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC))
-			return LB_INV;
-		if (wqe->wr.atomic.remote_addr & (sizeof(uint64_t) - 1))
-			return LB_INV; /* misaligned atomic */
-		if (!rvt_rkey_ok(qp, &rsge, sizeof(uint64_t), wqe->wr.atomic.remote_addr,
-				 wqe->wr.atomic.rkey, IBV_ACCESS_REMOTE_ATOMIC))
-			return LB_ACC;
+		rres = rvt_chk_rkey(qp, &rsge, wqe->wr.atomic.remote_addr, sizeof(uint64_t),
+				    wqe->wr.atomic.rkey, IBV_ACCESS_REMOTE_ATOMIC);
+		if (rres != RVT_RKEY_OK)
+			return (enum lb_result)rres;
 		target = (uint64_t *)(void *)rsge.vaddr;
 		if (wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 			orig = __atomic_fetch_add(target, wqe->wr.atomic.compare_add,

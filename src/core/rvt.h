@@ -46,6 +46,7 @@ struct urvt_context;
 #define URVT_MAX_SRQ_WR 16384
 #define URVT_MAX_SRQ_SGE 32
 #define URVT_MAX_RD_ATOMIC 16           /* rdmavt/hfi1 max_rdma_atomic */
+#define URVT_MAX_MSG_SZ (1u << 31)     /* max_msg_sz: post, responder, query */
 #define URVT_MAX_MCAST_GRP 0
 #define URVT_PORT_COUNT 1
 #define URVT_PKEY_TABLE_LEN 1

@@ -26,6 +26,12 @@ enum resp_res {
 	RESP_INV_FAIL,      /* class J: SEND_WITH_INV of a bad key */
 };
 
+/* The NAK a failed remote target check earns (core/keys.h rvt_chk_rkey). */
+static inline enum resp_res rkey_nak(enum rvt_rkey_res r)
+{
+	return r == RVT_RKEY_INV ? RESP_NAK_INV : RESP_NAK_ACCESS;
+}
+
 /* What the responder of a connected QP replies to (port 4791, §1.2). */
 static inline const struct urvt_av *peer_av(struct rvt_qp *qp)
 {
@@ -255,8 +261,9 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 	struct rvt_sge_state ss;
 	uint32_t left;
 
+	/* §3.3; before the receive WQE: a forbidden WRITE never waits for one */
 	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
-		return RESP_NAK_INV; /* §3.3 */
+		return RESP_NAK_INV;
 	/* WRITE WITH IMMEDIATE needs its receive WQE before anything moves */
 	if (imm && !qp->r_wrid_valid) {
 		int ret = rvt_get_rwqe(qp, true);
@@ -266,18 +273,16 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 			return RESP_RNR;
 	}
 	if (pkt->mask & URVT_START_MASK) {
+		enum rvt_rkey_res r;
+
 		rdma_done(qp);
-		if (pkt->reth.len > (1u << 31))
-			return RESP_NAK_INV;
 		qp->tp.r_rdma_total = pkt->reth.len;
 		memset(&qp->r_rdma_sge, 0, sizeof(qp->r_rdma_sge));
-		/* §3.6: zero-length WRITE: no key check at all */
-		if (pkt->reth.len) {
-			if (!rvt_rkey_ok(qp, &qp->r_rdma_sge, pkt->reth.len, pkt->reth.va,
-					 pkt->reth.rkey, IBV_ACCESS_REMOTE_WRITE))
-				return RESP_NAK_ACCESS;
-			qp->tp.r_rdma_valid = true;
-		}
+		r = rvt_chk_rkey(qp, &qp->r_rdma_sge, pkt->reth.va, pkt->reth.len, pkt->reth.rkey,
+				 IBV_ACCESS_REMOTE_WRITE);
+		if (r != RVT_RKEY_OK)
+			return rkey_nak(r);
+		qp->tp.r_rdma_valid = pkt->reth.len != 0; /* §3.6: 0 bytes, no key */
 	}
 	/* §3.6: PMTU-sized packets while more than a PMTU remains, then the rest */
 	left = qp->r_rdma_sge.length;
@@ -330,14 +335,13 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	struct rvt_ack_entry *e;
 	struct rvt_sge sge;
 	uint32_t len = pkt->reth.len, npkts;
+	enum rvt_rkey_res r;
 
-	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_READ) || !qp->max_dest_rd_atomic ||
-	    len > (1u << 31))
-		return RESP_NAK_INV;
-	memset(&sge, 0, sizeof(sge));
-	if (len && !rvt_rkey_ok(qp, &sge, len, pkt->reth.va, pkt->reth.rkey,
-				IBV_ACCESS_REMOTE_READ))
-		return RESP_NAK_ACCESS;
+	if (!qp->max_dest_rd_atomic)
+		return RESP_NAK_INV; /* no responder resources */
+	r = rvt_chk_rkey(qp, &sge, pkt->reth.va, len, pkt->reth.rkey, IBV_ACCESS_REMOTE_READ);
+	if (r != RVT_RKEY_OK)
+		return rkey_nak(r);
 	/* IBTA C9-148: the MSN counts the READ now */
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
@@ -361,18 +365,14 @@ static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	struct rvt_ack_entry *e;
 	struct rvt_sge sge;
 	uint64_t *target, orig;
+	enum rvt_rkey_res r;
 
-	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || !qp->max_dest_rd_atomic)
-		return RESP_NAK_INV;
-	if (pkt->atmeth.va & 7)
-		return RESP_NAK_INV; /* misaligned atomic */
-	if (!rvt_rkey_ok(qp, &sge, sizeof(uint64_t), pkt->atmeth.va, pkt->atmeth.rkey,
-			 IBV_ACCESS_REMOTE_ATOMIC))
-		return RESP_NAK_ACCESS;
-	if ((uintptr_t)sge.vaddr & 7) {
-		rvt_put_sge(&sge);
-		return RESP_NAK_INV;
-	}
+	if (!qp->max_dest_rd_atomic)
+		return RESP_NAK_INV; /* no responder resources */
+	r = rvt_chk_rkey(qp, &sge, pkt->atmeth.va, sizeof(uint64_t), pkt->atmeth.rkey,
+			 IBV_ACCESS_REMOTE_ATOMIC);
+	if (r != RVT_RKEY_OK)
+		return rkey_nak(r);
 	target = (uint64_t *)(void *)sge.vaddr;
 	if (pkt->opcode == URVT_OP_RC_FETCH_ADD) {
 		orig = __atomic_fetch_add(target, pkt->atmeth.swap_add, __ATOMIC_SEQ_CST);
@@ -424,9 +424,8 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 			struct rvt_sge sge;
 			if (pkt->reth.rkey != e->rkey || va < e->va || end > e->va + e->length)
 				break;
-			memset(&sge, 0, sizeof(sge));
-			if (pkt->reth.len && !rvt_rkey_ok(qp, &sge, pkt->reth.len, va,
-							  pkt->reth.rkey, IBV_ACCESS_REMOTE_READ))
+			if (rvt_chk_rkey(qp, &sge, va, pkt->reth.len, pkt->reth.rkey,
+					 IBV_ACCESS_REMOTE_READ) != RVT_RKEY_OK)
 				break;
 			read_respond(qp, pkt->reth.len ? &sge : NULL, pkt->reth.len, pkt->psn,
 				     pkt->psn == e->psn);

@@ -294,6 +294,47 @@ static void test_resp_read_atomic_access(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/*
+ * Atomic on an MR whose iova and host address differ mod 8
+ * (ibv_reg_mr_iova): the iova is aligned, the host word is not. NAK
+ * invalid request, responder -> ERR, memory untouched; the in-process path
+ * answers the same (tests/unit test_atomic_iova_misaligned_host).
+ */
+static void test_resp_atomic_iova(void **state)
+{
+	static const uint8_t ops[] = { URVT_OP_RC_FETCH_ADD, URVT_OP_RC_COMPARE_SWAP };
+	static uint8_t mem[4096] __attribute__((aligned(8)));
+	const uint64_t iova = 0x7000000;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
+		struct rvt_cq *cq = ut_cq(&dev, 64);
+		struct rvt_qp *qp = rc_qp(cq, 14, 7);
+		struct rvt_mregion *mr;
+		struct urvt_pkt f, p;
+		uint8_t buf[5000];
+		int err = 0;
+
+		memset(mem, 0, sizeof(mem));
+		mr = rvt_reg_mr(pd, mem + 4, 1024, iova,
+				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, &err);
+		assert_non_null(mr);
+		f = req(qp->qpn, ops[i], PEER_PSN, true);
+		f.atmeth = (struct urvt_atmeth){ .va = iova + 16, .rkey = mr->lkey,
+						 .swap_add = 5, .comp = 0 };
+		peer_send(&f, NULL, 0);
+		peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+		assert_int_equal(p.aeth.syn, urvt_aeth_syn_nak(URVT_NAK_INVALID_REQUEST));
+		assert_int_equal(p.psn, PEER_PSN);
+		assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+		for (size_t b = 0; b < 64; b++)
+			assert_int_equal(mem[b], 0);
+		rvt_destroy_qp(qp);
+		assert_int_equal(rvt_dereg_mr(mr), 0);
+		rvt_destroy_cq(cq);
+	}
+}
+
 /* ---- receive drops ---- */
 
 static void test_recv_drops(void **state)
@@ -470,6 +511,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_read_atomic_access),
+		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_recv_drops),
 		cmocka_unit_test(test_comp_send_coalesced_nak),
 		cmocka_unit_test(test_comp_read_and_retry),

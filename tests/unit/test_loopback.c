@@ -1343,6 +1343,46 @@ static void test_misaligned_remote_atomic(void **state)
 	pair_free(p, true);
 }
 
+/*
+ * An MR whose iova and host address differ mod 8 (ibv_reg_mr_iova): an
+ * 8-aligned iova names a misaligned host word. The target must be aligned
+ * in memory, not only on the wire (rc-protocol.md §3, the responder
+ * table): invalid request, as the UDP responder answers
+ * (tests/transport test_resp_atomic_iova), never a misaligned __atomic.
+ */
+static void test_atomic_iova_misaligned_host(void **state)
+{
+	static const enum ibv_wc_status flush1[] = { IBV_WC_WR_FLUSH_ERR };
+	static const int ops[] = { IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP };
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
+		struct pair *p = pair_new(IBV_QPT_RC);
+		const uint64_t iova = 0x7000000; /* 8-aligned; host address bbuf + 4 */
+		struct rvt_mregion *mr;
+		struct ibv_send_wr wr;
+		struct ibv_sge sge;
+		int err = 0;
+
+		mr = rvt_reg_mr(p->pd, p->bbuf + 4, 4096, iova,
+				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, &err);
+		assert_non_null(mr);
+		brecv(p, 1, 0, 64);
+		wr1(p, &wr, &sge, ops[i], 64, 8, 0);
+		wr.wr.atomic.remote_addr = iova + 16;
+		wr.wr.atomic.rkey = mr->ibmr.rkey;
+		wr.wr.atomic.compare_add = 0;
+		wr.wr.atomic.swap = 0x1111111111111111ull;
+		expect_requester_error(p, &wr, IBV_WC_REM_INV_REQ_ERR, true);
+		expect_responder(p, flush1, 1, IBV_QPS_ERR);
+		for (int b = 0; b < 64; b++)
+			assert_int_equal(p->bbuf[b], 0);
+		assert_int_equal(atomic_load(&mr->refcount), 1);
+		assert_int_equal(rvt_dereg_mr(mr), 0);
+		pair_free(p, true);
+	}
+}
+
 /* UD: the AH is snapshotted at post time (§2.2): destroying it after
  * posting does not affect the queued WR. */
 static void test_ud_ah_snapshot(void **state)
@@ -1722,6 +1762,7 @@ int main(void)
 		cmocka_unit_test(test_err_flushes_recv),
 		cmocka_unit_test(test_srq_last_wqe),
 		cmocka_unit_test(test_misaligned_remote_atomic),
+		cmocka_unit_test(test_atomic_iova_misaligned_host),
 		cmocka_unit_test(test_ud_ah_snapshot),
 		cmocka_unit_test(test_responder_cq_overflow),
 		cmocka_unit_test(test_responder_cq_overflow_srq),
