@@ -20,6 +20,7 @@
 
 #include "core/rvt_api.h"
 #include "fuzz_reader.h"
+#include "transport/net.h"
 
 #define NQP 4
 #define NMR 3
@@ -67,7 +68,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	setenv("URVT_ADDR", "127.0.77.1", 0);
-	rdi = rvt_dev_get(&err);
+	rdi = rvt_dev_get(urvt_transport_attach, &err);
 	if (!rdi || urvt_context_init(&uctx, rdi))
 		die("device");
 	uctx.vctx.context.num_comp_vectors = 1;

@@ -37,6 +37,7 @@
 
 #include "core/rvt_api.h"
 #include "fuzz_reader.h"
+#include "transport/net.h"
 #include "transport/tp.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
@@ -152,7 +153,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	inet_pton(AF_INET, "127.0.78.1", &dev_v4);
 	inet_pton(AF_INET, "127.0.78.2", &peer_v4);
 	inet_pton(AF_INET, "127.0.78.3", &stranger_v4);
-	rdi = rvt_dev_get(&err);
+	rdi = rvt_dev_get(urvt_transport_attach, &err);
 	if (!rdi || urvt_context_init(&uctx, rdi))
 		die("device (is 127.0.78.1:4791 free?)");
 	net = rdi->transport_priv;
@@ -461,7 +462,7 @@ static void fixup(struct reader *r, uint8_t *b, uint32_t len, uint8_t ctl2, stru
 	}
 	if ((ctl2 & 0x40) && t) {
 		bool req = urvt_opcode[b[0]].mask & URVT_REQ_MASK;
-		uint32_t psn = req ? t->r_psn : t->tp.comp_psn;
+		uint32_t psn = req ? t->r_psn : qp_tp(t)->comp_psn;
 		bth_set_psn(b, (psn + (uint32_t)(int8_t)u8(r)) & 0xffffff);
 	}
 	if (urvt_pkt_parse(b, len, &p))

@@ -193,10 +193,23 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 	return n;
 }
 
+int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	const struct urvt_transport_ops *t = cq->uctx->rdi->transport;
+
+	if (t && t->poll_cq)
+		return t->poll_cq(cq, num_entries, wc);
+	return rvt_poll_cq(cq, num_entries, wc);
+}
+
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only)
 {
+	const struct urvt_transport_ops *t = cq->uctx->rdi->transport;
 	int want = solicited_only ? RVT_CQ_NOTIFY_SOLICITED : RVT_CQ_NOTIFY_NEXT;
 
+	/* the application will block: the transport must receive for it */
+	if (t && t->app_blocks)
+		t->app_blocks(cq->uctx->rdi);
 	urvt_spin_lock(&cq->p_lock);
 	/* IBTA C11-31/32: an armed NEXT is never downgraded to SOLICITED. */
 	if (atomic_load_explicit(&cq->notify, memory_order_relaxed) != RVT_CQ_NOTIFY_NEXT)

@@ -1,7 +1,9 @@
 /*
  * The device "urvt0": one per process, created by the first
  * ibv_open_device and torn down by the last ibv_close_device. It owns the
- * QPN and key tables, the address (GID) and the progress thread.
+ * QPN and key tables and the progress thread; the transport, attached by
+ * the composition root (src/verbs/device.c), owns the link and tells the
+ * core the GID and interface it got (docs/architecture.md).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,11 +12,10 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/rvt_api.h"
 #include "core/qp_table.h"
-#include "link/udp.h"
-#include "transport/net.h"
+#include "core/transport.h"
 
 static pthread_mutex_t g_dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rvt_dev_info *g_rdi;
@@ -99,7 +100,7 @@ static enum ibv_mtu active_mtu(int if_mtu)
 	}
 }
 
-static void init_attrs(struct rvt_dev_info *rdi, int if_mtu)
+static void init_attrs(struct rvt_dev_info *rdi)
 {
 	struct ibv_device_attr *a = &rdi->dattr;
 	struct ibv_port_attr *p = &rdi->port_attr;
@@ -140,7 +141,7 @@ static void init_attrs(struct rvt_dev_info *rdi, int if_mtu)
 	memset(p, 0, sizeof(*p));
 	p->state = IBV_PORT_ACTIVE;
 	p->max_mtu = IBV_MTU_4096;
-	p->active_mtu = active_mtu(if_mtu);
+	p->active_mtu = mtu_from_if(0); /* until a transport reports its link */
 	p->gid_tbl_len = 1;
 	p->port_cap_flags = IBV_PORT_CM_SUP;
 	p->max_msg_sz = URVT_MAX_MSG_SZ;
@@ -152,34 +153,31 @@ static void init_attrs(struct rvt_dev_info *rdi, int if_mtu)
 	p->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
 
-static struct rvt_dev_info *dev_create(int *err)
+void rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
+		      const char *ifname, int if_mtu)
+{
+	rdi->gid = *gid;
+	rdi->ifindex = ifindex;
+	snprintf(rdi->ifname, sizeof(rdi->ifname), "%s", ifname ? ifname : "");
+	rdi->port_attr.active_mtu = active_mtu(if_mtu);
+}
+
+static struct rvt_dev_info *dev_create(urvt_transport_attach_fn attach, int *err)
 {
 	struct rvt_dev_info *rdi = calloc(1, sizeof(*rdi));
-	struct urvt_udp_addr ua;
-	int fd, ret;
+	int ret;
 
 	if (!rdi) {
 		*err = -ENOMEM;
 		return NULL;
 	}
 	rdi->ibdev = g_ibdev;
-	fd = urvt_udp_bind_device(&ua);
-	if (fd < 0) {
-		ret = fd;
-		goto err_free;
-	}
-	rdi->udp_fd = fd;
-	rdi->addr_family = ua.family;
-	rdi->addr6 = ua.addr6;
-	rdi->ifindex = ua.ifindex;
-	memcpy(rdi->ifname, ua.ifname, sizeof(rdi->ifname));
-	memcpy(rdi->gid.raw, &ua.addr6, 16);
 	pthread_mutex_init(&rdi->lock, NULL);
-	init_attrs(rdi, ua.if_mtu);
+	init_attrs(rdi);
 
 	ret = rvt_qpn_table_init(&rdi->qpn_table);
 	if (ret)
-		goto err_close;
+		goto err_free;
 	ret = rvt_qp_table_init(&rdi->qp_table);
 	if (ret)
 		goto err_qpn;
@@ -189,8 +187,8 @@ static struct rvt_dev_info *dev_create(int *err)
 	rdi->progress = urvt_progress_create(&ret);
 	if (!rdi->progress)
 		goto err_lkey;
-	/* the network transport needs the progress thread (fd, timers) */
-	ret = urvt_transport_create(rdi);
+	/* the transport needs the progress thread (fd, timers) */
+	ret = attach ? attach(rdi) : 0;
 	if (ret)
 		goto err_progress;
 	return rdi;
@@ -203,9 +201,8 @@ err_qpt:
 	rvt_qp_table_fini(&rdi->qp_table);
 err_qpn:
 	rvt_qpn_table_fini(&rdi->qpn_table);
-err_close:
-	close(rdi->udp_fd);
 err_free:
+	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 	*err = ret;
 	return NULL;
@@ -213,23 +210,23 @@ err_free:
 
 static void dev_destroy(struct rvt_dev_info *rdi)
 {
-	urvt_transport_destroy(rdi);
+	if (rdi->transport)
+		rdi->transport->detach(rdi);
 	urvt_progress_destroy(rdi->progress);
 	rvt_lkey_table_fini(&rdi->lkey_table);
 	rvt_qp_table_fini(&rdi->qp_table);
 	rvt_qpn_table_fini(&rdi->qpn_table);
-	close(rdi->udp_fd);
 	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 }
 
-struct rvt_dev_info *rvt_dev_get(int *err)
+struct rvt_dev_info *rvt_dev_get(urvt_transport_attach_fn attach, int *err)
 {
 	struct rvt_dev_info *rdi;
 
 	pthread_mutex_lock(&g_dev_lock);
 	if (!g_rdi)
-		g_rdi = dev_create(err);
+		g_rdi = dev_create(attach, err);
 	rdi = g_rdi;
 	if (rdi)
 		rdi->open_count++;

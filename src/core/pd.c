@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
+#include "wire/hdr.h"
 
 struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err)
 {
@@ -44,9 +45,6 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 		     struct urvt_av *av)
 {
-	const uint8_t *g = attr->grh.dgid.raw;
-	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
 	if (attr->port_num < 1 || attr->port_num > URVT_PORT_COUNT)
 		return -EINVAL;
 	if (!attr->is_global)
@@ -58,16 +56,9 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 
 	memset(av, 0, sizeof(*av));
 	av->attr = *attr;
-	av->loopback = !memcmp(g, rdi->gid.raw, 16);
-	if (!memcmp(g, v4prefix, 12)) {
-		av->dest.in4.sin_family = AF_INET;
-		av->dest.in4.sin_port = htons(4791);
-		memcpy(&av->dest.in4.sin_addr, g + 12, 4);
-	} else {
-		av->dest.in6.sin6_family = AF_INET6;
-		av->dest.in6.sin6_port = htons(4791);
-		memcpy(&av->dest.in6.sin6_addr, g, 16);
-	}
+	av->loopback = !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16);
+	/* urvt sends from the bound RoCEv2 port itself (rxe accepts any) */
+	av->udp_sport = URVT_ROCE_UDP_PORT;
 	return 0;
 }
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/qp_table.h"
 #include "core/rvt_api.h"
 #include "core/ruc.h"
@@ -265,7 +265,6 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	/* The refcount stays untouched: a racing lookup may be probing it. */
 	memset(qp, 0, offsetof(struct rvt_qp, refcount));
 	qp->next_free = NULL;
-	qp->transport_priv = NULL;
 
 	qp->rdi = rdi;
 	qp->uctx = uctx;
@@ -315,10 +314,18 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 		ret = -ENOMEM;
 		goto err_rq;
 	}
+	/* the transport's per-QP state (rdmavt qp_priv_alloc) */
+	if (rdi->transport && rdi->transport->qp_priv_alloc) {
+		qp->priv = rdi->transport->qp_priv_alloc(qp);
+		if (!qp->priv) {
+			ret = -ENOMEM;
+			goto err_rq;
+		}
+	}
 	/* C8b, then C9 last */
 	ret = rvt_alloc_qpn(&rdi->qpn_table, &qp->qpn);
 	if (ret)
-		goto err_rq;
+		goto err_priv;
 	if (atomic_fetch_add(&rdi->n_qps, 1) >= (int)rdi->dattr.max_qp) {
 		ret = -ENOMEM;
 		goto err_count;
@@ -371,6 +378,9 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 err_count:
 	atomic_fetch_sub(&rdi->n_qps, 1);
 	rvt_free_qpn(&rdi->qpn_table, qp->qpn);
+err_priv:
+	if (qp->priv)
+		rdi->transport->qp_priv_free(qp, qp->priv);
 err_rq:
 	free(qp->r_sg_list);
 	free(qp->r_ack_queue);
@@ -878,6 +888,9 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	free(qp->s_ud_av);
 	free(qp->r_sg_list);
 	free(qp->r_ack_queue);
+	if (qp->priv)
+		rdi->transport->qp_priv_free(qp, qp->priv);
+	qp->priv = NULL;
 	rvt_qp_struct_free(&rdi->qp_table, qp);
 	return 0;
 }

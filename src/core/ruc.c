@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "core/transport.h"

@@ -13,13 +13,12 @@
 #define URVT_CORE_RVT_H
 
 #include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/compiler.h"
-#include "core/timer.h"
+#include "base/compiler.h"
+#include "base/timer.h"
 
 struct rvt_dev_info;
 struct rvt_qp;
@@ -112,12 +111,10 @@ struct rvt_dev_info {
 	struct ibv_device ibdev;          /* handed out by ibv_get_device_list */
 	struct ibv_device_attr dattr;     /* limits, fixed at init */
 	struct ibv_port_attr port_attr;   /* port 1 */
+	/* The port as the transport's attach reported it (rvt_dev_set_port). */
 	union ibv_gid gid;                /* GID index 0 (RoCEv2, IPv4-mapped or IPv6) */
-	int addr_family;                  /* AF_INET or AF_INET6 */
-	struct in6_addr addr6;            /* our address (v4-mapped for IPv4) */
 	unsigned int ifindex;             /* interface holding the address */
 	char ifname[32];
-	int udp_fd;                       /* bound to addr6, port 4791 */
 	uint64_t node_guid;
 
 	pthread_mutex_t lock;             /* open/close and the lists below */
@@ -131,7 +128,7 @@ struct rvt_dev_info {
 
 	struct urvt_progress *progress;   /* timers + network + deferred work */
 	const struct urvt_transport_ops *transport; /* NULL: loopback only */
-	void *transport_priv;
+	void *transport_priv;             /* the transport's device state */
 };
 
 /*
@@ -165,16 +162,15 @@ static inline struct rvt_pd *ibpd_to_rvtpd(struct ibv_pd *ibpd)
 }
 
 /*
- * Address vector: the ah_attr as given plus what the transport needs to
- * reach it (destination socket address, whether it is this device).
+ * Address vector: the ah_attr as given (destination GID, SGID index, hop
+ * limit, traffic class, flow label in attr.grh) plus the UDP source port of
+ * the path and whether it is this device. No link address: the transport
+ * maps the GID to one (docs/architecture.md).
  */
 struct urvt_av {
 	struct ibv_ah_attr attr;
+	uint16_t udp_sport;               /* RoCEv2 UDP source port of this path */
 	bool loopback;                    /* destination GID is our own */
-	union {
-		struct sockaddr_in in4;
-		struct sockaddr_in6 in6;
-	} dest;                           /* UDP destination, port 4791 */
 };
 
 struct rvt_ah {
@@ -342,9 +338,6 @@ static inline struct rvt_srq *ibsrq_to_rvtsrq(struct ibv_srq *ibsrq)
 /* Queue pairs (rdmavt_qp.h)                                          */
 /* ------------------------------------------------------------------ */
 
-/* transport: the network protocol engines' per-QP state (src/transport) */
-#include "transport/tp_qp.h"
-
 /* Per-state capability bits (qp-semantics.md §1, ib_rvt_state_ops). */
 enum {
 	RVT_POST_SEND_OK = 1 << 0,
@@ -442,6 +435,7 @@ struct rvt_qp {
 	struct urvt_av *s_ud_av;          /* UD: one AV snapshot per slot */
 	uint32_t r_max_sge;               /* size of r_sg_list */
 	void *wr_priv;                    /* ibv_wr_* state (verbs/qp_ex.c); NULL: plain QP */
+	void *priv;                       /* the transport's per-QP state (qp_priv_alloc) */
 
 	/* ---- attributes: written under state_lock, read by the engines ---- */
 	pthread_mutex_t state_lock;       /* modify/destroy (slow path) */
@@ -535,16 +529,12 @@ struct rvt_qp {
 
 	struct rvt_rq rq;                 /* unused when srq != NULL */
 
-	/* ---- transport: protocol engines, src/transport/tp_qp.h ---- */
-	struct urvt_tp_qp tp;
-
 	/* ---- lifetime ---- */
 	struct urvt_work s_work;          /* run the send engine on the progress thread */
 	_Atomic uint32_t async_events_reported;
 	_Atomic uint32_t refcount;        /* 0 = free (type-stable memory) */
 	struct rvt_qp *next_free;
 	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
-	void *transport_priv;
 };
 
 static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)

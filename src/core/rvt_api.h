@@ -9,9 +9,12 @@
 #include "core/keys.h"
 #include "core/qp_table.h"
 #include "core/rvt.h"
+#include "core/transport.h"
 
 /* device.c: the process-wide device, created on first open. */
-struct rvt_dev_info *rvt_dev_get(int *err);      /* takes an open reference */
+/* Takes an open reference; the first creates the device and attaches the
+ * transport (NULL: none, loopback only; later calls ignore it). */
+struct rvt_dev_info *rvt_dev_get(urvt_transport_attach_fn attach, int *err);
 void rvt_dev_put(struct rvt_dev_info *rdi);
 struct ibv_device *urvt_ibdev(void);             /* static descriptor, never NULL */
 __be64 urvt_node_guid(void);                     /* per process; no device needed */
@@ -61,6 +64,9 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 int rvt_destroy_cq(struct rvt_cq *cq);
 int rvt_resize_cq(struct rvt_cq *cq, int cqe);
 int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
+/* ibv_poll_cq: through the transport's poll_cq hook (it drives the network
+ * when the CQ is empty), else rvt_poll_cq. */
+int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
 /* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);

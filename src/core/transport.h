@@ -1,15 +1,30 @@
 /*
- * The core <-> transport contract (rdmavt's struct rvt_driver_provided):
- * what the send engine calls when a QP's peer is not in this process. The
- * UDP transport (src/transport) fills it in at device creation; with no
- * transport every destination must be local.
+ * The core <-> transport contract (rdmavt's struct rvt_driver_provided).
+ * The core knows a transport only through this table: the composition root
+ * (src/verbs/device.c) hands rvt_dev_get the transport's attach function,
+ * which the core calls once the device exists; attach registers the ops in
+ * rdi->transport. With no transport every destination must be local.
+ * See docs/architecture.md.
  */
 #ifndef URVT_CORE_TRANSPORT_H
 #define URVT_CORE_TRANSPORT_H
 
 #include "core/rvt.h"
 
+/* Called by rvt_dev_get under the device lock after the tables and the
+ * progress engine exist: open the link, report the port (rvt_dev_set_port),
+ * set rdi->transport. 0 or a negative errno (the device is not created). */
+typedef int (*urvt_transport_attach_fn)(struct rvt_dev_info *rdi);
+
 struct urvt_transport_ops {
+	/* Last close, before the core's tables and progress engine go: undo
+	 * attach (close the link, clear rdi->transport). */
+	void (*detach)(struct rvt_dev_info *rdi);
+	/* create_qp / destroy_qp: the transport's per-QP state, qp->priv
+	 * (rdmavt's qp_priv_alloc/qp_priv_free). Alloc returns it zeroed, or
+	 * NULL (create_qp fails with ENOMEM). Free runs after qp_reset. */
+	void *(*qp_priv_alloc)(struct rvt_qp *qp);
+	void (*qp_priv_free)(struct rvt_qp *qp, void *priv);
 	/* Engine context (s_sched token held): make and send request packets
 	 * for RC/UC QPs whose peer is remote. */
 	void (*do_send)(struct rvt_qp *qp);
@@ -21,6 +36,18 @@ struct urvt_transport_ops {
 	 * timers and lookups have drained: drop queued packets and per-QP
 	 * transport state (qp.c rvt_reset_qp). */
 	void (*qp_reset)(struct rvt_qp *qp);
+	/* The application's poll_cq (rvt_app_poll_cq): poll cq, and drive the
+	 * network when it is empty. */
+	int (*poll_cq)(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
+	/* The application is about to block for a completion event
+	 * (rvt_req_notify_cq): someone else must receive. */
+	void (*app_blocks)(struct rvt_dev_info *rdi);
 };
+
+/* Attach: the port the link picked, as the core reports it (GID index 0,
+ * the interface for ibv_query_gid_ex, the active MTU from if_mtu; 0 if
+ * unknown). */
+void rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
+		      const char *ifname, int if_mtu);
 
 #endif

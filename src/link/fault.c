@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/compiler.h"
-#include "core/progress.h"
-#include "core/timer.h"
+#include "base/compiler.h"
+#include "base/progress.h"
+#include "base/timer.h"
 
 #define HOLD_SLOTS 2048
 #define HOLD_BYTES 4352

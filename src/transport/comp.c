@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "transport/net.h"
@@ -19,8 +19,8 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	bool cur = qp->s_cur == qp->s_last;
 	uint32_t last = qp->s_last;
 
-	if (qp->tp.rd_valid && qp->tp.rd_idx == qp->s_last)
-		qp->tp.rd_valid = false;
+	if (qp_tp(qp)->rd_valid && qp_tp(qp)->rd_idx == qp->s_last)
+		qp_tp(qp)->rd_valid = false;
 	rvt_send_complete(qp, wqe, st);
 	/* a reset (modify or destroy) landed: rvt_send_complete retires
 	 * nothing any more and the reset discards the rest itself */
@@ -29,8 +29,8 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	if (cur) {
 		/* rvt_send_complete moved s_cur along with s_last */
 		qp->s_offset = 0;
-		qp->tp.cur_started = false;
-		qp->tp.cur_valid = false;
+		qp_tp(qp)->cur_started = false;
+		qp_tp(qp)->cur_valid = false;
 	}
 	return true;
 }
@@ -40,8 +40,8 @@ static void progress(struct rvt_qp *qp)
 {
 	qp->s_retry = qp->retry_cnt;
 	qp->s_rnr_retry = qp->rnr_retry;
-	qp->tp.progress_ns = urvt_now_ns();
-	qp->tp.probe_sent = false;
+	qp_tp(qp)->progress_ns = urvt_now_ns();
+	qp_tp(qp)->probe_sent = false;
 }
 
 /* Tail-loss probe interval: 1/16 of the retransmit timeout, >= 200 us. */
@@ -55,15 +55,15 @@ static uint64_t probe_ns(const struct rvt_qp *qp)
 /* When the retransmit timer should next look at this QP. */
 static uint64_t timer_deadline(const struct rvt_qp *qp)
 {
-	if (!qp->tp.probe_sent && probe_ns(qp) < qp->timeout_ns)
-		return qp->tp.progress_ns + probe_ns(qp);
-	return qp->tp.progress_ns + qp->timeout_ns;
+	if (!qp_tp(qp)->probe_sent && probe_ns(qp) < qp->timeout_ns)
+		return qp_tp(qp)->progress_ns + probe_ns(qp);
+	return qp_tp(qp)->progress_ns + qp->timeout_ns;
 }
 
 static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
 {
-	if (urvt_psn_cmp(psn, qp->tp.comp_psn) > 0) {
-		qp->tp.comp_psn = psn;
+	if (urvt_psn_cmp(psn, qp_tp(qp)->comp_psn) > 0) {
+		qp_tp(qp)->comp_psn = psn;
 		progress(qp);
 	}
 }
@@ -85,8 +85,8 @@ static void comp_retry(struct rvt_qp *qp, bool by_nak)
 	if (qp->s_last == load_acquire(&qp->s_head))
 		return;
 	/* one rewind per NAK'd gap: a duplicate NAK for it changes nothing */
-	if (by_nak && qp->tp.rewind_valid && qp->tp.rewind_by_nak &&
-	    qp->tp.rewind_psn == qp->tp.comp_psn)
+	if (by_nak && qp_tp(qp)->rewind_valid && qp_tp(qp)->rewind_by_nak &&
+	    qp_tp(qp)->rewind_psn == qp_tp(qp)->comp_psn)
 		return;
 	wqe = rvt_get_swqe_ptr(qp, qp->s_last);
 	if (!qp->s_retry) {
@@ -95,17 +95,17 @@ static void comp_retry(struct rvt_qp *qp, bool by_nak)
 		return;
 	}
 	qp->s_retry--;
-	qp->tp.rewind_valid = true;
-	qp->tp.rewind_by_nak = by_nak;
-	qp->tp.rewind_psn = qp->tp.comp_psn;
+	qp_tp(qp)->rewind_valid = true;
+	qp_tp(qp)->rewind_by_nak = by_nak;
+	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
 	urvt_req_rewind(qp);
-	qp->tp.progress_ns = urvt_now_ns();
+	qp_tp(qp)->progress_ns = urvt_now_ns();
 }
 
 /* Is wqe (the one at s_last) known to the responder at all? */
 static bool wqe_sent(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
-	return qp->s_last != qp->s_cur || qp->tp.cur_started || qp->s_offset ||
+	return qp->s_last != qp->s_cur || qp_tp(qp)->cur_started || qp->s_offset ||
 	       (wqe->wqe_flags & RVT_SWQE_T_SENT);
 }
 
@@ -142,8 +142,8 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 		/* inside a READ: only after FIRST/MIDDLE (a rewound READ
 		 * resumes with MIDDLE/LAST, §3.8) */
 		if (pkt->psn == wqe->psn ||
-		    (qp->tp.comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
-		     qp->tp.comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE))
+		    (qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
+		     qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE))
 			return false;
 		if ((op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST) != (pkt->psn == wqe->lpsn))
 			return false;
@@ -151,14 +151,14 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	}
 	if (pkt->paylen != want)
 		return false;
-	if (!qp->tp.rd_valid || qp->tp.rd_idx != qp->s_last || pkt->psn == wqe->psn) {
-		rvt_sge_state_init(&qp->tp.rd_sge, wqe->sg_list, wqe->num_sge, wqe->length);
-		urvt_sge_skip(&qp->tp.rd_sge, (uint32_t)off);
-		qp->tp.rd_valid = true;
-		qp->tp.rd_idx = qp->s_last;
+	if (!qp_tp(qp)->rd_valid || qp_tp(qp)->rd_idx != qp->s_last || pkt->psn == wqe->psn) {
+		rvt_sge_state_init(&qp_tp(qp)->rd_sge, wqe->sg_list, wqe->num_sge, wqe->length);
+		urvt_sge_skip(&qp_tp(qp)->rd_sge, (uint32_t)off);
+		qp_tp(qp)->rd_valid = true;
+		qp_tp(qp)->rd_idx = qp->s_last;
 	}
 	if (want)
-		rvt_copy_sge(&qp->tp.rd_sge, pkt->payload, want, false, false);
+		rvt_copy_sge(&qp_tp(qp)->rd_sge, pkt->payload, want, false, false);
 	return true;
 }
 
@@ -182,9 +182,9 @@ static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_
 		return;
 	}
 	/* the PSN-sequence NAK the in-flight packets will cause is no news */
-	qp->tp.rewind_valid = true;
-	qp->tp.rewind_by_nak = true;
-	qp->tp.rewind_psn = qp->tp.comp_psn;
+	qp_tp(qp)->rewind_valid = true;
+	qp_tp(qp)->rewind_by_nak = true;
+	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
 	URVT_DBG("qp %u: RNR NAK psn %#x, wait %u us", qp->qpn, pkt->psn,
 		 urvt_rnr_timer_us[urvt_aeth_syn_value(pkt->aeth.syn)]);
 	/* §4.4: one retry used (7 = infinite), then the timer */
@@ -200,7 +200,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 	int32_t diff;
 
 	/* a response for a PSN never sent */
-	if (urvt_psn_cmp(psn, qp->tp.psn_hi) >= 0) {
+	if (urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0) {
 		comp_drop(qp, URVT_TDROP_BAD_RESP);
 		return;
 	}
@@ -232,7 +232,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 		if (!urvt_retire(qp, wqe, IBV_WC_SUCCESS))
 			return;
 	}
-	diff = urvt_psn_cmp(psn, qp->tp.comp_psn);
+	diff = urvt_psn_cmp(psn, qp_tp(qp)->comp_psn);
 	if (diff < 0) {
 		/* old or duplicate response */
 		comp_drop(qp, URVT_TDROP_STALE_RESP);
@@ -263,11 +263,11 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 			comp_drop(qp, URVT_TDROP_BAD_RESP);
 			return;
 		}
-		qp->tp.comp_opcode = op;
+		qp_tp(qp)->comp_opcode = op;
 		advance_comp_psn(qp, urvt_psn_next(psn));
 		if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
 		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
-			qp->tp.comp_opcode = 0;
+			qp_tp(qp)->comp_opcode = 0;
 			urvt_retire(qp, wqe, IBV_WC_SUCCESS);
 		}
 		return;
@@ -339,8 +339,8 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	uint64_t now, deadline;
 
-	qp->tp.timer_armed = false;
-	if (urvt_psn_diff(qp->tp.psn_hi, qp->tp.comp_psn) <= 0 || !qp->timeout_ns ||
+	qp_tp(qp)->timer_armed = false;
+	if (urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) <= 0 || !qp->timeout_ns ||
 	    (qp->s_flags & RVT_S_WAIT_RNR))
 		return;
 	/* the timer is armed once and pushed back lazily: ACKs only record
@@ -348,40 +348,40 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 	now = urvt_now_ns();
 	deadline = timer_deadline(qp);
 	if (now < deadline) {
-		qp->tp.timer_armed = true;
+		qp_tp(qp)->timer_armed = true;
 		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, deadline);
 		return;
 	}
-	if (now < qp->tp.progress_ns + qp->timeout_ns) {
+	if (now < qp_tp(qp)->progress_ns + qp->timeout_ns) {
 		/* probe first; the real timeout stays where it was */
-		qp->tp.probe_sent = true;
+		qp_tp(qp)->probe_sent = true;
 		qp_count(qp, URVT_CTR_PROBES, 1);
 		urvt_req_probe(qp, q);
-		qp->tp.timer_armed = true;
+		qp_tp(qp)->timer_armed = true;
 		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
 		return;
 	}
 	qp_count(qp, URVT_CTR_TIMEOUTS, 1);
 	URVT_DBG("qp %u: retransmit timeout at psn %#x (retries left %u)", qp->qpn,
-		 qp->tp.comp_psn, qp->s_retry);
+		 qp_tp(qp)->comp_psn, qp->s_retry);
 	comp_retry(qp, false);
 }
 
 static void rxq_take(struct rvt_qp *qp, struct urvt_pktbuf **list)
 {
-	tp_lock(&qp->tp.rxq_lock);
-	*list = qp->tp.rxq_head;
-	WRITE_ONCE(qp->tp.rxq_head, NULL);
-	qp->tp.rxq_tail = NULL;
-	qp->tp.rxq_len = 0;
-	tp_unlock(&qp->tp.rxq_lock);
+	tp_lock(&qp_tp(qp)->rxq_lock);
+	*list = qp_tp(qp)->rxq_head;
+	WRITE_ONCE(qp_tp(qp)->rxq_head, NULL);
+	qp_tp(qp)->rxq_tail = NULL;
+	qp_tp(qp)->rxq_len = 0;
+	tp_unlock(&qp_tp(qp)->rxq_lock);
 }
 
 static void rxq_drop(struct rvt_qp *qp)
 {
 	struct urvt_pktbuf *l;
 
-	if (!READ_ONCE(qp->tp.rxq_head))
+	if (!READ_ONCE(qp_tp(qp)->rxq_head))
 		return;
 	rxq_take(qp, &l);
 	urvt_pkt_free_list(qp_net(qp), l);
@@ -391,20 +391,20 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 		       bool *consumed)
 {
 	*consumed = false;
-	tp_lock(&qp->tp.rxq_lock);
-	if (qp->tp.rxq_len >= URVT_RXQ_MAX) {
-		tp_unlock(&qp->tp.rxq_lock);
+	tp_lock(&qp_tp(qp)->rxq_lock);
+	if (qp_tp(qp)->rxq_len >= URVT_RXQ_MAX) {
+		tp_unlock(&qp_tp(qp)->rxq_lock);
 		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, 1);
 		return;
 	}
 	b->next = NULL;
-	if (qp->tp.rxq_tail)
-		qp->tp.rxq_tail->next = b;
+	if (qp_tp(qp)->rxq_tail)
+		qp_tp(qp)->rxq_tail->next = b;
 	else
-		WRITE_ONCE(qp->tp.rxq_head, b);
-	qp->tp.rxq_tail = b;
-	qp->tp.rxq_len++;
-	tp_unlock(&qp->tp.rxq_lock);
+		WRITE_ONCE(qp_tp(qp)->rxq_head, b);
+	qp_tp(qp)->rxq_tail = b;
+	qp_tp(qp)->rxq_len++;
+	tp_unlock(&qp_tp(qp)->rxq_lock);
 	*consumed = true;
 	rvt_schedule_send(qp);
 }
@@ -414,7 +414,7 @@ void urvt_comp_flush(struct rvt_qp *qp)
 {
 	rxq_drop(qp);
 	qp->s_flags &= ~(RVT_S_WAIT_RNR | RVT_S_WAIT_ACK);
-	qp->tp.timer_armed = false;
+	qp_tp(qp)->timer_armed = false;
 	while (qp->s_last != load_acquire(&qp->s_head))
 		if (!urvt_retire(qp, rvt_get_swqe_ptr(qp, qp->s_last), IBV_WC_WR_FLUSH_ERR))
 			return;
@@ -441,9 +441,9 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		urvt_comp_flush(qp);
 		return;
 	}
-	if (unlikely(!qp->tp.inited)) {
-		qp->tp.comp_psn = qp->tp.psn_hi = qp->s_psn;
-		qp->tp.inited = true;
+	if (unlikely(!qp_tp(qp)->inited)) {
+		qp_tp(qp)->comp_psn = qp_tp(qp)->psn_hi = qp->s_psn;
+		qp_tp(qp)->inited = true;
 	}
 	q = urvt_txq_get();
 	if (unlikely(!q))
@@ -451,7 +451,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 
 	/* an unlocked peek; a packet queued after it comes with another
 	 * rvt_schedule_send, so the engine runs again */
-	if (READ_ONCE(qp->tp.rxq_head)) {
+	if (READ_ONCE(qp_tp(qp)->rxq_head)) {
 		rxq_take(qp, &list);
 		for (b = list; b; b = b->next) {
 			if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
@@ -460,26 +460,26 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		}
 		urvt_pkt_free_list(net, list);
 	}
-	if (atomic_load_explicit(&qp->tp.timeout_fired, memory_order_relaxed) &&
-	    atomic_exchange(&qp->tp.timeout_fired, false))
+	if (atomic_load_explicit(&qp_tp(qp)->timeout_fired, memory_order_relaxed) &&
+	    atomic_exchange(&qp_tp(qp)->timeout_fired, false))
 		urvt_comp_timeout(qp, q);
 	if ((qp->s_flags & RVT_S_WAIT_RNR) && atomic_exchange(&qp->s_rnr_fired, false)) {
 		/* §4.4: resend from the NAK'd PSN */
 		qp->s_flags &= ~RVT_S_WAIT_RNR;
 		urvt_req_rewind(qp);
-		qp->tp.progress_ns = urvt_now_ns();
+		qp_tp(qp)->progress_ns = urvt_now_ns();
 	}
 	ops = ib_rvt_state_ops[rvt_qp_state(qp)];
 	if (ops & RVT_FLUSH_SEND) {
 		urvt_comp_flush(qp);
 	} else {
-		qp->tp.stalled = false;
+		qp_tp(qp)->stalled = false;
 		urvt_req_run(qp, q);
 		/* §4.2: one timer while anything is unacknowledged */
-		if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp->tp.timer_armed &&
-		    urvt_psn_diff(qp->tp.psn_hi, qp->tp.comp_psn) > 0 &&
+		if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp_tp(qp)->timer_armed &&
+		    urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) > 0 &&
 		    !(qp->s_flags & RVT_S_WAIT_RNR)) {
-			qp->tp.timer_armed = true;
+			qp_tp(qp)->timer_armed = true;
 			urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
 		}
 	}
@@ -487,7 +487,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	/* post_send with the requester stalled on ACKs: receive them now if
 	 * no one else is (trylock); they come back through rvt_schedule_send,
 	 * which runs this engine again before the token is released */
-	if (qp->tp.stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
 		urvt_net_poll(qp->rdi);
 }
 
@@ -496,7 +496,7 @@ void urvt_tp_retry_timeout(struct rvt_qp *qp)
 	/* responses may be waiting in the socket (a busy application that
 	 * stopped polling): take them in before judging the timer */
 	urvt_net_drain(qp->rdi);
-	atomic_store(&qp->tp.timeout_fired, true);
+	atomic_store(&qp_tp(qp)->timeout_fired, true);
 	rvt_schedule_send(qp);
 }
 
@@ -506,11 +506,11 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 	struct urvt_net *net = qp_net(qp);
 
 	rxq_drop(qp);
-	atomic_store(&qp->tp.timeout_fired, false);
-	if (qp->tp.r_rdma_valid)
+	atomic_store(&qp_tp(qp)->timeout_fired, false);
+	if (qp_tp(qp)->r_rdma_valid)
 		rvt_put_sge(&qp->r_rdma_sge);
 	if (net)
 		urvt_stats_release(net, qp);
-	memset(&qp->tp.inited, 0,
-	       sizeof(qp->tp) - offsetof(struct urvt_tp_qp, inited));
+	memset(&qp_tp(qp)->inited, 0,
+	       sizeof(struct urvt_tp_qp) - offsetof(struct urvt_tp_qp, inited));
 }

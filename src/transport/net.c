@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/progress.h"
+#include "base/progress.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "core/transport.h"
@@ -173,7 +173,7 @@ static int stats_init(struct urvt_net *net)
 	s->ncounters = URVT_CTR_NUM;
 	s->nslots = URVT_STATS_QP_SLOTS;
 	s->pid = (uint32_t)getpid();
-	s->family = (uint32_t)net->rdi->addr_family;
+	s->family = net->v4 ? AF_INET : AF_INET6;
 	memcpy(s->gid, net->rdi->gid.raw, 16);
 	memcpy(s->ifname, net->rdi->ifname, sizeof(s->ifname));
 	{
@@ -220,7 +220,7 @@ static struct urvt_stats_qp *stats_claim(struct rvt_qp *qp)
 			break;
 		}
 	}
-	if (!atomic_compare_exchange_strong(&qp->tp.stats, &want, slot)) {
+	if (!atomic_compare_exchange_strong(&qp_tp(qp)->stats, &want, slot)) {
 		if (slot != &stats_overflow)
 			__atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
 		return want;
@@ -230,7 +230,7 @@ static struct urvt_stats_qp *stats_claim(struct rvt_qp *qp)
 
 struct urvt_stats_qp *urvt_qp_stats(struct rvt_qp *qp)
 {
-	struct urvt_stats_qp *s = atomic_load_explicit(&qp->tp.stats, memory_order_acquire);
+	struct urvt_stats_qp *s = atomic_load_explicit(&qp_tp(qp)->stats, memory_order_acquire);
 
 	if (likely(s))
 		return s;
@@ -239,7 +239,7 @@ struct urvt_stats_qp *urvt_qp_stats(struct rvt_qp *qp)
 
 void urvt_stats_release(struct urvt_net *net, struct rvt_qp *qp)
 {
-	struct urvt_stats_qp *s = atomic_exchange(&qp->tp.stats, NULL);
+	struct urvt_stats_qp *s = atomic_exchange(&qp_tp(qp)->stats, NULL);
 
 	if (s && s != &stats_overflow)
 		__atomic_store_n(&s->in_use, 0, __ATOMIC_RELEASE);
@@ -513,6 +513,7 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip)
 {
 	*ip = net->ip_tmpl;
+	ip->sport = av->udp_sport;
 	memcpy(ip->dgid, av->attr.grh.dgid.raw, 16);
 }
 
@@ -530,13 +531,15 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 {
 	struct urvt_net *net = qp_net(qp);
 	struct urvt_ipinfo ip;
+	union urvt_sockaddr dst;
 	size_t total;
 
 	urvt_net_tx_ipinfo(net, av, &ip);
 	total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
 	if (unlikely(!total))
 		return; /* cannot happen for lengths the engines build */
-	urvt_txq_commit(q, (uint32_t)total, av_sockaddr(av), urvt_qp_stats(qp));
+	urvt_av_link_addr(av, &dst);
+	urvt_txq_commit(q, (uint32_t)total, &dst, urvt_qp_stats(qp));
 }
 
 /* ------------------------------------------------------------------ */
@@ -1074,19 +1077,7 @@ static void progress_barrier(struct urvt_net *net)
 	urvt_progress_cancel_work_sync(net->rdi->progress, &bw.w);
 }
 
-static void tp_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
-{
-	urvt_ud_send(qp, wqe);
-}
-
-static const struct urvt_transport_ops urvt_udp_transport = {
-	.do_send = urvt_tp_do_send,
-	.ud_send = tp_ud_send,
-	.retry_timeout = urvt_tp_retry_timeout,
-	.qp_reset = urvt_tp_qp_reset,
-};
-
-int urvt_transport_create(struct rvt_dev_info *rdi)
+int urvt_net_create(struct rvt_dev_info *rdi, int fd, bool v4)
 {
 	struct urvt_net *net = calloc(1, sizeof(*net));
 	const char *env;
@@ -1097,8 +1088,8 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 	env = getenv("URVT_DEBUG");
 	urvt_debug = env && *env && strcmp(env, "0");
 	net->rdi = rdi;
-	net->fd = rdi->udp_fd;
-	net->v4 = rdi->addr_family == AF_INET;
+	net->fd = fd;
+	net->v4 = v4;
 	pthread_mutex_init(&net->rx_lock, NULL);
 	pthread_mutex_init(&net->watch_lock, NULL);
 	pthread_mutex_init(&net->bar_lock, NULL);
@@ -1167,7 +1158,6 @@ int urvt_transport_create(struct rvt_dev_info *rdi)
 		rdi->transport_priv = NULL;
 		goto err;
 	}
-	rdi->transport = &urvt_udp_transport;
 	return 0;
 err:
 	urvt_fault_destroy(net->fault);
@@ -1179,7 +1169,7 @@ err:
 	return ret;
 }
 
-void urvt_transport_destroy(struct rvt_dev_info *rdi)
+void urvt_net_destroy(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
 

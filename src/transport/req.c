@@ -58,18 +58,18 @@ void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n)
 /* Position the gather cursor at s_cur + s_offset. */
 static void cur_position(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
-	rvt_sge_state_init(&qp->tp.sge, wqe->sg_list, wqe->num_sge, wqe->length);
-	urvt_sge_skip(&qp->tp.sge, qp->s_offset);
-	qp->tp.cur_idx = qp->s_cur;
-	qp->tp.cur_valid = true;
+	rvt_sge_state_init(&qp_tp(qp)->sge, wqe->sg_list, wqe->num_sge, wqe->length);
+	urvt_sge_skip(&qp_tp(qp)->sge, qp->s_offset);
+	qp_tp(qp)->cur_idx = qp->s_cur;
+	qp_tp(qp)->cur_valid = true;
 }
 
 /* s_cur moved on to a new WQE. */
 static void cur_next(struct rvt_qp *qp)
 {
 	qp->s_offset = 0;
-	qp->tp.cur_started = false;
-	qp->tp.cur_valid = false;
+	qp_tp(qp)->cur_started = false;
+	qp_tp(qp)->cur_valid = false;
 	qp->s_pkts_since_ackreq = 0;
 }
 
@@ -86,11 +86,11 @@ void urvt_req_rewind(struct rvt_qp *qp)
 
 	qp->s_cur = qp->s_last;
 	cur_next(qp);
-	qp->s_psn = qp->tp.comp_psn;
+	qp->s_psn = qp_tp(qp)->comp_psn;
 	if (qp->s_last == head)
 		return;
 	wqe = rvt_get_swqe_ptr(qp, qp->s_last);
-	npsn = urvt_psn_diff(qp->tp.comp_psn, wqe->psn);
+	npsn = urvt_psn_diff(qp_tp(qp)->comp_psn, wqe->psn);
 	if (npsn < 0)
 		npsn = 0;
 	if (npsn > urvt_psn_diff(wqe->lpsn, wqe->psn))
@@ -122,15 +122,15 @@ static void sent_psn(struct rvt_qp *qp, uint32_t psn, uint32_t npsn)
 {
 	uint32_t next = urvt_psn_add(psn, npsn);
 
-	if (urvt_psn_cmp(psn, qp->tp.psn_hi) < 0)
+	if (urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) < 0)
 		qp_count(qp, URVT_CTR_RETRANSMITS, 1);
 	/* nothing was outstanding: the retransmit timer starts now (§4.2) */
-	if (qp->tp.psn_hi == qp->tp.comp_psn)
-		qp->tp.progress_ns = urvt_now_ns();
-	if (urvt_psn_cmp(next, qp->tp.psn_hi) > 0)
-		qp->tp.psn_hi = next;
+	if (qp_tp(qp)->psn_hi == qp_tp(qp)->comp_psn)
+		qp_tp(qp)->progress_ns = urvt_now_ns();
+	if (urvt_psn_cmp(next, qp_tp(qp)->psn_hi) > 0)
+		qp_tp(qp)->psn_hi = next;
 	qp->s_psn = next;
-	qp->tp.cur_started = true;
+	qp_tp(qp)->cur_started = true;
 }
 
 /* One SEND/WRITE packet of s_cur. Returns true when it was the last. */
@@ -150,9 +150,9 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	/* §2.3: AckReq on the last packet and every URVT_MAX_PKT_PER_ACK
 	 * packets in between; also on the packet that fills the window and
 	 * on probes */
-	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp->tp.probing ||
+	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
 	    (qp->type == IBV_QPT_RC &&
-	     urvt_psn_diff(urvt_psn_next(psn), qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS)) {
+	     urvt_psn_diff(urvt_psn_next(psn), qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS)) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
 	}
@@ -171,7 +171,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 		f.reth.len = wqe->length;
 	}
 	p = urvt_build_start(qp, q, &f, &h);
-	rvt_copy_from_sge(p + h, &qp->tp.sge, paylen);
+	rvt_copy_from_sge(p + h, &qp_tp(qp)->sge, paylen);
 	urvt_build_finish(qp, q, p, h + paylen, &qp->remote_av);
 	qp->s_offset += paylen;
 	sent_psn(qp, psn, 1);
@@ -227,7 +227,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 		if (qp->s_cur == head)
 			return;
 		wqe = rvt_get_swqe_ptr(qp, qp->s_cur);
-		started = qp->tp.cur_started || qp->s_offset || (wqe->wqe_flags & RVT_SWQE_T_SENT);
+		started = qp_tp(qp)->cur_started || qp->s_offset || (wqe->wqe_flags & RVT_SWQE_T_SENT);
 		if (!started) {
 			/* SQD: finish what is in progress, start nothing new */
 			if (!(ops & RVT_PROCESS_NEXT_SEND_OK))
@@ -244,25 +244,25 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			if (wqe_is_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
 				/* §2.2 initiator depth */
 				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic) {
-					qp->tp.stalled = true;
+					qp_tp(qp)->stalled = true;
 					return;
 				}
 				qp->s_rd_atomic_outstanding++;
 				wqe->wqe_flags |= RVT_SWQE_T_CREDIT;
 			}
 		}
-		if (!qp->tp.cur_valid || qp->tp.cur_idx != qp->s_cur)
+		if (!qp_tp(qp)->cur_valid || qp_tp(qp)->cur_idx != qp->s_cur)
 			cur_position(qp, wqe);
 		psn = urvt_psn_add(wqe->psn, qp->s_offset / qp->pmtu);
 		/* §2.2: at most 128 PSNs beyond the oldest unacknowledged one */
-		if (rc && urvt_psn_diff(psn, qp->tp.comp_psn) >= URVT_MAX_UNACKED_PSNS) {
-			qp->tp.stalled = true;
+		if (rc && urvt_psn_diff(psn, qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS) {
+			qp_tp(qp)->stalled = true;
 			return;
 		}
 		if (wqe_is_rd_atomic(wqe)) {
 			req_rd_atomic(qp, wqe, q, psn);
 		} else if (!req_send_write(qp, wqe, q, psn)) {
-			if (qp->tp.probing)
+			if (qp_tp(qp)->probing)
 				return;
 			continue;
 		}
@@ -276,7 +276,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			qp->s_cur++;
 		}
 		cur_next(qp);
-		if (qp->tp.probing)
+		if (qp_tp(qp)->probing)
 			return;
 	}
 }
@@ -291,20 +291,20 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	uint32_t cur = qp->s_cur, off = qp->s_offset, psn = qp->s_psn;
 	uint32_t pkts = qp->s_pkts_since_ackreq;
-	bool started = qp->tp.cur_started;
+	bool started = qp_tp(qp)->cur_started;
 
 	urvt_req_rewind(qp);
-	qp->tp.probing = true;
+	qp_tp(qp)->probing = true;
 	urvt_req_run(qp, q);
-	qp->tp.probing = false;
+	qp_tp(qp)->probing = false;
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
 		return;
 	qp->s_cur = cur;
 	qp->s_offset = off;
 	qp->s_psn = psn;
 	qp->s_pkts_since_ackreq = pkts;
-	qp->tp.cur_started = started;
-	qp->tp.cur_valid = false;
+	qp_tp(qp)->cur_started = started;
+	qp_tp(qp)->cur_valid = false;
 }
 
 /* §7: one UD packet (DETH with the WR's Q_Key and our QPN). */

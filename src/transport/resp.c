@@ -166,9 +166,9 @@ static void wc_init(struct rvt_qp *qp, struct ibv_wc *wc, enum ibv_wc_opcode op,
 /* Release the WRITE target (its MR reference). */
 static void rdma_done(struct rvt_qp *qp)
 {
-	if (qp->tp.r_rdma_valid) {
+	if (qp_tp(qp)->r_rdma_valid) {
 		rvt_put_sge(&qp->r_rdma_sge);
-		qp->tp.r_rdma_valid = false;
+		qp_tp(qp)->r_rdma_valid = false;
 	}
 }
 
@@ -179,13 +179,13 @@ static int take_rwqe(struct rvt_qp *qp, bool wr_id_only)
 	int ret;
 
 	if (qp->r_wrid_valid) {
-		qp->tp.r_cur = qp->r_sge;
+		qp_tp(qp)->r_cur = qp->r_sge;
 		qp->r_rcv_len = 0;
 		return 1;
 	}
 	ret = rvt_get_rwqe(qp, wr_id_only);
 	if (ret > 0) {
-		qp->tp.r_cur = qp->r_sge;
+		qp_tp(qp)->r_cur = qp->r_sge;
 		qp->r_rcv_len = 0;
 	}
 	return ret;
@@ -222,7 +222,7 @@ static enum resp_res exec_send(struct rvt_qp *qp, const struct urvt_pkt *pkt, bo
 	if (qp->r_rcv_len + pkt->paylen > qp->r_len)
 		return RESP_NAK_LEN;
 	if (pkt->paylen)
-		rvt_copy_sge(&qp->tp.r_cur, pkt->payload, pkt->paylen, false, false);
+		rvt_copy_sge(&qp_tp(qp)->r_cur, pkt->payload, pkt->paylen, false, false);
 	qp->r_rcv_len += pkt->paylen;
 	if (!(pkt->mask & URVT_END_MASK))
 		return RESP_OK;
@@ -265,13 +265,13 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 		enum rvt_rkey_res r;
 
 		rdma_done(qp);
-		qp->tp.r_rdma_total = pkt->reth.len;
+		qp_tp(qp)->r_rdma_total = pkt->reth.len;
 		memset(&qp->r_rdma_sge, 0, sizeof(qp->r_rdma_sge));
 		r = rvt_chk_rkey(qp, &qp->r_rdma_sge, pkt->reth.va, pkt->reth.len, pkt->reth.rkey,
 				 IBV_ACCESS_REMOTE_WRITE);
 		if (r != RVT_RKEY_OK)
 			return rkey_nak(r);
-		qp->tp.r_rdma_valid = pkt->reth.len != 0; /* §3.6: 0 bytes, no key */
+		qp_tp(qp)->r_rdma_valid = pkt->reth.len != 0; /* §3.6: 0 bytes, no key */
 	}
 	/* §3.6: PMTU-sized packets while more than a PMTU remains, then the rest */
 	left = qp->r_rdma_sge.length;
@@ -298,7 +298,7 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	if (imm) {
 		struct ibv_wc wc;
-		wc_init(qp, &wc, IBV_WC_RECV_RDMA_WITH_IMM, qp->tp.r_rdma_total);
+		wc_init(qp, &wc, IBV_WC_RECV_RDMA_WITH_IMM, qp_tp(qp)->r_rdma_total);
 		wc.wc_flags = IBV_WC_WITH_IMM;
 		wc.imm_data = htobe32(pkt->immdt);
 		*lastwqe |= recv_complete(qp, &wc, pkt->se);
@@ -544,7 +544,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 static void uc_reset_msg(struct rvt_qp *qp)
 {
 	if (qp->r_wrid_valid) {
-		qp->tp.r_cur = qp->r_sge;
+		qp_tp(qp)->r_cur = qp->r_sge;
 		qp->r_rcv_len = 0;
 	}
 	rdma_done(qp);

@@ -12,9 +12,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/rvt.h"
 #include "transport/stats.h"
+#include "transport/tp_qp.h"
 #include "wire/hdr.h"
 #include "wire/ip.h"
 
@@ -76,7 +78,7 @@ struct urvt_txq {
 /* The device's transport (rdi->transport_priv). */
 struct urvt_net {
 	struct rvt_dev_info *rdi;
-	int fd;                           /* rdi->udp_fd */
+	int fd;                           /* the link's socket (attach.c) */
 	bool v4;
 	bool gso;                         /* UDP_SEGMENT usable */
 	struct urvt_ipinfo ip_tmpl;       /* our side of what we send: sgid, ports */
@@ -201,10 +203,22 @@ void urvt_net_sendto(struct urvt_net *net, const uint8_t *buf, uint32_t len,
 /* IP info of a packet we send to dst (for the ICRC): ID 0 + DF, port 4791 both ways. */
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip);
 
-/* Destination of a QP / AV as a socket address. */
-static inline const union urvt_sockaddr *av_sockaddr(const struct urvt_av *av)
+/* The link address of an AV's destination: its GID as an IPv4 (v4-mapped)
+ * or IPv6 address, port 4791. A few stores per packet, no lookup. */
+static inline void urvt_av_link_addr(const struct urvt_av *av, union urvt_sockaddr *sa)
 {
-	return (const union urvt_sockaddr *)(const void *)&av->dest;
+	const uint8_t *g = av->attr.grh.dgid.raw;
+	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (!memcmp(g, v4prefix, 12)) {
+		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
+						.sin_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in4.sin_addr, g + 12, 4);
+	} else {
+		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
+						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in6.sin6_addr, g, 16);
+	}
 }
 
 /* Pull up to one batch from the socket (caller holds rx_lock). Returns packets read. */

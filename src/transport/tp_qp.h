@@ -1,8 +1,7 @@
 /*
- * Per-QP state of the network transport (src/transport), embedded in
- * struct rvt_qp as 'tp' (the transport section of core/rvt.h, which
- * includes this file after struct rvt_sge_state). Zeroed by create_qp and
- * by the transport's qp_reset hook.
+ * Per-QP state of the network transport (src/transport): qp->priv, made
+ * by the qp_priv_alloc hook (attach.c) at create_qp, reached with
+ * qp_tp(qp). Zeroed by qp_priv_alloc and by the qp_reset hook.
  *
  * Lock map:
  *   rxq_*          the QP's completer queue: receive threads append under
@@ -17,6 +16,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "core/rvt.h"
 
 struct urvt_pktbuf;
 struct urvt_stats_qp;
@@ -58,5 +59,11 @@ struct urvt_tp_qp {
 	uint32_t r_rdma_total;        /* RETH DMA length of the WRITE in progress */
 	bool r_rdma_valid;            /* r_rdma_sge holds an MR reference */
 };
+
+/* One pointer load on the hot path, as rdmavt drivers reach qp->priv. */
+static inline struct urvt_tp_qp *qp_tp(const struct rvt_qp *qp)
+{
+	return qp->priv;
+}
 
 #endif

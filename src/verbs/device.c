@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
+#include "transport/net.h"
 #include "verbs/ops.h"
 
 /* The header maps these names to inline wrappers; we define the real ones. */
@@ -129,7 +130,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENOMEM;
 		return NULL;
 	}
-	rdi = rvt_dev_get(&ret);
+	/* The composition root (docs/architecture.md): the core device, with
+	 * the RoCEv2/UDP transport attached to it. */
+	rdi = rvt_dev_get(urvt_transport_attach, &ret);
 	if (!rdi)
 		goto err_free;
 	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */

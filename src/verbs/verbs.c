@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
-#include "transport/net.h"
 #include "verbs/ops.h"
 
 /* ------------------------------------------------------------------ */
@@ -212,16 +211,12 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 int urvt_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
-	return urvt_net_poll_cq(ibcq_to_rvtcq(cq), num_entries, wc);
+	return rvt_app_poll_cq(ibcq_to_rvtcq(cq), num_entries, wc);
 }
 
 int urvt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	struct rvt_cq *rcq = ibcq_to_rvtcq(cq);
-
-	/* the application will block: the progress thread must receive */
-	urvt_net_app_blocks(rcq->uctx->rdi);
-	return fail_int(rvt_req_notify_cq(rcq, solicited_only));
+	return fail_int(rvt_req_notify_cq(ibcq_to_rvtcq(cq), solicited_only));
 }
 
 /* ---- ibv_create_cq_ex: the start/next/end_poll iterator ---- */

@@ -1106,7 +1106,9 @@ static void test_ud_grh(void **state)
 	const uint8_t *me = dev.rdi->gid.raw + 12;
 
 	(void)state;
-	if (dev.rdi->addr_family != AF_INET)
+	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+	if (memcmp(dev.rdi->gid.raw, v4mapped, 12)) /* an IPv6 GID */
 		skip();
 	memset(p->bbuf, 0xee, 256);
 	brecv(p, 1, 0, 256);

@@ -71,7 +71,9 @@ static int teardown(void **state)
 enum { RC, UC, UD, NT };
 static const enum ibv_qp_type qp_types[NT] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
 static const char *const type_name[NT] = { "RC", "UC", "UD" };
-static const char *const st_name[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" };
+/* indexed by enum ibv_qp_state; 7 (IBV_QPS_UNKNOWN) is the out-of-range case below */
+static const char *const st_name[] = { "RESET", "INIT", "RTR", "RTS",
+					"SQD",   "SQE",  "ERR", "UNKNOWN" };
 
 struct tr {
 	bool valid;

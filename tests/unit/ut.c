@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "ut.h"
+#include "transport/net.h"
 #include "wire/hdr.h"
 #include "wire/ip.h"
 
@@ -37,7 +38,7 @@ void ut_open(struct ut_dev *d)
 	int err = 0;
 
 	memset(d, 0, sizeof(*d));
-	d->rdi = rvt_dev_get(&err);
+	d->rdi = rvt_dev_get(urvt_transport_attach, &err);
 	assert_non_null(d->rdi);
 	d->uctx = calloc(1, sizeof(*d->uctx));
 	assert_non_null(d->uctx);

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "core/timer.h"
+#include "base/timer.h"
 
 struct urvt_progress;
 

@@ -1,4 +1,4 @@
-#include "core/progress.h"
+#include "base/progress.h"
 
 #include <errno.h>
 #include <pthread.h>
