@@ -31,6 +31,8 @@ static inline uint32_t urvt_roundup_pow2(uint32_t v)
  * __atomic builtins, inline: a locked exchange to take it, a release store
  * to drop it (pthread_spin_lock/unlock cost a PLT call each, and four of
  * them are on every in-process WR). TSan models the acquire/release pair.
+ * The one spinlock of every layer (also the transport's packet pool and
+ * completer queue); zero-filled memory is an unlocked lock.
  */
 typedef struct {
 	int locked;

@@ -369,12 +369,12 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 
 static void rxq_take(struct rvt_qp *qp, struct urvt_pktbuf **list)
 {
-	tp_lock(&qp_tp(qp)->rxq_lock);
+	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
 	*list = qp_tp(qp)->rxq_head;
 	WRITE_ONCE(qp_tp(qp)->rxq_head, NULL);
 	qp_tp(qp)->rxq_tail = NULL;
 	qp_tp(qp)->rxq_len = 0;
-	tp_unlock(&qp_tp(qp)->rxq_lock);
+	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
 }
 
 static void rxq_drop(struct rvt_qp *qp)
@@ -391,9 +391,9 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 		       bool *consumed)
 {
 	*consumed = false;
-	tp_lock(&qp_tp(qp)->rxq_lock);
+	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
 	if (qp_tp(qp)->rxq_len >= URVT_RXQ_MAX) {
-		tp_unlock(&qp_tp(qp)->rxq_lock);
+		urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
 		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, 1);
 		return;
 	}
@@ -404,7 +404,7 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 		WRITE_ONCE(qp_tp(qp)->rxq_head, b);
 	qp_tp(qp)->rxq_tail = b;
 	qp_tp(qp)->rxq_len++;
-	tp_unlock(&qp_tp(qp)->rxq_lock);
+	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
 	*consumed = true;
 	rvt_schedule_send(qp);
 }

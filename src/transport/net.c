@@ -60,31 +60,31 @@ struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net)
 {
 	struct urvt_pktbuf *b = NULL;
 
-	tp_lock(&net->pool_lock);
+	urvt_spin_lock(&net->pool_lock);
 	if (net->pool_n)
 		b = net->pool_free[--net->pool_n];
-	tp_unlock(&net->pool_lock);
+	urvt_spin_unlock(&net->pool_lock);
 	return b;
 }
 
 void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b)
 {
-	tp_lock(&net->pool_lock);
+	urvt_spin_lock(&net->pool_lock);
 	net->pool_free[net->pool_n++] = b;
-	tp_unlock(&net->pool_lock);
+	urvt_spin_unlock(&net->pool_lock);
 }
 
 void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b)
 {
 	if (!b)
 		return;
-	tp_lock(&net->pool_lock);
+	urvt_spin_lock(&net->pool_lock);
 	while (b) {
 		struct urvt_pktbuf *n = b->next;
 		net->pool_free[net->pool_n++] = b;
 		b = n;
 	}
-	tp_unlock(&net->pool_lock);
+	urvt_spin_unlock(&net->pool_lock);
 }
 
 static int pool_init(struct urvt_net *net)

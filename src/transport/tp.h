@@ -85,7 +85,7 @@ struct urvt_net {
 
 	/* packet pool: a free stack under pool_lock */
 	struct {
-		_Atomic int pool_lock;
+		urvt_spinlock_t pool_lock;
 		struct urvt_pktbuf **pool_free;
 		uint32_t pool_n, pool_cap;
 	} __attribute__((aligned(64)));
@@ -147,18 +147,6 @@ void urvt_dbg_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 static inline struct urvt_net *qp_net(struct rvt_qp *qp)
 {
 	return qp->rdi->transport_priv;
-}
-
-/* ---- tiny spinlock on an int (zero = unlocked; no init needed) ---- */
-static inline void tp_lock(_Atomic int *l)
-{
-	while (atomic_exchange_explicit(l, 1, memory_order_acquire))
-		while (atomic_load_explicit(l, memory_order_relaxed))
-			__builtin_ia32_pause();
-}
-static inline void tp_unlock(_Atomic int *l)
-{
-	atomic_store_explicit(l, 0, memory_order_release);
 }
 
 /* ---- counters ---- */

@@ -24,7 +24,7 @@ struct urvt_stats_qp;
 
 struct urvt_tp_qp {
 	struct {
-		_Atomic int rxq_lock;
+		urvt_spinlock_t rxq_lock;
 		struct urvt_pktbuf *rxq_head, *rxq_tail;
 		uint32_t rxq_len;
 		_Atomic bool timeout_fired;
