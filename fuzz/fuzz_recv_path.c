@@ -110,7 +110,7 @@ static void sink(void *arg, const uint8_t *buf, uint32_t len, const union urvt_s
 	sent++;
 	/* only ever to the QPs' peer: never to the (forged) source of a packet */
 	if (dst->sa.sa_family != AF_INET || dst->in4.sin_addr.s_addr != peer_v4 ||
-	    dst->in4.sin_port != htons(4791))
+	    dst->in4.sin_port != htons(URVT_ROCE_UDP_PORT))
 		die("packet sent to an address no QP is connected to");
 	copy = malloc(len ? len : 1);
 	if (!copy)
@@ -118,7 +118,7 @@ static void sink(void *arg, const uint8_t *buf, uint32_t len, const union urvt_s
 	memcpy(copy, buf, len);
 	if (urvt_pkt_parse(copy, len, &p))
 		die("transport sent a packet its own parser rejects");
-	urvt_ipinfo_v4(&ip, dev_v4, peer_v4, 4791, 4791);
+	urvt_ipinfo_v4(&ip, dev_v4, peer_v4, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 	if (urvt_icrc(&ip, copy, len - 4) != urvt_icrc_get(copy + len - 4))
 		die("transport sent a packet with a wrong ICRC");
 	free(copy);
@@ -530,15 +530,15 @@ static void inject(struct reader *r)
 	fixup(r, b, len, ctl2, t);
 	switch ((ctl >> 3) & 3) {
 	case 2:
-		urvt_ipinfo_v4(&ip, stranger_v4, dev_v4, 4791, 4791);
+		urvt_ipinfo_v4(&ip, stranger_v4, dev_v4, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 		break;
 	case 3: {
 		uint8_t s6[16] = { 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2 };
-		urvt_ipinfo_v6(&ip, s6, rdi->gid.raw, 4791, 4791);
+		urvt_ipinfo_v6(&ip, s6, rdi->gid.raw, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 		break;
 	}
 	default:
-		urvt_ipinfo_v4(&ip, peer_v4, dev_v4, (ctl & 8) ? 49152 : 4791, 4791);
+		urvt_ipinfo_v4(&ip, peer_v4, dev_v4, (ctl & 8) ? 49152 : URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 		break;
 	}
 	/* three in four get a correct ICRC */

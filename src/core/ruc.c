@@ -12,6 +12,7 @@
 #include "core/transport.h"
 #include "wire/aeth.h"
 #include "wire/grh.h"
+#include "wire/hdr.h"
 
 /* ------------------------------------------------------------------ */
 /* SGE copies                                                         */
@@ -559,8 +560,8 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	memset(&ip, 0, sizeof(ip));
 	memcpy(ip.sgid, rdi->gid.raw, 16);
 	memcpy(ip.dgid, wqe->ud_av->attr.grh.dgid.raw, 16);
-	ip.sport = 4791;
-	ip.dport = 4791;
+	ip.sport = URVT_ROCE_UDP_PORT;
+	ip.dport = URVT_ROCE_UDP_PORT;
 	ip.tclass = wqe->ud_av->attr.grh.traffic_class;
 	ip.hop_limit = wqe->ud_av->attr.grh.hop_limit;
 	ip.flow_label = wqe->ud_av->attr.grh.flow_label;

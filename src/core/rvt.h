@@ -19,6 +19,7 @@
 
 #include "base/compiler.h"
 #include "base/timer.h"
+#include "wire/hdr.h" /* URVT_DEFAULT_PKEY, URVT_GSI_QKEY, URVT_QPN_MASK */
 
 struct rvt_dev_info;
 struct rvt_qp;
@@ -49,10 +50,7 @@ struct urvt_context;
 #define URVT_MAX_MCAST_GRP 0
 #define URVT_PORT_COUNT 1
 #define URVT_PKEY_TABLE_LEN 1
-#define URVT_DEFAULT_PKEY 0xffff
-#define URVT_GSI_QKEY 0x80010000u
 #define URVT_VENDOR_ID 0x0
-#define URVT_QPN_MASK 0xffffffu
 
 /* ------------------------------------------------------------------ */
 /* Device and context                                                 */

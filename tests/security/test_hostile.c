@@ -120,7 +120,7 @@ static int open_sock(int first_host, struct sockaddr_in *out)
 {
 	for (int host = first_host; host < first_host + 100; host++) {
 		int fd = socket(AF_INET, SOCK_DGRAM, 0), v = IP_PMTUDISC_DO;
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(4791) };
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(URVT_ROCE_UDP_PORT) };
 		a.sin_addr.s_addr = htonl(0x7f000000u | (214u << 16) | (uint32_t)host);
 		setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v));
 		if (!bind(fd, (struct sockaddr *)&a, sizeof(a))) {
@@ -164,7 +164,7 @@ static int setup(void **state)
 	stranger_fd = open_sock(120, &stranger_addr);
 	memset(&dev_addr, 0, sizeof(dev_addr));
 	dev_addr.sin_family = AF_INET;
-	dev_addr.sin_port = htons(4791);
+	dev_addr.sin_port = htons(URVT_ROCE_UDP_PORT);
 	memcpy(&dev_addr.sin_addr, &dev.rdi->gid.raw[12], 4);
 
 	region_init(&R[M_RW], pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -205,7 +205,7 @@ static void send_pkt(int fd, const struct sockaddr_in *from, struct urvt_pkt *f,
 	size_t h, n;
 	uint8_t pad;
 
-	urvt_ipinfo_v4(&ip, from->sin_addr.s_addr, dev_addr.sin_addr.s_addr, 4791, 4791);
+	urvt_ipinfo_v4(&ip, from->sin_addr.s_addr, dev_addr.sin_addr.s_addr, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 	if (!f->pkey)
 		f->pkey = 0xffff;
 	f->paylen = len;

@@ -66,7 +66,7 @@ static void peer_send(int fd, const struct sockaddr_in *dst, uint32_t src, struc
 	struct urvt_ipinfo ip;
 	size_t h, n;
 
-	urvt_ipinfo_v4(&ip, src, dst->sin_addr.s_addr, 4791, 4791);
+	urvt_ipinfo_v4(&ip, src, dst->sin_addr.s_addr, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 	f->pkey = 0xffff;
 	f->paylen = paylen;
 	h = urvt_pkt_build_hdr(buf, sizeof(buf), f);
@@ -81,7 +81,7 @@ static void peer_send(int fd, const struct sockaddr_in *dst, uint32_t src, struc
 static void peer_main(int fd, uint32_t src)
 {
 	struct msg m = { 0 };
-	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4791) };
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(URVT_ROCE_UDP_PORT) };
 	uint32_t psn[NTGT] = { 0 }, sent = 0;
 	time_t end = time(NULL) + 30;
 	uint8_t junk[2048];
@@ -322,7 +322,7 @@ int main(void)
 		uint32_t s = 0;
 		close(ctl_pipe[1]);
 		for (int host = 10; host < 250 && fd < 0; host++) {
-			struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(4791) };
+			struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(URVT_ROCE_UDP_PORT) };
 			fd = socket(AF_INET, SOCK_DGRAM, 0);
 			a.sin_addr.s_addr = htonl(0x7f000000u | (216u << 16) | (uint32_t)host);
 			if (bind(fd, (struct sockaddr *)&a, sizeof(a))) {

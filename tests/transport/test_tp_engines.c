@@ -43,7 +43,7 @@ static void peer_open(void)
 {
 	for (int host = 10; host < 250; host++) {
 		int fd = socket(AF_INET, SOCK_DGRAM, 0), v = IP_PMTUDISC_DO;
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(4791) };
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(URVT_ROCE_UDP_PORT) };
 		a.sin_addr.s_addr = htonl(0x7f000000u | (213u << 16) | (uint32_t)host);
 		setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v));
 		if (!bind(fd, (struct sockaddr *)&a, sizeof(a))) {
@@ -63,7 +63,7 @@ static int setup(void **state)
 	peer_open();
 	memset(&dev_addr, 0, sizeof(dev_addr));
 	dev_addr.sin_family = AF_INET;
-	dev_addr.sin_port = htons(4791);
+	dev_addr.sin_port = htons(URVT_ROCE_UDP_PORT);
 	memcpy(&dev_addr.sin_addr, &dev.rdi->gid.raw[12], 4);
 	return 0;
 }
@@ -78,7 +78,7 @@ static int teardown(void **state)
 static struct urvt_ipinfo peer_to_dev_ip(void)
 {
 	struct urvt_ipinfo ip;
-	urvt_ipinfo_v4(&ip, peer_addr.sin_addr.s_addr, dev_addr.sin_addr.s_addr, 4791, 4791);
+	urvt_ipinfo_v4(&ip, peer_addr.sin_addr.s_addr, dev_addr.sin_addr.s_addr, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 	return ip;
 }
 
