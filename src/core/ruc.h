@@ -19,13 +19,6 @@ void rvt_schedule_send(struct rvt_qp *qp);
 /* The caller holds the token (moved s_sched from 0 itself): run the engine
  * until no mark is left, then let go of the token. */
 void rvt_schedule_send_held(struct rvt_qp *qp);
-/* Let go of a token taken with a CAS from 0 to 1, running the engine first
- * if someone left a mark meanwhile. */
-static inline void rvt_schedule_send_release(struct rvt_qp *qp)
-{
-	if (atomic_fetch_sub_explicit(&qp->s_sched, 1, memory_order_acq_rel) != 1)
-		rvt_schedule_send_held(qp);
-}
 /* From contexts that must not run the engine nested: the progress thread runs it. */
 void rvt_schedule_send_async(struct rvt_qp *qp);
 void rvt_send_work_fn(struct urvt_work *w);

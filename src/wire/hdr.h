@@ -95,21 +95,6 @@ static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 
 
 static inline void bth_set_opcode(uint8_t *bth, uint8_t op) { bth[0] = op; }
 
-static inline void bth_set_se(uint8_t *bth, bool se)
-{
-	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_SE) | (se ? URVT_BTH_SE : 0));
-}
-
-static inline void bth_set_mig(uint8_t *bth, bool m)
-{
-	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_MIG) | (m ? URVT_BTH_MIG : 0));
-}
-
-static inline void bth_set_pad(uint8_t *bth, uint8_t pad)
-{
-	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_PAD_MASK) | ((pad << URVT_BTH_PAD_SHIFT) & URVT_BTH_PAD_MASK));
-}
-
 static inline void bth_set_tver(uint8_t *bth, uint8_t tver)
 {
 	bth[1] = (uint8_t)((bth[1] & ~URVT_BTH_TVER_MASK) | (tver & URVT_BTH_TVER_MASK));
@@ -117,20 +102,7 @@ static inline void bth_set_tver(uint8_t *bth, uint8_t tver)
 
 static inline void bth_set_pkey(uint8_t *bth, uint16_t pkey) { urvt_put_be16(bth + 2, pkey); }
 
-static inline void bth_set_fecn(uint8_t *bth, bool v)
-{
-	bth[4] = (uint8_t)((bth[4] & ~URVT_BTH_FECN) | (v ? URVT_BTH_FECN : 0));
-}
-
-static inline void bth_set_becn(uint8_t *bth, bool v)
-{
-	bth[4] = (uint8_t)((bth[4] & ~URVT_BTH_BECN) | (v ? URVT_BTH_BECN : 0));
-}
-
 static inline void bth_set_qpn(uint8_t *bth, uint32_t qpn) { urvt_put_be24(bth + 5, qpn); }
-
-/* Also clears the 7 reserved bits (send 0, §2). */
-static inline void bth_set_ackreq(uint8_t *bth, bool a) { bth[8] = a ? URVT_BTH_ACKREQ : 0; }
 
 static inline void bth_set_psn(uint8_t *bth, uint32_t psn) { urvt_put_be24(bth + 9, psn); }
 

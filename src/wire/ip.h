@@ -60,12 +60,6 @@ void urvt_ipinfo_v4(struct urvt_ipinfo *ip, uint32_t saddr_be, uint32_t daddr_be
 void urvt_ipinfo_v6(struct urvt_ipinfo *ip, const uint8_t saddr[16], const uint8_t daddr[16],
 		    uint16_t sport, uint16_t dport);
 
-/* Header bytes for a UDP payload of roce_len bytes (BTH .. ICRC). */
-static inline size_t urvt_ip_hdr_len(const struct urvt_ipinfo *ip)
-{
-	return urvt_ipinfo_is_v4(ip) ? URVT_IPV4_HDR_BYTES : URVT_IPV6_HDR_BYTES;
-}
-
 uint16_t urvt_ipv4_csum(const uint8_t hdr[URVT_IPV4_HDR_BYTES]);
 
 /*
