@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/transport.h"
 #include "link/udp.h"
@@ -32,11 +31,7 @@ static void tp_qp_priv_free(struct rvt_qp *qp, void *priv)
 
 static void tp_detach(struct rvt_dev_info *rdi)
 {
-	struct urvt_net *net = rdi->transport_priv;
-	int fd = net->fd;
-
-	urvt_net_destroy(rdi);
-	close(fd);
+	urvt_link_close(urvt_net_destroy(rdi));
 }
 
 static const struct urvt_transport_ops urvt_udp_transport = {
@@ -53,19 +48,21 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 
 int urvt_transport_attach(struct rvt_dev_info *rdi)
 {
-	struct urvt_udp_addr ua;
+	struct urvt_udp_cfg cfg;
+	struct urvt_link *link;
 	union ibv_gid gid;
-	int fd = urvt_udp_bind_device(&ua);
 	int ret;
 
-	if (fd < 0)
-		return fd;
+	urvt_udp_cfg_from_env(&cfg, rdi->progress);
+	link = urvt_udp_open(&cfg, &ret);
+	if (!link)
+		return ret;
 	/* RoCEv2: the GID is the IP address (IPv4 v4-mapped) */
-	memcpy(gid.raw, &ua.addr6, sizeof(gid.raw));
-	rvt_dev_set_port(rdi, &gid, ua.ifindex, ua.ifname, ua.if_mtu);
-	ret = urvt_net_create(rdi, fd, ua.family == AF_INET);
+	memcpy(gid.raw, &link->info.addr6, sizeof(gid.raw));
+	rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname, link->info.if_mtu);
+	ret = urvt_net_create(rdi, link);
 	if (ret) {
-		close(fd);
+		urvt_link_close(link);
 		return ret;
 	}
 	rdi->transport = &urvt_udp_transport;

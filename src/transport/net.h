@@ -11,16 +11,18 @@
 
 struct rvt_dev_info;
 struct rvt_cq;
+struct urvt_link;
 
 /* The composition root's one call (an urvt_transport_attach_fn, handed to
  * rvt_dev_get): open the link, report the port to the core, create the
  * engines' state, register the ops. 0 or a negative errno. */
 int urvt_transport_attach(struct rvt_dev_info *rdi);
 
-/* attach.c -> net.c: the engines' device state on the link socket fd
- * (rdi->transport_priv); 0 or a negative errno. */
-int urvt_net_create(struct rvt_dev_info *rdi, int fd, bool v4);
-void urvt_net_destroy(struct rvt_dev_info *rdi);
+/* attach.c -> net.c: the engines' device state on the link attach opened
+ * (rdi->transport_priv); 0 or a negative errno. Destroy hands the link
+ * back for the caller to close. */
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *link);
+struct urvt_link *urvt_net_destroy(struct rvt_dev_info *rdi);
 
 /* Receive and process one batch inline if no other thread is receiving
  * (trylock); returns the packets read. */
