@@ -193,7 +193,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (!net)
 		die("no transport");
 	memcpy(&dev_v4, &rdi->gid.raw[12], 4);
-	sink_link.info = net->link->info;
+	sink_link.info = net->links[URVT_LINK_UDP]->info;
+	sink_link.ctl_fd = -1;
 	/* the UDP link stays open (its address keeps the GID) but unused */
 	udp_link = urvt_net_swap_link(net, &sink_link);
 	uctx.vctx.context.num_comp_vectors = 1;
@@ -580,7 +581,7 @@ static void inject(struct reader *r)
 	if (((ctl >> 5) & 3) && len >= 16)
 		urvt_icrc_put(b + len - 4, urvt_icrc(&ip, b, len - 4));
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, b, len, &ip);
+	urvt_recv_pkt(net, b, len, &ip, false);
 	{
 		struct urvt_txq *q = urvt_txq_get();
 		if (q)

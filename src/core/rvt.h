@@ -169,6 +169,7 @@ struct urvt_av {
 	struct ibv_ah_attr attr;
 	uint16_t udp_sport;               /* RoCEv2 UDP source port of this path */
 	bool loopback;                    /* destination GID is our own */
+	uint32_t route;                   /* the transport's choice of link (av_resolve) */
 };
 
 struct rvt_ah {

@@ -20,11 +20,16 @@
 
 #include "wire/ip.h"
 
-/* Where a datagram goes on a link (UDP: the peer's address, port 4791). */
+/* Where a datagram goes on a link (UDP: the peer's address, port 4791;
+ * shm: one of the link's peers). */
 union urvt_link_addr {
 	struct sockaddr sa;
 	struct sockaddr_in in4;
 	struct sockaddr_in6 in6;
+	struct {
+		sa_family_t family;       /* AF_UNIX */
+		uint16_t peer;            /* the shm link's peer slot */
+	} shm;
 };
 
 /* One packet to send. */
@@ -44,6 +49,7 @@ struct urvt_link_rx {
 	uint32_t seg;                     /* train: packets of seg bytes, the last may be
 					     shorter; 0: one packet */
 	bool trunc;                       /* larger than the receive buffer: drop */
+	bool no_icrc;                     /* a lossless link's packet: no ICRC to check */
 	struct urvt_ipinfo ip;            /* addresses as GIDs, ports, TOS/TTL; IPv4 ID unknown */
 };
 
@@ -65,6 +71,19 @@ struct urvt_link_ops {
 	unsigned (*send_batch)(struct urvt_link *l, struct urvt_link_tx *pkts, unsigned n);
 	/* Receive up to max datagrams without blocking; returns how many. */
 	int (*recv_batch)(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max);
+	/* Can this link reach the device whose GID this is? 0 and its link
+	 * address, or a negative errno (another link must carry it). May make
+	 * system calls: called when an address vector is set up, never per
+	 * packet. */
+	int (*resolve)(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out);
+	/* Optional: the caller stops polling and will sleep on wake_fd; make
+	 * sure wake_fd becomes readable when data comes (at once if some is
+	 * there already). */
+	void (*arm)(struct urvt_link *l);
+	/* Optional: wake_fd was readable; consume the wake-up. */
+	void (*ack_wake)(struct urvt_link *l);
+	/* Optional: ctl_fd is readable (progress thread): peers come and go. */
+	void (*service)(struct urvt_link *l);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };
@@ -73,7 +92,10 @@ struct urvt_link {
 	const struct urvt_link_ops *ops;
 	struct urvt_link_info info;
 	int wake_fd;                      /* readable when recv_batch has data; -1: none */
+	int ctl_fd;                       /* watched always (service); -1: none */
 	bool faults;                      /* send_batch may set urvt_link_tx.fault */
+	bool lossless;                    /* nothing is lost, reordered or corrupted in transit */
+	bool cheap_poll;                  /* an empty recv_batch makes no system call */
 };
 
 static inline unsigned urvt_link_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)
@@ -86,6 +108,18 @@ static inline int urvt_link_recv(struct urvt_link *l, struct urvt_link_rx *rx, u
 	return l->ops->recv_batch(l, rx, max);
 }
 
+static inline int urvt_link_resolve(struct urvt_link *l, const uint8_t gid[16],
+				    union urvt_link_addr *out)
+{
+	return l->ops->resolve(l, gid, out);
+}
+
+static inline void urvt_link_arm(struct urvt_link *l)
+{
+	if (l->ops->arm)
+		l->ops->arm(l);
+}
+
 static inline void urvt_link_close(struct urvt_link *l)
 {
 	if (l)
@@ -94,7 +128,8 @@ static inline void urvt_link_close(struct urvt_link *l)
 
 static inline socklen_t urvt_link_addr_len(const union urvt_link_addr *a)
 {
-	return a->sa.sa_family == AF_INET ? sizeof(a->in4) : sizeof(a->in6);
+	return a->sa.sa_family == AF_INET ? sizeof(a->in4) :
+	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->shm);
 }
 
 #endif

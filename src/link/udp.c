@@ -348,10 +348,19 @@ static void udp_close(struct urvt_link *l)
 	free(u);
 }
 
+/* Any GID: its IPv4 (v4-mapped) or IPv6 address, port 4791. */
+static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+{
+	(void)l;
+	urvt_udp_gid_addr(gid, out);
+	return 0;
+}
+
 static const struct urvt_link_ops udp_ops = {
 	.name = "udp",
 	.send_batch = udp_send_batch,
 	.recv_batch = udp_recv_batch,
+	.resolve = udp_resolve,
 	.close = udp_close,
 };
 
@@ -417,6 +426,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 	u->gso = cfg->gso;
 	u->link.ops = &udp_ops;
 	u->link.wake_fd = u->fd;
+	u->link.ctl_fd = -1;
 	u->link.faults = u->fault != NULL;
 	return &u->link;
 err:

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/transport.h"
+#include "link/shm.h"
 #include "link/udp.h"
 #include "transport/net.h"
 #include "transport/tp.h"
@@ -31,7 +32,7 @@ static void tp_qp_priv_free(struct rvt_qp *qp, void *priv)
 
 static void tp_detach(struct rvt_dev_info *rdi)
 {
-	urvt_link_close(urvt_net_destroy(rdi));
+	urvt_net_destroy(rdi);
 }
 
 static const struct urvt_transport_ops urvt_udp_transport = {
@@ -44,12 +45,29 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 	.qp_reset = urvt_tp_qp_reset,
 	.poll_cq = urvt_net_poll_cq,
 	.app_blocks = urvt_net_app_blocks,
+	.av_resolve = urvt_tp_av_resolve,
 };
+
+/* URVT_SHM=0 turns the same-host shared-memory link off (docs/usage.md);
+ * if it cannot open, the device runs on UDP alone. */
+static struct urvt_link *open_shm(const struct in6_addr *gid)
+{
+	const char *env = getenv("URVT_SHM");
+	struct urvt_link *shm;
+	int err;
+
+	if (env && !strcmp(env, "0"))
+		return NULL;
+	shm = urvt_shm_open(gid, &err);
+	if (!shm)
+		URVT_DBG("shm link: %s: UDP only", strerror(-err));
+	return shm;
+}
 
 int urvt_transport_attach(struct rvt_dev_info *rdi)
 {
 	struct urvt_udp_cfg cfg;
-	struct urvt_link *link;
+	struct urvt_link *link, *shm;
 	union ibv_gid gid;
 	int ret;
 
@@ -60,8 +78,10 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 	/* RoCEv2: the GID is the IP address (IPv4 v4-mapped) */
 	memcpy(gid.raw, &link->info.addr6, sizeof(gid.raw));
 	rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname, link->info.if_mtu);
-	ret = urvt_net_create(rdi, link);
+	shm = open_shm(&link->info.addr6);
+	ret = urvt_net_create(rdi, link, shm);
 	if (ret) {
+		urvt_link_close(shm);
 		urvt_link_close(link);
 		return ret;
 	}

@@ -73,7 +73,7 @@ int urvt_stats_init(struct urvt_net *net)
 	s->ncounters = URVT_CTR_NUM;
 	s->nslots = URVT_STATS_QP_SLOTS;
 	s->pid = (uint32_t)getpid();
-	s->family = (uint32_t)net->link->info.family;
+	s->family = (uint32_t)net->links[URVT_LINK_UDP]->info.family;
 	memcpy(s->gid, net->rdi->gid.raw, 16);
 	memcpy(s->ifname, net->rdi->ifname, sizeof(s->ifname));
 	{

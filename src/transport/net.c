@@ -89,7 +89,7 @@ static void net_free(struct urvt_net *net)
 	free(net);
 }
 
-int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *link)
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm)
 {
 	struct urvt_net *net = calloc(1, sizeof(*net));
 	const char *env;
@@ -100,7 +100,8 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *link)
 	env = getenv("URVT_DEBUG");
 	urvt_debug = env && *env && strcmp(env, "0");
 	net->rdi = rdi;
-	net->link = link;
+	net->links[URVT_LINK_UDP] = udp;
+	net->links[URVT_LINK_SHM] = shm;
 	pthread_mutex_init(&net->rx_lock, NULL);
 	pthread_mutex_init(&net->watch_lock, NULL);
 	pthread_mutex_init(&net->bar_lock, NULL);
@@ -140,14 +141,13 @@ err:
 	return ret;
 }
 
-struct urvt_link *urvt_net_destroy(struct rvt_dev_info *rdi)
+void urvt_net_destroy(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	struct urvt_link *link;
 	struct urvt_txq *q;
 
 	if (!net)
-		return NULL;
+		return;
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
 	urvt_timer_del_sync(rdi->progress, &net->watchdog);
@@ -157,9 +157,9 @@ struct urvt_link *urvt_net_destroy(struct rvt_dev_info *rdi)
 		urvt_txq_flush(net, q);
 	rdi->transport = NULL;
 	rdi->transport_priv = NULL;
-	link = net->link;
+	for (int k = 0; k < URVT_LINKS; k++)
+		urvt_link_close(net->links[k]);
 	net_free(net);
-	return link;
 }
 
 struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link)
@@ -169,8 +169,8 @@ struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *lin
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
 	pthread_mutex_lock(&net->rx_lock);
-	old = net->link;
-	net->link = link;
+	old = net->links[URVT_LINK_UDP];
+	net->links[URVT_LINK_UDP] = link;
 	pthread_mutex_unlock(&net->rx_lock);
 	atomic_store(&net->aside, false);
 	urvt_net_watch_start(net);

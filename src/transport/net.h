@@ -18,11 +18,12 @@ struct urvt_link;
  * engines' state, register the ops. 0 or a negative errno. */
 int urvt_transport_attach(struct rvt_dev_info *rdi);
 
-/* attach.c -> net.c: the engines' device state on the link attach opened
- * (rdi->transport_priv); 0 or a negative errno. Destroy hands the link
- * back for the caller to close. */
-int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *link);
-struct urvt_link *urvt_net_destroy(struct rvt_dev_info *rdi);
+/* attach.c -> net.c: the engines' device state on the links attach opened
+ * (rdi->transport_priv; shm may be NULL); 0 or a negative errno (the
+ * caller still owns the links). From then on the transport owns them:
+ * destroy closes them. */
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm);
+void urvt_net_destroy(struct rvt_dev_info *rdi);
 
 /* Receive and process one batch inline if no other thread is receiving
  * (trylock); returns the packets read. */

@@ -46,18 +46,40 @@
 
 static void net_rx_cb(void *arg);
 
-/* The progress thread watches the link's wake-up fd (none: nothing to watch). */
+/* Before the progress thread sleeps on the links: each makes sure its
+ * wake-up fd fires for what comes next. */
+static void links_arm(struct urvt_net *net)
+{
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k])
+			urvt_link_arm(net->links[k]);
+}
+
+/* The progress thread watches the links' wake-up fds. */
 static int watch_add(struct urvt_net *net)
 {
-	if (net->link->wake_fd < 0)
-		return 0;
-	return urvt_progress_add_fd(net->rdi->progress, net->link->wake_fd, net_rx_cb, net);
+	for (int k = 0; k < URVT_LINKS; k++) {
+		struct urvt_link *l = net->links[k];
+		int ret;
+		if (!l || l->wake_fd < 0)
+			continue;
+		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, net);
+		if (ret) {
+			while (--k >= 0)
+				if (net->links[k] && net->links[k]->wake_fd >= 0)
+					urvt_progress_del_fd(net->rdi->progress, net->links[k]->wake_fd);
+			return ret;
+		}
+	}
+	links_arm(net);
+	return 0;
 }
 
 static void watch_del(struct urvt_net *net)
 {
-	if (net->link->wake_fd >= 0)
-		urvt_progress_del_fd(net->rdi->progress, net->link->wake_fd);
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->wake_fd >= 0)
+			urvt_progress_del_fd(net->rdi->progress, net->links[k]->wake_fd);
 }
 
 /* Any thread: the application owns the socket, the progress thread stops
@@ -99,9 +121,25 @@ static void net_rx_drain(struct urvt_net *net)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+/* Progress thread: a link's wake-up fd fired. */
 static void net_rx_cb(void *arg)
 {
-	net_rx_drain(arg);
+	struct urvt_net *net = arg;
+
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->ops->ack_wake)
+			net->links[k]->ops->ack_wake(net->links[k]);
+	net_rx_drain(net);
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
+		links_arm(net);
+}
+
+/* Progress thread: a link's control fd fired (peers come and go). */
+static void net_ctl_cb(void *arg)
+{
+	struct urvt_link *l = arg;
+
+	l->ops->service(l);
 }
 
 static void watchdog_fn(struct urvt_timer *t)
@@ -150,13 +188,15 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
 	if (skip) {
 		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
-		return 0;
+		/* the rings cost nothing to look at: only the socket waits */
+		if (!net->links[URVT_LINK_SHM])
+			return 0;
 	}
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
-	n = urvt_net_rx_batch(net);
+	n = urvt_net_rx_links(net, !skip);
 	pthread_mutex_unlock(&net->rx_lock);
-	if (!n)
+	if (!n && !skip)
 		atomic_store_explicit(&net->app_skip, APP_EMPTY_SKIP, memory_order_relaxed);
 	return n;
 }
@@ -328,7 +368,18 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 
 int urvt_net_watch_start(struct urvt_net *net)
 {
+	int ret;
+
 	urvt_timer_init(&net->watchdog, watchdog_fn);
+	/* control fds are watched always, whoever receives */
+	for (int k = 0; k < URVT_LINKS; k++) {
+		struct urvt_link *l = net->links[k];
+		if (!l || l->ctl_fd < 0)
+			continue;
+		ret = urvt_progress_add_fd(net->rdi->progress, l->ctl_fd, net_ctl_cb, l);
+		if (ret)
+			return ret;
+	}
 	return watch_add(net);
 }
 
@@ -336,7 +387,11 @@ void urvt_net_watch_stop(struct urvt_net *net)
 {
 	urvt_timer_del_sync(net->rdi->progress, &net->watchdog);
 	pthread_mutex_lock(&net->watch_lock);
-	watch_del(net);
+	if (!atomic_load(&net->aside))
+		watch_del(net);
 	atomic_store(&net->aside, true);
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->ctl_fd >= 0)
+			urvt_progress_del_fd(net->rdi->progress, net->links[k]->ctl_fd);
 	pthread_mutex_unlock(&net->watch_lock);
 }

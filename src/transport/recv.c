@@ -30,7 +30,7 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 }
 
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip)
+		   struct urvt_ipinfo *ip, bool no_icrc)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
 	struct urvt_pktbuf *b;
@@ -43,9 +43,12 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		goto drop_pkt;
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
-	ret = urvt_icrc_check(ip, data, len, urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
-	if (unlikely(ret))
-		goto drop_pkt;
+	if (likely(!no_icrc)) {
+		ret = urvt_icrc_check(ip, data, len,
+				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
+		if (unlikely(ret))
+			goto drop_pkt;
+	}
 	if (unlikely(net->pcap))
 		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
 	if (unlikely(!pkt->dest_qpn)) { /* roce-wire §12: no SMI */

@@ -1,23 +1,22 @@
 /*
- * Receive: one batch from the link, every packet of it classified and
+ * Receive: one batch from a link, every packet of it classified and
  * processed (recv.c) before the next batch, by one thread at a time
  * (rx_lock). The responses the responder queued on this thread leave in
  * one send at the end of the batch. Who calls it: poll.c.
  */
 #include "transport/tp.h"
 
-int urvt_net_rx_batch(struct urvt_net *net)
+static const enum urvt_ctr link_rx_ctr[URVT_LINKS] = {
+	[URVT_LINK_UDP] = URVT_CTR_UDP_RX_PKTS,
+	[URVT_LINK_SHM] = URVT_CTR_SHM_RX_PKTS,
+};
+
+/* One batch of link k; returns the datagrams read. */
+static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 {
 	struct urvt_link_rx *rx = net->rx;
-	struct urvt_txq *txq;
-	bool was_in_rx;
-	int got;
+	int got = urvt_link_recv(net->links[k], rx, URVT_RX_BATCH);
 
-	got = urvt_link_recv(net->link, rx, URVT_RX_BATCH);
-	if (got <= 0)
-		return 0;
-	txq = urvt_txq_get();
-	was_in_rx = urvt_rx_enter();
 	for (int i = 0; i < got; i++) {
 		const struct urvt_link_rx *r = &rx[i];
 		/* a GRO train: packets of seg bytes, the last may be shorter */
@@ -32,13 +31,31 @@ int urvt_net_rx_batch(struct urvt_net *net)
 			struct urvt_ipinfo ip = r->ip;
 			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
 			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, n);
-			urvt_recv_pkt(net, r->data + off, n, &ip);
+			urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], 1);
+			urvt_recv_pkt(net, r->data + off, n, &ip, r->no_icrc);
 		}
 	}
+	return got > 0 ? got : 0;
+}
+
+int urvt_net_rx_links(struct urvt_net *net, bool all)
+{
+	struct urvt_txq *txq = urvt_txq_get();
+	bool was_in_rx = urvt_rx_enter();
+	int got = 0;
+
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && (all || net->links[k]->cheap_poll))
+			got += rx_link(net, (enum urvt_link_id)k);
 	urvt_rx_leave(was_in_rx);
-	if (txq && !was_in_rx)
+	if (got && txq && !was_in_rx)
 		urvt_txq_flush(net, txq);
 	return got;
+}
+
+int urvt_net_rx_batch(struct urvt_net *net)
+{
+	return urvt_net_rx_links(net, true);
 }
 
 void urvt_net_rx_drain(struct urvt_net *net)

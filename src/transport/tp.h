@@ -60,13 +60,23 @@ enum {
 #define URVT_TXQ_BYTES (256 * 1024)
 #define URVT_TXQ_PKTS 128
 
-/* Datagrams one receive batch takes from the link. */
+/* Datagrams one receive batch takes from a link. */
 #define URVT_RX_BATCH 32
+
+/* The device's links, in the order a destination tries them (av_resolve):
+ * the same-host shared-memory link first, UDP for everything else. */
+enum urvt_link_id {
+	URVT_LINK_UDP,                    /* always there; av->route 0 */
+	URVT_LINK_SHM,                    /* optional; av->route 1 + peer */
+	URVT_LINKS
+};
 
 struct urvt_txpkt {
 	uint32_t off, len;
 	union urvt_link_addr dst;
+	uint8_t link;                     /* enum urvt_link_id */
 	struct urvt_stats_qp *qs;
+	uint8_t dgid[16];                 /* for URVT_PCAP only */
 };
 
 struct urvt_txq {
@@ -78,7 +88,7 @@ struct urvt_txq {
 /* The device's transport (rdi->transport_priv). */
 struct urvt_net {
 	struct rvt_dev_info *rdi;
-	struct urvt_link *link;           /* opened by attach.c, closed after us */
+	struct urvt_link *links[URVT_LINKS]; /* opened by attach.c, closed after us */
 	struct urvt_ipinfo ip_tmpl;       /* our side of what we send: sgid, ports */
 
 	/* packet pool: a free stack under pool_lock */
@@ -176,7 +186,9 @@ struct urvt_txq *urvt_txq_peek(void);
  */
 uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen);
 void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
-		     struct urvt_stats_qp *qs);
+		     enum urvt_link_id link, struct urvt_stats_qp *qs);
+/* core->av_resolve: the shm link if it reaches the GID, else UDP. */
+void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */
@@ -190,28 +202,13 @@ void urvt_rx_leave(bool was);
 /* IP info of a packet we send to dst (for the ICRC): ID 0 + DF, port 4791 both ways. */
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip);
 
-/* The link address of an AV's destination: its GID as an IPv4 (v4-mapped)
- * or IPv6 address, port 4791. A few stores per packet, no lookup. */
-static inline void urvt_av_link_addr(const struct urvt_av *av, union urvt_link_addr *sa)
-{
-	const uint8_t *g = av->attr.grh.dgid.raw;
-	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	if (!memcmp(g, v4prefix, 12)) {
-		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
-						.sin_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in4.sin_addr, g + 12, 4);
-	} else {
-		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
-						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in6.sin6_addr, g, 16);
-	}
-}
 
 /* ---- rx.c (caller holds rx_lock) ---- */
-/* Take one batch from the link and process it; returns the datagrams read. */
+/* Take one batch from each link (all: every link; else the ones whose
+ * empty poll costs no system call) and process it; returns the datagrams read. */
 int urvt_net_rx_batch(struct urvt_net *net);
-/* Batches until the link is empty, at most 64. */
+int urvt_net_rx_links(struct urvt_net *net, bool all);
+/* Batches until the links are empty, at most 64. */
 void urvt_net_rx_drain(struct urvt_net *net);
 
 /* ---- poll.c ---- */
@@ -220,8 +217,8 @@ int urvt_net_watch_start(struct urvt_net *net);
 void urvt_net_watch_stop(struct urvt_net *net);
 
 /* ---- net.c ---- */
-/* Tests and fuzzers: put another link (a test double) in place of the one
- * attach opened, before any traffic; returns the old one, which the
+/* Tests and fuzzers: put another link (a test double) in place of the UDP
+ * link attach opened, before any traffic; returns the old one, which the
  * caller now owns. */
 struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link);
 
@@ -229,11 +226,12 @@ struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *lin
 /*
  * Classify and dispatch one received packet (a UDP payload, or one segment
  * of a GRO train). ip holds the addresses (ID unknown for IPv4; the
- * recovered one is stored). Requests run here; responses are copied to a
- * pool buffer for the QP's completer.
+ * recovered one is stored). no_icrc: it came over a lossless link, which
+ * carries no ICRC. Requests run here; responses are copied to a pool
+ * buffer for the QP's completer.
  */
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip);
+		   struct urvt_ipinfo *ip, bool no_icrc);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "link/udp.h"
 #include "transport/tp.h"
 #include "wire/pcap.h"
 
@@ -82,7 +83,7 @@ uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t max
 }
 
 void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
-		     struct urvt_stats_qp *qs)
+		     enum urvt_link_id link, struct urvt_stats_qp *qs)
 {
 	struct urvt_txpkt *t = &q->pkt[q->n++];
 
@@ -90,25 +91,22 @@ void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_add
 	t->len = len;
 	if (dst->sa.sa_family == AF_INET)
 		t->dst.in4 = dst->in4;
-	else
+	else if (dst->sa.sa_family == AF_INET6)
 		t->dst.in6 = dst->in6;
+	else
+		t->dst.shm = dst->shm;
+	t->link = (uint8_t)link;
 	t->qs = qs;
 	q->used += len;
 }
 
-static void link_addr_to_gid(const union urvt_link_addr *a, uint8_t gid[16])
-{
-	if (a->sa.sa_family == AF_INET)
-		urvt_gid_from_v4(gid, a->in4.sin_addr.s_addr);
-	else
-		memcpy(gid, &a->in6.sin6_addr, 16);
-}
-
-static void trace_tx(struct urvt_net *net, const struct urvt_link_tx *t)
+/* The pcap record of a packet: on every link the addresses are the GIDs
+ * of the two devices, as on UDP (docs/shm.md). */
+static void trace_tx(struct urvt_net *net, const struct urvt_link_tx *t, const uint8_t *dgid)
 {
 	struct urvt_ipinfo ip = net->ip_tmpl;
 
-	link_addr_to_gid(t->dst, ip.dgid);
+	memcpy(ip.dgid, dgid, 16);
 	ip.ip_id = t->ip_id;
 	urvt_pcap_write(net->pcap, URVT_PCAP_OUT, &ip, t->buf, t->len);
 }
@@ -125,33 +123,66 @@ static void count_faults(struct urvt_net *net, struct urvt_stats_qp *qs, unsigne
 			tp_count(net, qs, ctr[b], 1);
 }
 
-void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
+static const enum urvt_ctr link_tx_ctr[URVT_LINKS] = {
+	[URVT_LINK_UDP] = URVT_CTR_UDP_TX_PKTS,
+	[URVT_LINK_SHM] = URVT_CTR_SHM_TX_PKTS,
+};
+
+/* Packets [0, n) of q, all for link k. */
+static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, uint32_t n,
+		      enum urvt_link_id k, struct urvt_link_tx *tx)
 {
-	struct urvt_link_tx tx[URVT_TXQ_PKTS];
+	struct urvt_link *l = net->links[k];
 	unsigned lost;
 
-	if (!q->n)
-		return;
-	for (uint32_t i = 0; i < q->n; i++) {
-		struct urvt_txpkt *t = &q->pkt[i];
+	for (uint32_t i = 0; i < n; i++) {
+		struct urvt_txpkt *t = &q->pkt[first + i];
 		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst };
 		tp_count(net, t->qs, URVT_CTR_TX_PKTS, 1);
 		tp_count(net, t->qs, URVT_CTR_TX_BYTES, t->len);
+		tp_count(net, t->qs, link_tx_ctr[k], 1);
 	}
-	lost = urvt_link_send(net->link, tx, q->n);
+	lost = l ? urvt_link_send(l, tx, n) : n;
 	if (unlikely(lost)) {
-		URVT_DBG("send: %u of %u packets lost", lost, q->n);
+		URVT_DBG("send: %u of %u packets lost (%s)", lost, n, l ? l->ops->name : "no link");
 		tp_count(net, NULL, URVT_CTR_TX_ERRORS, lost);
 	}
-	if (unlikely(net->pcap || net->link->faults))
-		for (uint32_t i = 0; i < q->n; i++) {
+	if (unlikely(net->pcap || (l && l->faults)))
+		for (uint32_t i = 0; i < n; i++) {
 			if (tx[i].fault)
-				count_faults(net, q->pkt[i].qs, tx[i].fault);
+				count_faults(net, q->pkt[first + i].qs, tx[i].fault);
 			if (net->pcap)
-				trace_tx(net, &tx[i]);
+				trace_tx(net, &tx[i], q->pkt[first + i].dgid);
 		}
+}
+
+void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
+{
+	struct urvt_link_tx tx[URVT_TXQ_PKTS];
+
+	if (!q->n)
+		return;
+	for (uint32_t i = 0, j; i < q->n; i = j) {
+		enum urvt_link_id k = q->pkt[i].link;
+		for (j = i + 1; j < q->n && q->pkt[j].link == k; j++)
+			;
+		flush_run(net, q, i, j - i, k, tx);
+	}
 	q->n = 0;
 	q->used = 0;
+}
+
+void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	struct urvt_link *shm = net ? net->links[URVT_LINK_SHM] : NULL;
+	union urvt_link_addr a;
+
+	av->route = 0;
+	if (shm && !urvt_link_resolve(shm, av->attr.grh.dgid.raw, &a)) {
+		av->route = 1u + a.shm.peer;
+		URVT_DBG("route to %s: shm peer %u", "gid", a.shm.peer);
+	}
 }
 
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip)
@@ -176,12 +207,29 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 	struct urvt_net *net = qp_net(qp);
 	struct urvt_ipinfo ip;
 	union urvt_link_addr dst;
+	enum urvt_link_id link;
 	size_t total;
 
-	urvt_net_tx_ipinfo(net, av, &ip);
-	total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+	if (av->route) {
+		/* the shm link is lossless: no ICRC, unless a trace wants one */
+		link = URVT_LINK_SHM;
+		dst.shm.family = AF_UNIX;
+		dst.shm.peer = (uint16_t)(av->route - 1);
+		if (likely(!net->pcap)) {
+			total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
+		} else {
+			urvt_net_tx_ipinfo(net, av, &ip);
+			total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+		}
+	} else {
+		link = URVT_LINK_UDP;
+		urvt_net_tx_ipinfo(net, av, &ip);
+		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+		urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
+	}
 	if (unlikely(!total))
 		return; /* cannot happen for lengths the engines build */
-	urvt_av_link_addr(av, &dst);
-	urvt_txq_commit(q, (uint32_t)total, &dst, urvt_qp_stats(qp));
+	urvt_txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp));
+	if (unlikely(net->pcap))
+		memcpy(q->pkt[q->n - 1].dgid, av->attr.grh.dgid.raw, 16);
 }

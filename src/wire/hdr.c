@@ -154,7 +154,9 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 	return info->length;
 }
 
-size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip)
+/* The pad and the final length of a packet whose headers and payload are
+ * buf[0, len), or 0 if they do not agree or it would not fit. */
+static size_t finish_layout(uint8_t *buf, size_t cap, size_t len, bool v4, uint8_t *pad_out)
 {
 	if (len < URVT_BTH_BYTES)
 		return 0;
@@ -169,10 +171,30 @@ size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_i
 		return 0;
 	size_t total = len + pad + URVT_ICRC_BYTES;
 	/* the IPv4 total length / UDP length must fit 16 bits */
-	size_t max = 0xffff - URVT_UDP_HDR_BYTES - (urvt_ipinfo_is_v4(ip) ? URVT_IPV4_HDR_BYTES : 0);
+	size_t max = 0xffff - URVT_UDP_HDR_BYTES - (v4 ? URVT_IPV4_HDR_BYTES : 0);
 	if (cap < total || total > max)
 		return 0;
 	memset(buf + len, 0, pad); /* pad bytes are zero and ICRC-covered (§5) */
-	urvt_icrc_put(buf + len + pad, urvt_icrc(ip, buf, len + pad));
+	*pad_out = pad;
+	return total;
+}
+
+size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip)
+{
+	uint8_t pad;
+	size_t total = finish_layout(buf, cap, len, urvt_ipinfo_is_v4(ip), &pad);
+
+	if (total)
+		urvt_icrc_put(buf + len + pad, urvt_icrc(ip, buf, len + pad));
+	return total;
+}
+
+size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len)
+{
+	uint8_t pad;
+	size_t total = finish_layout(buf, cap, len, true, &pad);
+
+	if (total)
+		urvt_icrc_put(buf + len + pad, 0);
 	return total;
 }

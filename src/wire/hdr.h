@@ -277,4 +277,8 @@ struct urvt_ipinfo; /* wire/ip.h */
  */
 size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip);
 
+/* The same for a lossless link that carries no ICRC check (link/link.h):
+ * pad as above, the ICRC field zero. */
+size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len);
+
 #endif /* URVT_WIRE_HDR_H */
