@@ -41,7 +41,7 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 
 /*
  * RoCE address vectors must carry a GRH (the GID is the IP address);
- * qp-semantics.md §5.1 (AV: driver check) and roce-wire.md §12.
+ * qp-semantics §5.1 (AV: driver check) and roce-wire §12.
  */
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 		     struct urvt_av *av)

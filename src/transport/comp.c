@@ -1,5 +1,5 @@
 /*
- * Completer (rc-protocol.md §4, rxe_comp.c): responses against the send
+ * Completer (rc-protocol §4, rxe_comp.c): responses against the send
  * queue, the retransmit timer, retries and flush. Engine context
  * (engine.c): the s_sched holder owns s_last, s_cur, the retry counters
  * and tp.*. Responses reach it through the QP's completer queue (tp.rxq),
@@ -36,7 +36,7 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	return true;
 }
 
-/* Forward progress (§4): reload the retry counters, restart the timer base. */
+/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */
 static void progress(struct rvt_qp *qp)
 {
 	qp->s_retry = qp->retry_cnt;
@@ -69,7 +69,7 @@ static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
 	}
 }
 
-/* Complete with an error status and take the QP to ERR (§4 "Error"). */
+/* Complete with an error status and take the QP to ERR (rc-protocol §4 "Error"). */
 static void comp_error(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 {
 	URVT_DBG("qp %u: send wr %#llx fails with status %d", qp->qpn,
@@ -78,7 +78,7 @@ static void comp_error(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 	rvt_error_qp(qp, IBV_WC_WR_FLUSH_ERR);
 }
 
-/* §4.3: retry from comp_psn, counting against retry_cnt (IBTA: 7 = 7 retries). */
+/* rc-protocol §4.3: retry from comp_psn, counting against retry_cnt (IBTA: 7 = 7 retries). */
 static void comp_retry(struct rvt_qp *qp, bool by_nak)
 {
 	struct rvt_swqe *wqe;
@@ -115,7 +115,7 @@ static void comp_drop(struct rvt_qp *qp, int reason)
 	qp_count(qp, URVT_CTR_DROP_BASE + (enum urvt_ctr)reason, 1);
 }
 
-/* READ response payload (§4 step 5). Returns false to drop the packet. */
+/* READ response payload (rc-protocol §4 step 5). Returns false to drop the packet. */
 static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
 {
 	uint32_t idx = (uint32_t)urvt_psn_diff(pkt->psn, wqe->psn);
@@ -141,7 +141,7 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
 		/* inside a READ: only after FIRST/MIDDLE (a rewound READ
-		 * resumes with MIDDLE/LAST, §3.8) */
+		 * resumes with MIDDLE/LAST, rc-protocol §3.8) */
 		if (pkt->psn == wqe->psn ||
 		    (qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
 		     qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE))
@@ -188,7 +188,7 @@ static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_
 	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
 	URVT_DBG("qp %u: RNR NAK psn %#x, wait %u us", qp->qpn, pkt->psn,
 		 urvt_rnr_timer_us[urvt_aeth_syn_value(pkt->aeth.syn)]);
-	/* §4.4: one retry used (7 = infinite), then the timer */
+	/* rc-protocol §4.4: one retry used (7 = infinite), then the timer */
 	rvt_add_rnr_timer(qp, urvt_aeth_syn_value(pkt->aeth.syn));
 }
 
@@ -423,7 +423,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
 	}
 }
 
-/* Retransmit timer expiry (§4.2), engine context. */
+/* Retransmit timer expiry (rc-protocol §4.2), engine context. */
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	uint64_t now, deadline;

@@ -1,5 +1,5 @@
 /*
- * Receive classification (rc-protocol.md §3 preamble, rxe_recv.c): parse,
+ * Receive classification (rc-protocol §3 preamble, rxe_recv.c): parse,
  * ICRC, destination QP, opcode class vs QP type, QP state, addresses, P_Key,
  * Q_Key. Every failure is a silent drop counted by reason; nothing here
  * trusts the packet beyond what urvt_pkt_parse bounds-checked.
@@ -88,7 +88,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		goto drop_qp;
 	}
 	if (qp->type == IBV_QPT_UD) {
-		/* §7: Q_Key of the QP */
+		/* rc-protocol §7: Q_Key of the QP */
 		if (unlikely(pkt->deth.qkey != qp->qkey)) {
 			ret = URVT_DROP_BAD_QKEY;
 			goto drop_qp;

@@ -17,12 +17,12 @@
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
 enum urvt_tp_drop {
-	URVT_TDROP_BAD_STATE = URVT_DROP_NUM, /* QP state does not accept it (§3) */
+	URVT_TDROP_BAD_STATE = URVT_DROP_NUM, /* QP state does not accept it (rc-protocol §3) */
 	URVT_TDROP_NO_BUF,                    /* packet pool exhausted */
 	URVT_TDROP_RXQ_FULL,                  /* completer queue of the QP full */
 	URVT_TDROP_OVERSIZE,                  /* datagram larger than a packet buffer */
 	URVT_TDROP_MCAST,                     /* multicast QPN: not supported */
-	URVT_TDROP_STALE_RESP,                /* response with no WQE waiting for it (§4 step 1) */
+	URVT_TDROP_STALE_RESP,                /* no WQE waits for it (rc-protocol §4 step 1) */
 	URVT_TDROP_BAD_RESP,                  /* response out of sequence / wrong PSN */
 	URVT_TDROP_RESP_SILENT,               /* responder silent drops (UC/UD rules, dup READ unknown) */
 	URVT_TDROP_NUM

@@ -38,15 +38,15 @@ struct urvt_pktbuf {
 
 /* Send WQE flags owned by the transport (bits 8+ of wqe_flags; post clears them). */
 enum {
-	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (§2.1 pending) */
-	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (§2.2) */
+	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (rc-protocol §2.1 pending) */
+	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (rc-protocol §2.2) */
 };
 
 /* Per-QP completer queue bound. */
 #define URVT_RXQ_MAX 1024
-/* §2.2: RXE_MAX_UNACKED_PSNS */
+/* rc-protocol §2.2: RXE_MAX_UNACKED_PSNS */
 #define URVT_MAX_UNACKED_PSNS 128
-/* §2.3 / roce-wire §10: rxe asks for an ACK every 64 packets
+/* rc-protocol §2.3 / roce-wire §10: rxe asks for an ACK every 64 packets
  * (RXE_MAX_PKT_PER_ACK); urvt every 32 and on the packet that fills the
  * window, so one lost ACK does not stall a full window until the timeout. */
 #define URVT_MAX_PKT_PER_ACK 32
@@ -235,7 +235,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
-/* Restart sending at the oldest unretired WQE from comp_psn (§4.3 rewind). */
+/* Restart sending at the oldest unretired WQE from comp_psn (rc-protocol §4.3 rewind). */
 void urvt_req_rewind(struct rvt_qp *qp);
 /* Tail-loss probe: resend the oldest unacknowledged packet with AckReq. */
 void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q);
