@@ -26,6 +26,7 @@
  * link is open, so a stale index only finds a dead peer.
  */
 #include "link/shm.h"
+#include "link/shm_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,50 +48,10 @@
 #include "base/timer.h"
 #include "wire/hdr.h"
 
-#define SHM_RING_BYTES (4u << 20)         /* per direction, a power of two */
-#define SHM_REC_HDR 8
-#define SHM_REC_ALIGN 64
-#define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
-#define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAX_PEERS 256
-#define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 1
 #define RX_BATCH 32
 /* a full ring: wait this long for the consumer before the packets are lost */
 #define SHM_FULL_WAIT_NS 2000000
-
-struct shm_ctrl {
-	_Atomic uint32_t head __cacheline_aligned;      /* producer */
-	_Atomic uint32_t tail __cacheline_aligned;      /* consumer */
-	_Atomic uint32_t need_wake __cacheline_aligned; /* consumer sets, producer clears */
-} __cacheline_aligned;
-
-struct shm_rec {
-	uint32_t len;                     /* packet bytes, or SHM_REC_WRAP */
-	uint32_t rsvd;
-	uint8_t data[];
-};
-
-struct shm_region {
-	uint32_t magic, version, ring_bytes, pkt_max;
-	uint8_t gid_a[16], gid_b[16];
-	struct shm_ctrl ctrl[2] __cacheline_aligned;
-	uint8_t ring[2][SHM_RING_BYTES] __attribute__((aligned(4096)));
-};
-
-/* The bytes a record of a len-byte packet takes. */
-static inline uint32_t rec_bytes(uint32_t len)
-{
-	return (SHM_REC_HDR + len + SHM_REC_ALIGN - 1) & ~(SHM_REC_ALIGN - 1);
-}
-
-/* The handshake messages on the connection (SOCK_SEQPACKET). */
-enum { MSG_HELLO = 1, MSG_HELLO_ACK = 2 };
-struct shm_msg {
-	uint32_t magic, version, type, ring_bytes, pkt_max;
-	uint64_t region_bytes;
-	uint8_t from_gid[16], to_gid[16];
-};
 
 /* GONE: the peer closed the connection (exited): what it sent before is
  * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
@@ -130,20 +91,6 @@ struct urvt_shm {
 static struct urvt_shm *shm_of(struct urvt_link *l)
 {
 	return container_of(l, struct urvt_shm, link);
-}
-
-/* "\0urvt-shm-<uid>-<gid hex>": the name a device listens on. */
-static socklen_t shm_name(struct sockaddr_un *sun, uid_t uid, const uint8_t gid[16])
-{
-	int n;
-
-	memset(sun, 0, sizeof(*sun));
-	sun->sun_family = AF_UNIX;
-	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-shm-%u-", (unsigned)uid);
-	for (int i = 0; i < 16; i++)
-		n += snprintf(sun->sun_path + 1 + n, sizeof(sun->sun_path) - 1 - (size_t)n, "%02x",
-			      gid[i]);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 static bool peer_is_us(struct shm_peer *p, uid_t uid)
@@ -346,7 +293,7 @@ static void msg_init(struct shm_msg *m, uint32_t type, const uint8_t from[16],
 static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_peer *p)
 {
 	struct sockaddr_un sun;
-	socklen_t len = shm_name(&sun, s->uid, gid);
+	socklen_t len = shm_sock_name(&sun, s->uid, gid);
 	struct shm_msg m;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
 	int fds[2], rfd, ret;
@@ -373,7 +320,7 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_pe
 	p->connector = true;
 	memcpy(p->gid, gid, 16);
 	peer_map_dirs(p);
-	msg_init(&m, MSG_HELLO, p->region->gid_a, gid);
+	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, gid);
 	fds[0] = rfd;
 	fds[1] = s->doorbell;
 	ret = send_msg(p->sock, &m, fds, 2);
@@ -471,7 +418,7 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 {
 	struct shm_msg ack;
 
-	if (m->type != MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16))
+	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16))
 		goto bad;
 	p->region = region_map(fds[0]);
 	close(fds[0]);
@@ -484,7 +431,7 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 	peer_map_dirs(p);
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
-	msg_init(&ack, MSG_HELLO_ACK, m->to_gid, m->from_gid);
+	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->from_gid);
 	if (send_msg(p->sock, &ack, &s->doorbell, 1))
 		goto bad;
 	atomic_store(&p->state, PEER_UP);
@@ -503,7 +450,7 @@ bad:
 static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct shm_msg *m,
 			   int fds[2], int nfds)
 {
-	if (m->type != MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
+	if (m->type != SHM_MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
 	    memcmp(m->from_gid, p->gid, 16)) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
@@ -581,7 +528,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need)
 static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len)
 {
 	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
-	uint32_t left = SHM_RING_BYTES - off, need = rec_bytes(len);
+	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_bytes(len);
 	struct shm_rec *r;
 
 	if (need > left) {
@@ -681,7 +628,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 			tail += SHM_RING_BYTES - off;
 			continue;
 		}
-		need = len <= SHM_PKT_MAX ? rec_bytes(len) : 0;
+		need = len && len <= SHM_PKT_MAX ? shm_rec_bytes(len) : 0;
 		if (!need || need > SHM_RING_BYTES - off || need > head - tail) {
 			/* a record we cannot delimit: nothing after it can be trusted */
 			peer_kill(s, p);
@@ -839,7 +786,7 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
 		ret = -errno;
 		goto err;
 	}
-	len = shm_name(&sun, s->uid, gid->s6_addr);
+	len = shm_sock_name(&sun, s->uid, gid->s6_addr);
 	if (bind(s->listen_fd, (struct sockaddr *)&sun, len) || listen(s->listen_fd, 64)) {
 		ret = -errno;
 		goto err;

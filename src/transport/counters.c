@@ -47,9 +47,22 @@ int urvt_stats_init(struct urvt_net *net)
 	struct urvt_stats_shm *s = NULL;
 
 	if (!env || strcmp(env, "0")) {
+		const char *file = getenv("URVT_STATS_FILE");
 		int fd;
-		stats_reap_stale();
-		snprintf(net->shm_path, sizeof(net->shm_path), "/dev/shm/urvt.%d", (int)getpid());
+		if (file && *file) {
+			/* a file of the caller's choosing, kept at exit; "%p": the pid */
+			const char *pp = strstr(file, "%p");
+			if (pp)
+				snprintf(net->shm_path, sizeof(net->shm_path), "%.*s%d%s",
+					 (int)(pp - file), file, (int)getpid(), pp + 2);
+			else
+				snprintf(net->shm_path, sizeof(net->shm_path), "%s", file);
+			net->stats_keep = true;
+		} else {
+			stats_reap_stale();
+			snprintf(net->shm_path, sizeof(net->shm_path), "/dev/shm/urvt.%d",
+				 (int)getpid());
+		}
 		fd = open(net->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd >= 0) {
 			if (!ftruncate(fd, sizeof(*s))) {
@@ -95,7 +108,7 @@ void urvt_stats_fini(struct urvt_net *net)
 		return;
 	if (net->shm_mapped) {
 		munmap(net->shm, sizeof(*net->shm));
-		if (!(keep && !strcmp(keep, "1")))
+		if (!net->stats_keep && !(keep && !strcmp(keep, "1")))
 			unlink(net->shm_path);
 	} else {
 		free(net->shm);

@@ -127,7 +127,8 @@ struct urvt_net {
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
 	bool shm_mapped;
-	char shm_path[64];
+	char shm_path[256];
+	bool stats_keep;                  /* URVT_STATS_FILE: the file stays */
 
 	struct urvt_pcap *pcap;
 
