@@ -50,6 +50,8 @@ struct urvt_link_rx {
 					     shorter; 0: one packet */
 	bool trunc;                       /* larger than the receive buffer: drop */
 	bool no_icrc;                     /* a lossless link's packet: no ICRC to check */
+	bool shared;                      /* data is memory the sender can still write:
+					     copy what is parsed, read it once */
 	struct urvt_ipinfo ip;            /* addresses as GIDs, ports, TOS/TTL; IPv4 ID unknown */
 };
 

@@ -49,7 +49,6 @@
 #include "wire/hdr.h"
 
 #define SHM_MAX_PEERS 256
-#define RX_BATCH 32
 /* a full ring: wait this long for the consumer before the packets are lost */
 #define SHM_FULL_WAIT_NS 2000000
 
@@ -71,7 +70,10 @@ struct shm_peer {
 	urvt_spinlock_t tx_lock __cacheline_aligned;
 	uint32_t tx_head;
 	/* the consumer (rx_lock) */
-	uint32_t rx_tail __cacheline_aligned;
+	uint32_t rx_tail __cacheline_aligned; /* consumed up to here */
+	uint32_t rx_released;             /* what tail says: packets up to rx_tail
+					     are in the caller's hands until the
+					     next recv_batch */
 };
 
 struct urvt_shm {
@@ -84,7 +86,6 @@ struct urvt_shm {
 	_Atomic uint32_t npeers;
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
 	_Atomic uint32_t refused;
-	uint8_t *rx_mem;                  /* RX_BATCH copy-out buffers */
 	struct shm_peer peers[SHM_MAX_PEERS];
 };
 
@@ -143,6 +144,7 @@ static void peer_map_dirs(struct shm_peer *p)
 	p->rx_ring = p->region->ring[!tx];
 	p->tx_head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
+	p->rx_released = p->rx_tail;
 }
 
 /* The connection ends: to GONE (closed by the peer) or DEAD (it
@@ -601,9 +603,10 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 	return lost;
 }
 
-/* Take up to max packets from p into rx (copies in the link's buffers). */
+/* Take up to max packets from p into rx: pointers into the ring (shared:
+ * the transport copies what it parses), released at the next recv_batch. */
 static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link_rx *rx,
-			unsigned max, unsigned base)
+			unsigned max)
 {
 	/* C1: the records before head are complete */
 	uint32_t head = atomic_load_explicit(&p->rx_ctrl->head, memory_order_acquire);
@@ -622,7 +625,6 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		const struct shm_rec *rec = (const struct shm_rec *)(p->rx_ring + off);
 		uint32_t len = READ_ONCE(rec->len), need;
 		struct urvt_link_rx *r;
-		uint8_t *buf;
 
 		if (len == SHM_REC_WRAP) {
 			tail += SHM_RING_BYTES - off;
@@ -635,11 +637,10 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 			break;
 		}
 		r = &rx[got];
-		buf = s->rx_mem + (size_t)(base + got) * SHM_PKT_MAX;
-		/* copied before anyone parses it: the peer may keep writing */
-		memcpy(buf, rec->data, len);
 		tail += need;
-		*r = (struct urvt_link_rx){ .data = buf, .len = len, .no_icrc = true };
+		/* len was read once, here: the peer may keep writing the record */
+		*r = (struct urvt_link_rx){ .data = rec->data, .len = len, .no_icrc = true,
+					    .shared = true };
 		memcpy(r->ip.sgid, p->gid, 16);
 		memcpy(r->ip.dgid, &s->link.info.addr6, 16);
 		r->ip.sport = r->ip.dport = URVT_ROCE_UDP_PORT;
@@ -647,9 +648,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		r->ip.df = urvt_gid_is_v4(p->gid);
 		got++;
 	}
-	/* C2: the bytes before tail may be reused */
 	WRITE_ONCE(p->rx_tail, tail); /* arm reads it from any thread */
-	atomic_store_explicit(&p->rx_ctrl->tail, tail, memory_order_release);
 	return got;
 }
 
@@ -659,14 +658,22 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 	unsigned got = 0;
 
-	if (max > RX_BATCH)
-		max = RX_BATCH;
+	/* C2: what the last batch handed out is done with: the producer may
+	 * reuse those bytes */
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (p->rx_released != p->rx_tail) {
+			p->rx_released = p->rx_tail;
+			atomic_store_explicit(&p->rx_ctrl->tail, p->rx_released,
+					      memory_order_release);
+		}
+	}
 	for (uint32_t k = 0; k < npeers && got < max; k++) {
 		struct shm_peer *p = &s->peers[(s->rx_next + k) % npeers];
 		int st = atomic_load_explicit(&p->state, memory_order_acquire);
 		if (st != PEER_UP && st != PEER_GONE)
 			continue;
-		got += rx_peer(s, p, rx + got, max - got, got);
+		got += rx_peer(s, p, rx + got, max - got);
 	}
 	if (npeers)
 		s->rx_next = (s->rx_next + 1) % npeers;
@@ -723,7 +730,6 @@ static void shm_close(struct urvt_link *l)
 	close(s->listen_fd);
 	close(s->epfd);
 	close(s->doorbell);
-	munmap(s->rx_mem, (size_t)RX_BATCH * SHM_PKT_MAX);
 	pthread_mutex_destroy(&s->peers_lock);
 	munmap(s, sizeof(*s));
 }
@@ -772,13 +778,6 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
 	memcpy(&s->link.info.addr6, gid, 16);
 	s->link.info.family = urvt_gid_is_v4(gid->s6_addr) ? AF_INET : AF_INET6;
 	pthread_mutex_init(&s->peers_lock, NULL);
-	s->rx_mem = mmap(NULL, (size_t)RX_BATCH * SHM_PKT_MAX, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (s->rx_mem == MAP_FAILED) {
-		s->rx_mem = NULL;
-		ret = -ENOMEM;
-		goto err;
-	}
 	s->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -809,8 +808,6 @@ err:
 		close(s->epfd);
 	if (s->doorbell >= 0)
 		close(s->doorbell);
-	if (s->rx_mem)
-		munmap(s->rx_mem, (size_t)RX_BATCH * SHM_PKT_MAX);
 	pthread_mutex_destroy(&s->peers_lock);
 	munmap(s, sizeof(*s));
 	*err = ret;

@@ -30,20 +30,30 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 }
 
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, bool no_icrc)
+		   struct urvt_ipinfo *ip, unsigned flags)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
+	uint8_t hdr[URVT_HDR_MAX];
 	struct urvt_pktbuf *b;
 	struct rvt_qp *qp;
 	int ret, state;
 	bool consumed;
 
-	ret = urvt_pkt_parse(data, len, pkt);
+	if (flags & URVT_RX_SHARED) {
+		/* the sender may still write the ring: parse a private copy of
+		 * the headers (the parser reads nothing past them); the payload
+		 * is only ever copied out, once */
+		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
+		ret = urvt_pkt_parse(hdr, len, pkt);
+		pkt->payload = data + pkt->hdr_len;
+	} else {
+		ret = urvt_pkt_parse(data, len, pkt);
+	}
 	if (unlikely(ret))
 		goto drop_pkt;
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
-	if (likely(!no_icrc)) {
+	if (likely(!(flags & URVT_RX_NO_ICRC))) {
 		ret = urvt_icrc_check(ip, data, len,
 				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
 		if (unlikely(ret))

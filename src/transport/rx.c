@@ -32,7 +32,9 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
 			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, n);
 			urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], 1);
-			urvt_recv_pkt(net, r->data + off, n, &ip, r->no_icrc);
+			urvt_recv_pkt(net, r->data + off, n, &ip,
+				      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
+					      (r->shared ? URVT_RX_SHARED : 0));
 		}
 	}
 	return got > 0 ? got : 0;

@@ -227,12 +227,15 @@ struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *lin
 /*
  * Classify and dispatch one received packet (a UDP payload, or one segment
  * of a GRO train). ip holds the addresses (ID unknown for IPv4; the
- * recovered one is stored). no_icrc: it came over a lossless link, which
- * carries no ICRC. Requests run here; responses are copied to a pool
- * buffer for the QP's completer.
+ * recovered one is stored); flags URVT_RX_*. Requests run here; responses
+ * are copied to a pool buffer for the QP's completer.
  */
+enum {
+	URVT_RX_NO_ICRC = 1 << 0,         /* from a lossless link: it carries no ICRC */
+	URVT_RX_SHARED = 1 << 1,          /* data is shared memory (link.h urvt_link_rx.shared) */
+};
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, bool no_icrc);
+		   struct urvt_ipinfo *ip, unsigned flags);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);

@@ -266,6 +266,9 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
  */
 size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f);
 
+/* No opcode's BTH + extended headers are longer (BTH + AtomicETH: 40). */
+#define URVT_HDR_MAX 64
+
 struct urvt_ipinfo; /* wire/ip.h */
 
 /*
