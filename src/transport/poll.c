@@ -39,6 +39,9 @@
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */
 #define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
+/* ... with a shm link polled every time in between: a socket that stays
+ * empty is asked less and less often, up to every APP_EMPTY_SKIP_MAX polls */
+#define APP_EMPTY_SKIP_MAX 256
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
@@ -175,6 +178,36 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+/* Packets the UDP link delivered so far (the device counter). */
+static uint64_t udp_rx_count(struct urvt_net *net)
+{
+	return __atomic_load_n(&net->shm->dev.v[URVT_CTR_UDP_RX_PKTS], __ATOMIC_RELAXED);
+}
+
+/* After the UDP socket was asked (rx_lock held): how many polls until it
+ * is asked again. Alone, an empty socket is skipped APP_EMPTY_SKIP polls;
+ * beside a shm link (polled every time, for nothing) one that stays empty
+ * is skipped twice as long each time, up to APP_EMPTY_SKIP_MAX. */
+static void udp_backoff(struct urvt_net *net, int n)
+{
+	uint64_t seen = udp_rx_count(net);
+	uint32_t next;
+
+	if (!net->links[URVT_LINK_SHM]) {
+		next = n ? 0 : APP_EMPTY_SKIP;
+	} else if (seen != net->udp_rx_seen) {
+		net->udp_idle = 0; /* UDP traffic: ask at every poll */
+		next = 0;
+	} else {
+		net->udp_idle = !net->udp_idle ? APP_EMPTY_SKIP :
+				net->udp_idle < APP_EMPTY_SKIP_MAX / 2 ? 2 * net->udp_idle :
+									 APP_EMPTY_SKIP_MAX;
+		next = net->udp_idle;
+	}
+	net->udp_rx_seen = seen;
+	atomic_store_explicit(&net->app_skip, next, memory_order_relaxed);
+}
+
 int urvt_net_poll(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
@@ -195,9 +228,9 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, !skip);
+	if (!skip)
+		udp_backoff(net, n);
 	pthread_mutex_unlock(&net->rx_lock);
-	if (!n && !skip)
-		atomic_store_explicit(&net->app_skip, APP_EMPTY_SKIP, memory_order_relaxed);
 	return n;
 }
 

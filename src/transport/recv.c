@@ -44,7 +44,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		 * the headers (the parser reads nothing past them); the payload
 		 * is only ever copied out, once */
 		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
-		ret = urvt_pkt_parse(hdr, len, pkt);
+		ret = urvt_pkt_parse_hdrs(hdr, len, pkt);
 		pkt->payload = data + pkt->hdr_len;
 	} else {
 		ret = urvt_pkt_parse(data, len, pkt);
