@@ -82,6 +82,7 @@ struct urvt_shm {
 	int epfd;                         /* ctl_fd: the listener and every connection */
 	int doorbell;                     /* wake_fd: our eventfd, which peers write */
 	uid_t uid;
+	bool to_self;                     /* our own GID resolves (URVT_PATH=shm) */
 	pthread_mutex_t peers_lock;
 	_Atomic uint32_t npeers;
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
@@ -351,7 +352,7 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	struct shm_peer *p;
 	int ret = 0;
 
-	if (!memcmp(gid, &l->info.addr6, 16))
+	if (!s->to_self && !memcmp(gid, &l->info.addr6, 16))
 		return -ENOENT; /* ourselves: the in-process path */
 	pthread_mutex_lock(&s->peers_lock);
 	for (uint32_t i = 0; i < atomic_load(&s->npeers); i++) {
@@ -769,7 +770,7 @@ static const struct urvt_link_ops shm_ops = {
 	.close = shm_close,
 };
 
-struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *err)
 {
 	/* mmap: the peer table is large and mostly untouched */
 	struct urvt_shm *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
@@ -785,6 +786,7 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
 	}
 	s->listen_fd = s->epfd = s->doorbell = -1;
 	s->uid = geteuid();
+	s->to_self = to_self;
 	memcpy(&s->link.info.addr6, gid, 16);
 	s->link.info.family = urvt_gid_is_v4(gid->s6_addr) ? AF_INET : AF_INET6;
 	pthread_mutex_init(&s->peers_lock, NULL);

@@ -41,7 +41,7 @@ static struct urvt_link *open_shm(const char *v4)
 {
 	struct in6_addr g = gid_of(v4);
 	int err = 0;
-	struct urvt_link *l = urvt_shm_open(&g, &err);
+	struct urvt_link *l = urvt_shm_open(&g, false, &err);
 
 	assert_non_null(l);
 	return l;
