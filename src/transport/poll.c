@@ -133,6 +133,30 @@ static void net_rx_cb(void *arg)
 		if (net->links[k] && net->links[k]->ops->ack_wake)
 			net->links[k]->ops->ack_wake(net->links[k]);
 	net_rx_drain(net);
+	/* armed again by net_sleep, when the thread stops spinning */
+}
+
+/* Progress thread, spinning after activity: the links that cost no system
+ * call to look at (the shm rings), while it is the one receiving. */
+static int net_spin(void *arg)
+{
+	struct urvt_net *net = arg;
+	int n;
+
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&net->rx_lock))
+		return 0;
+	n = urvt_net_rx_links(net, false);
+	pthread_mutex_unlock(&net->rx_lock);
+	return n;
+}
+
+/* Progress thread, about to sleep: what it would have found spinning must
+ * ring its wake-up fds instead. */
+static void net_sleep(void *arg)
+{
+	struct urvt_net *net = arg;
+
 	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
 		links_arm(net);
 }
@@ -404,6 +428,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 	int ret;
 
 	urvt_timer_init(&net->watchdog, watchdog_fn);
+	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {
 		struct urvt_link *l = net->links[k];
@@ -418,6 +443,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 
 void urvt_net_watch_stop(struct urvt_net *net)
 {
+	urvt_progress_set_spin(net->rdi->progress, NULL, NULL, NULL);
 	urvt_timer_del_sync(net->rdi->progress, &net->watchdog);
 	pthread_mutex_lock(&net->watch_lock);
 	if (!atomic_load(&net->aside))
