@@ -260,6 +260,14 @@ static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t de
 int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
 
 /*
+ * The same for a packet of len bytes of which only a private copy of the
+ * first min(len, URVT_HDR_MAX) is at hdr (its sender may still write the
+ * rest: link.h urvt_link_rx.shared): nothing else is read, icrc stays 0
+ * (such a link carries none), bth and payload point into hdr.
+ */
+int urvt_pkt_parse_hdr(const uint8_t *hdr, size_t len, struct urvt_pkt *out);
+
+/*
  * Write BTH + the extended headers of f->opcode into buf. PadCnt comes from
  * f->paylen. Returns the header length (urvt_opcode[op].length), or 0 when
  * the opcode is unknown or cap is too small. No payload, pad or ICRC.
