@@ -111,6 +111,32 @@ static void ring_doorbell(int fd)
 		(void)!write(fd, &one, sizeof(one));
 }
 
+/* A peer's doorbell, which our senders write: only an eventfd (a pipe
+ * nobody reads or a file on a stalled filesystem would block them), made
+ * non-blocking (the peer could have made it blocking and filled its
+ * counter). It shares the file description with the peer, which could set
+ * it blocking again: docs/shm.md "A hostile or broken peer". */
+static bool doorbell_take(struct urvt_shm *s, int fd)
+{
+	char path[40], link[32];
+	struct stat a, b;
+	ssize_t n;
+	int fl;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n >= 0) {
+		link[n] = 0;
+		if (strcmp(link, "anon_inode:[eventfd]"))
+			return false;
+	} else if (fstat(fd, &a) || fstat(s->doorbell, &b) || a.st_dev != b.st_dev ||
+		   a.st_ino != b.st_ino) {
+		return false; /* no /proc: at least an anonymous inode like ours */
+	}
+	fl = fcntl(fd, F_GETFL);
+	return fl >= 0 && !fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
 /* ------------------------------------------------------------------ */
 /* Peers                                                              */
 /* ------------------------------------------------------------------ */
@@ -135,17 +161,27 @@ static void peer_publish(struct urvt_shm *s, struct shm_peer *p)
 	atomic_store_explicit(&s->npeers, (uint32_t)(p - s->peers) + 1, memory_order_release);
 }
 
-static void peer_map_dirs(struct shm_peer *p)
+/* Our ends of the two rings. The starting head of the ring we fill and
+ * tail of the ring we read come from the region; in a region the peer made
+ * they must be those of a fresh connection: the ring we fill empty, both on
+ * record boundaries (every later offset is one, so a WRAP header is never
+ * written across the end of the mapping). false: refuse the region. */
+static bool peer_map_dirs(struct shm_peer *p)
 {
 	int tx = p->connector ? 0 : 1;
+	uint32_t head, tail;
 
 	p->tx_ctrl = &p->region->ctrl[tx];
 	p->rx_ctrl = &p->region->ctrl[!tx];
 	p->tx_ring = p->region->ring[tx];
 	p->rx_ring = p->region->ring[!tx];
-	p->tx_head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
+	/* each read once: the peer may be changing them */
+	head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
+	tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_relaxed);
+	p->tx_head = head;
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
 	p->rx_released = p->rx_tail;
+	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;
 }
 
 /* The connection ends: to GONE (closed by the peer) or DEAD (it
@@ -322,7 +358,7 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_pe
 	memcpy(p->region->gid_b, gid, 16);
 	p->connector = true;
 	memcpy(p->gid, gid, 16);
-	peer_map_dirs(p);
+	(void)peer_map_dirs(p); /* our own fresh region */
 	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, gid);
 	fds[0] = rfd;
 	fds[1] = s->doorbell;
@@ -431,7 +467,8 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 		goto bad;
 	memcpy(p->gid, m->from_gid, 16);
 	p->connector = false;
-	peer_map_dirs(p);
+	if (!peer_map_dirs(p) || !doorbell_take(s, fds[1]))
+		goto bad;
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
 	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->from_gid);
@@ -454,7 +491,7 @@ static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct 
 			   int fds[2], int nfds)
 {
 	if (m->type != SHM_MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
-	    memcmp(m->from_gid, p->gid, 16)) {
+	    memcmp(m->from_gid, p->gid, 16) || !doorbell_take(s, fds[0])) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		peer_kill(s, p);
@@ -628,6 +665,13 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		struct urvt_link_rx *r;
 
 		if (len == SHM_REC_WRAP) {
+			/* it covers the rest of the ring, which head must
+			 * include (else tail would pass head and go round the
+			 * ring for ever) */
+			if (SHM_RING_BYTES - off > head - tail) {
+				peer_kill(s, p);
+				break;
+			}
 			tail += SHM_RING_BYTES - off;
 			continue;
 		}
