@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/progress.h"
+#include "base/report.h"
 #include "core/rvt_api.h"
 #include "core/qp_table.h"
 #include "core/transport.h"
@@ -66,7 +67,8 @@ __be64 urvt_node_guid(void)
  * RoCEv2 headers (RXE_MAX_HDR_LENGTH, 80 bytes) rounded down to an IB MTU:
  * lo (65536) -> 4096, Ethernet 1500 -> 1024, 9000 -> 4096; 1024 if the
  * interface is unknown. URVT_MTU (256..4096 bytes, or the enum 1..5)
- * overrides it; other values warn and keep the default.
+ * overrides it; any other value fails the device open (-EINVAL), as every
+ * bad variable does: a typo must not run a test at an MTU nobody asked for.
  */
 static enum ibv_mtu mtu_from_if(int if_mtu)
 {
@@ -78,25 +80,27 @@ static enum ibv_mtu mtu_from_if(int if_mtu)
 	       m >= 1024 ? IBV_MTU_1024 : m >= 512 ? IBV_MTU_512 : IBV_MTU_256;
 }
 
-static enum ibv_mtu active_mtu(int if_mtu)
+static int active_mtu(int if_mtu, enum ibv_mtu *out)
 {
 	enum ibv_mtu def = mtu_from_if(if_mtu);
 	const char *s = getenv("URVT_MTU");
+	char *end;
 	long v;
 
+	*out = def;
 	if (!s || !*s)
-		return def;
-	v = strtol(s, NULL, 0);
-	switch (v) {
-	case 1: case 256: return IBV_MTU_256;
-	case 2: case 512: return IBV_MTU_512;
-	case 3: case 1024: return IBV_MTU_1024;
-	case 4: case 2048: return IBV_MTU_2048;
-	case 5: case 4096: return IBV_MTU_4096;
+		return 0;
+	v = strtol(s, &end, 10);
+	switch (*end ? 0 : v) {
+	case 1: case 256: *out = IBV_MTU_256; return 0;
+	case 2: case 512: *out = IBV_MTU_512; return 0;
+	case 3: case 1024: *out = IBV_MTU_1024; return 0;
+	case 4: case 2048: *out = IBV_MTU_2048; return 0;
+	case 5: case 4096: *out = IBV_MTU_4096; return 0;
 	default:
-		fprintf(stderr, "urvt: URVT_MTU=%s is not 256/512/1024/2048/4096, using %u\n", s,
-			128u << def);
-		return def;
+		urvt_report("URVT_MTU=%s is not an MTU: use 256, 512, 1024, 2048 or 4096, or "
+			    "unset it for the interface's (%u here)", s, 128u << def);
+		return -EINVAL;
 	}
 }
 
@@ -153,13 +157,13 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	p->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
 
-void rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
-		      const char *ifname, int if_mtu)
+int rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
+		     const char *ifname, int if_mtu)
 {
 	rdi->gid = *gid;
 	rdi->ifindex = ifindex;
 	snprintf(rdi->ifname, sizeof(rdi->ifname), "%s", ifname ? ifname : "");
-	rdi->port_attr.active_mtu = active_mtu(if_mtu);
+	return active_mtu(if_mtu, &rdi->port_attr.active_mtu);
 }
 
 static struct rvt_dev_info *dev_create(urvt_transport_attach_fn attach, int *err)

@@ -51,8 +51,9 @@ struct urvt_transport_ops {
 
 /* Attach: the port the link picked, as the core reports it (GID index 0,
  * the interface for ibv_query_gid_ex, the active MTU from if_mtu; 0 if
- * unknown). */
-void rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
+ * unknown). -EINVAL (and one line on stderr) if URVT_MTU is not an MTU:
+ * the device must not open. */
+int rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
 		      const char *ifname, int if_mtu);
 
 #endif

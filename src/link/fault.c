@@ -10,6 +10,7 @@
 
 #include "base/compiler.h"
 #include "base/progress.h"
+#include "base/report.h"
 #include "base/timer.h"
 
 #define HOLD_SLOTS 2048
@@ -63,45 +64,62 @@ static uint64_t parse_uint(const char *v, uint64_t max, bool *ok)
 
 int urvt_fault_parse(const char *spec, struct urvt_fault_cfg *cfg)
 {
-	char buf[256], *rest, *tok;
+	char buf[256], *rest, *tok = NULL, *eq = NULL;
+	const char *why = NULL;
 	bool ok = true;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->seed = 1;
 	if (!spec || !*spec)
 		return 0;
-	if (strlen(spec) >= sizeof(buf))
+	if (strlen(spec) >= sizeof(buf)) {
 		ok = false;
-	else
+		why = "too long";
+	} else {
 		memcpy(buf, spec, strlen(spec) + 1);
+	}
 	/* strsep keeps empty fields: "drop=0.1,," is a typo, not a spec */
 	for (rest = buf; ok && (tok = strsep(&rest, ","));) {
-		char *eq = strchr(tok, '=');
+		eq = strchr(tok, '=');
 		if (!eq) {
 			ok = false;
+			why = "is not NAME=VALUE";
 			break;
 		}
 		*eq++ = 0;
-		if (!strcmp(tok, "drop"))
+		why = "needs a probability from 0 to 1";
+		if (!strcmp(tok, "drop")) {
 			cfg->drop = parse_prob(eq, &ok);
-		else if (!strcmp(tok, "dup"))
+		} else if (!strcmp(tok, "dup")) {
 			cfg->dup = parse_prob(eq, &ok);
-		else if (!strcmp(tok, "reorder"))
+		} else if (!strcmp(tok, "reorder")) {
 			cfg->reorder = parse_prob(eq, &ok);
-		else if (!strcmp(tok, "corrupt"))
+		} else if (!strcmp(tok, "corrupt")) {
 			cfg->corrupt = parse_prob(eq, &ok);
-		else if (!strcmp(tok, "delay_us"))
+		} else if (!strcmp(tok, "delay_us")) {
+			why = "needs microseconds, 0 to 10000000";
 			cfg->delay_us = (uint32_t)parse_uint(eq, 10000000, &ok);
-		else if (!strcmp(tok, "seed"))
+		} else if (!strcmp(tok, "seed")) {
+			why = "needs a whole number";
 			cfg->seed = parse_uint(eq, UINT64_MAX, &ok);
-		else
+		} else {
 			ok = false;
+			why = "is not drop, dup, reorder, corrupt, delay_us or seed";
+		}
 		if (!ok)
 			break;
 	}
 	if (!ok) {
-		fprintf(stderr, "urvt: URVT_FAULT=\"%s\": expected drop=P,dup=P,reorder=P,"
-				"corrupt=P,delay_us=N,seed=S with 0 <= P <= 1\n", spec);
+		char field[80] = "";
+
+		/* name the field at fault (put back the '=' cut above) */
+		if (tok) {
+			if (eq)
+				eq[-1] = '=';
+			snprintf(field, sizeof(field), "\"%.60s\" ", tok);
+		}
+		urvt_report("URVT_FAULT=\"%.100s\": %s%s; the form is drop=P,dup=P,reorder=P,"
+			    "corrupt=P,delay_us=N,seed=S: fix it or unset it", spec, field, why);
 		return -EINVAL;
 	}
 	if (!cfg->seed)

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/report.h"
 #include "wire/hdr.h"
 
 static void v4_to_mapped(struct in6_addr *a6, struct in_addr a4)
@@ -128,8 +129,26 @@ static int from_netdev(const char *dev, struct urvt_link_info *out)
 	return ret;
 }
 
+/* Why a bind of port 4791 on the address WHO names ("URVT_ADDR=x",
+ * "URVT_NETDEV=eth0 (10.0.0.1)") failed, and what to do about it: one
+ * line (base/report.h). */
+static void report_bind(const char *who, int err)
+{
+	if (err == -EADDRINUSE)
+		urvt_report("%s: UDP port %d is in use (another urvt process, rxe or RoCE "
+			    "software): choose another address, or unset URVT_ADDR and "
+			    "URVT_NETDEV to take a free loopback one", who, URVT_ROCE_UDP_PORT);
+	else if (err == -EADDRNOTAVAIL)
+		urvt_report("%s is not an address of this host (or network namespace): use one "
+			    "that 'ip addr' lists, or URVT_NETDEV=<interface>", who);
+	else
+		urvt_report("%s: cannot bind UDP port %d: %s", who, URVT_ROCE_UDP_PORT,
+			    strerror(-err));
+}
+
 int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_info *out)
 {
+	char who[128], text[INET6_ADDRSTRLEN];
 	int fd;
 
 	memset(out, 0, sizeof(*out));
@@ -143,26 +162,41 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 			if (IN6_IS_ADDR_V4MAPPED(&out->addr6))
 				out->family = AF_INET;
 		} else {
-			fprintf(stderr, "urvt: URVT_ADDR=%s is not an IP address\n", env_addr);
+			urvt_report("URVT_ADDR=%s is not an IPv4 or IPv6 address: set it to an "
+				    "address of this host (e.g. 127.0.0.5), or unset it", env_addr);
 			return -EINVAL;
 		}
 		fd = bind_roce(out->family, &out->addr6);
-		if (fd < 0)
-			fprintf(stderr, "urvt: cannot bind %s:%d: %s\n", env_addr,
-				URVT_ROCE_UDP_PORT, strerror(-fd));
-		else
+		if (fd < 0) {
+			snprintf(who, sizeof(who), "URVT_ADDR=%.80s", env_addr);
+			report_bind(who, fd);
+		} else {
 			set_ifname(out);
+		}
 		return fd;
 	}
 	if (env_dev && *env_dev) {
 		int ret = from_netdev(env_dev, out);
 		if (ret) {
-			fprintf(stderr, "urvt: URVT_NETDEV=%s has no usable address\n", env_dev);
+			if (!if_nametoindex(env_dev))
+				urvt_report("URVT_NETDEV=%s: no such network interface: name one that "
+					    "'ip link' lists, or use URVT_ADDR=<address>", env_dev);
+			else
+				urvt_report("URVT_NETDEV=%s has no IPv4 or global IPv6 address: add "
+					    "one (ip addr add) or choose another interface", env_dev);
 			return ret;
 		}
 		fd = bind_roce(out->family, &out->addr6);
-		if (fd >= 0)
+		if (fd < 0) {
+			if (out->family == AF_INET)
+				inet_ntop(AF_INET, &out->addr6.s6_addr[12], text, sizeof(text));
+			else
+				inet_ntop(AF_INET6, &out->addr6, text, sizeof(text));
+			snprintf(who, sizeof(who), "URVT_NETDEV=%.40s (%s)", env_dev, text);
+			report_bind(who, fd);
+		} else {
 			set_ifname(out);
+		}
 		return fd;
 	}
 	/* Zero configuration: first free loopback address. */
@@ -175,8 +209,14 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 			set_ifname(out);
 			return fd;
 		}
-		if (fd != -EADDRINUSE)
+		if (fd != -EADDRINUSE) {
+			inet_ntop(AF_INET, &a4, text, sizeof(text));
+			report_bind(text, fd);
 			return fd;
+		}
 	}
+	urvt_report("no free address: UDP port %d is in use on every address from 127.0.0.1 "
+		    "to 127.0.0.254: end some urvt processes, or give this one "
+		    "URVT_ADDR=<another address>", URVT_ROCE_UDP_PORT);
 	return -EADDRINUSE;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/report.h"
 #include "core/transport.h"
 #include "link/shm.h"
 #include "link/udp.h"
@@ -68,7 +69,8 @@ static int parse_path(enum path *out)
 	else if (!strcmp(env, "udp"))
 		*out = PATH_UDP;
 	else {
-		fprintf(stderr, "urvt: URVT_PATH=%s: expected auto, inproc, shm or udp\n", env);
+		urvt_report("URVT_PATH=%s is not a path: use auto, inproc, shm or udp, or unset it",
+			    env);
 		return -EINVAL;
 	}
 	return 0;
@@ -86,15 +88,16 @@ static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link
 	if (path == PATH_UDP || (env && !strcmp(env, "0"))) {
 		if (path != PATH_SHM)
 			return 0;
-		fprintf(stderr, "urvt: URVT_PATH=shm needs the shm link (URVT_SHM=0 is set)\n");
+		urvt_report("URVT_PATH=shm needs the shm link, which URVT_SHM=0 turns off: unset "
+			    "one of them");
 		return -EINVAL;
 	}
 	*out = urvt_shm_open(gid, path == PATH_SHM, &err);
 	if (*out)
 		return 0;
 	if (path == PATH_SHM) {
-		fprintf(stderr, "urvt: URVT_PATH=shm: the shm link does not open: %s\n",
-			strerror(-err));
+		urvt_report("URVT_PATH=shm: the shm link does not open (%s): use URVT_PATH=udp "
+			    "or unset it", strerror(-err));
 		return err;
 	}
 	URVT_DBG("shm link: %s: UDP only", strerror(-err));
@@ -119,7 +122,12 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 		return ret;
 	/* RoCEv2: the GID is the IP address (IPv4 v4-mapped) */
 	memcpy(gid.raw, &link->info.addr6, sizeof(gid.raw));
-	rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname, link->info.if_mtu);
+	ret = rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname,
+			       link->info.if_mtu);
+	if (ret) {
+		urvt_link_close(link);
+		return ret;
+	}
 	ret = open_shm(&link->info.addr6, path, &shm);
 	if (ret) {
 		urvt_link_close(link);

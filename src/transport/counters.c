@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/report.h"
 #include "transport/tp.h"
 
 static struct urvt_stats_qp stats_overflow; /* QPs without a slot count here too */
@@ -64,6 +65,12 @@ int urvt_stats_init(struct urvt_net *net)
 				 (int)getpid());
 		}
 		fd = open(net->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0 && net->stats_keep) {
+			/* the caller asked for this file: without it, fail the open */
+			urvt_report("URVT_STATS_FILE=%s: cannot create it (%s): name a file in a "
+				    "writable directory, or unset it", net->shm_path, strerror(errno));
+			return -EINVAL;
+		}
 		if (fd >= 0) {
 			if (!ftruncate(fd, sizeof(*s))) {
 				s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/progress.h"
+#include "base/report.h"
 #include "transport/net.h"
 #include "transport/tp.h"
 #include "wire/pcap.h"
@@ -60,8 +61,9 @@ static void progress_barrier(struct urvt_net *net)
 	urvt_progress_cancel_work_sync(net->rdi->progress, &bw.w);
 }
 
-/* URVT_PCAP: "%p" in the name becomes the pid (one file per process). */
-static void pcap_open(struct urvt_net *net, const char *env)
+/* URVT_PCAP: "%p" in the name becomes the pid (one file per process).
+ * A trace that was asked for and cannot be written fails the open. */
+static int pcap_open(struct urvt_net *net, const char *env)
 {
 	char path[512];
 	const char *pp = strstr(env, "%p");
@@ -72,8 +74,11 @@ static void pcap_open(struct urvt_net *net, const char *env)
 	else
 		snprintf(path, sizeof(path), "%s", env);
 	net->pcap = urvt_pcap_open(path);
-	if (!net->pcap)
-		fprintf(stderr, "urvt: URVT_PCAP=%s: %s\n", path, strerror(errno));
+	if (net->pcap)
+		return 0;
+	urvt_report("URVT_PCAP=%s: cannot create the trace (%s): name a file in a writable "
+		    "directory, or unset it", path, strerror(errno));
+	return -EINVAL;
 }
 
 static void net_free(struct urvt_net *net)
@@ -126,8 +131,11 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 	if (ret)
 		goto err;
 	env = getenv("URVT_PCAP");
-	if (env && *env)
-		pcap_open(net, env);
+	if (env && *env) {
+		ret = pcap_open(net, env);
+		if (ret)
+			goto err;
+	}
 	rdi->transport_priv = net;
 	atomic_store(&net->app_linger, 2);
 	ret = urvt_net_watch_start(net);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/report.h"
 #include "core/rvt_api.h"
 #include "transport/net.h"
 #include "verbs/ops.h"
@@ -119,6 +120,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	struct urvt_context *uctx;
 	struct ibv_context *ctx;
 	struct rvt_dev_info *rdi;
+	unsigned long reports;
 	int ret = 0;
 
 	if (device != urvt_ibdev()) {
@@ -132,9 +134,14 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	}
 	/* The composition root (docs/architecture.md): the core device, with
 	 * the RoCEv2/UDP transport attached to it. */
+	reports = urvt_report_count();
 	rdi = rvt_dev_get(urvt_transport_attach, &ret);
-	if (!rdi)
+	if (!rdi) {
+		/* every failure to start says what happened, once (base/report.h) */
+		if (urvt_report_count() == reports)
+			urvt_report("cannot open urvt0: %s", strerror(-ret));
 		goto err_free;
+	}
 	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */
 	if (ret)
 		goto err_put_dev;

@@ -5,10 +5,10 @@
  * libibverbs.so.1. Exit 0 pass, 1 fail, 77 skip.
  *
  *   abi_verbs_test            everything below, expecting the default MTU
- *   abi_verbs_test mtu N      only: port 1 active_mtu is N bytes, and if
- *                             URVT_MTU is not a valid MTU, opening the
- *                             device warned about it on stderr
+ *   abi_verbs_test mtu N      only: port 1 active_mtu is N bytes
  *   abi_verbs_test mtu default  the same with N the default MTU
+ *   abi_verbs_test mtu refused  URVT_MTU is not an MTU: the device does not
+ *                             open (EINVAL) and says why on stderr
  *
  * The default MTU (docs/usage.md) comes from the interface: its MTU less
  * 80 bytes of RoCEv2 headers, rounded down to an IB MTU (lo: 4096).
@@ -688,12 +688,14 @@ int main(int argc, char **argv)
 	char captured[4096];
 	int only_mtu = 0;
 
-	if (argc == 3 && !strcmp(argv[1], "mtu")) {
+	if (argc == 3 && !strcmp(argv[1], "mtu") && !strcmp(argv[2], "refused")) {
+		only_mtu = 2;
+	} else if (argc == 3 && !strcmp(argv[1], "mtu")) {
 		if (strcmp(argv[2], "default"))
 			want_mtu = (unsigned int)strtoul(argv[2], NULL, 0);
 		only_mtu = 1;
 	} else if (argc != 1) {
-		fprintf(stderr, "usage: %s [mtu BYTES|default]\n", argv[0]);
+		fprintf(stderr, "usage: %s [mtu BYTES|default|refused]\n", argv[0]);
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -708,6 +710,17 @@ int main(int argc, char **argv)
 		return 1;
 
 	ctx = open_capturing(dev, captured, sizeof(captured));
+	if (only_mtu == 2) {
+		/* A bad URVT_MTU fails the open, with one line saying so. */
+		CHECK(ctx == NULL && errno == EINVAL);
+		CHECK(!valid_mtu_env(getenv("URVT_MTU")));
+		CHECK(strstr(captured, "urvt: URVT_MTU=") == captured);
+		CHECK(strchr(captured, '\n') == captured + strlen(captured) - 1);
+		if (ctx)
+			ibv_close_device(ctx);
+		printf("%s: %d failure(s)\n", argv[0], failures);
+		return failures ? 1 : 0;
+	}
 	CHECK(ctx != NULL);
 	if (!ctx) {
 		fprintf(stderr, "ibv_open_device: %s\n", strerror(errno));
@@ -716,9 +729,6 @@ int main(int argc, char **argv)
 	CHECK(ctx->device == dev);
 	CHECK_EQ(ctx->num_comp_vectors, 1);
 	CHECK(verbs_get_ctx(ctx) != NULL);
-	/* A bad URVT_MTU falls back to the default and says so. */
-	if (!valid_mtu_env(getenv("URVT_MTU")))
-		CHECK(strstr(captured, "URVT_MTU") != NULL);
 
 	if (only_mtu) {
 		struct ibv_port_attr p;
