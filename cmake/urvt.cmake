@@ -38,6 +38,7 @@ endfunction()
 # sanitizer runtime preloaded. URVT_SANITIZER_ENV is the CTest ENVIRONMENT
 # entry for such tests (empty in plain builds); their own leaks are not ours.
 set(URVT_SANITIZER_ENV "")
+set(URVT_SANITIZER_RUNTIME "")
 if(URVT_SANITIZE)
   if(URVT_SANITIZE STREQUAL "address")
     set(_rt_gnu libasan.so)
@@ -54,6 +55,7 @@ if(URVT_SANITIZE)
   execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${_rt}
                   OUTPUT_VARIABLE _rt_path OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(IS_ABSOLUTE "${_rt_path}")
+    set(URVT_SANITIZER_RUNTIME "${_rt_path}")
     set(URVT_SANITIZER_ENV "LD_PRELOAD=${_rt_path};ASAN_OPTIONS=detect_leaks=0")
   endif()
 endif()

@@ -41,7 +41,11 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 
 /*
  * RoCE address vectors must carry a GRH (the GID is the IP address);
- * qp-semantics §5.1 (AV: driver check) and roce-wire §12.
+ * qp-semantics §5.1 (AV: driver check) and roce-wire §12. The destination
+ * LID means nothing on a RoCE port: the kernel's verbs core never hands it
+ * to a RoCE driver, so rdmavt's multicast-LID refusal does not apply and any
+ * dlid is accepted and kept (UCX puts its UDP source port base, 0xC000,
+ * there; docs/deviations.md).
  */
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 		     struct urvt_av *av)
@@ -51,8 +55,6 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 	if (!attr->is_global)
 		return -EINVAL;
 	if (attr->grh.sgid_index >= rdi->port_attr.gid_tbl_len)
-		return -EINVAL;
-	if (attr->dlid >= 0xc000 && attr->dlid != 0xffff)
 		return -EINVAL;
 
 	memset(av, 0, sizeof(*av));

@@ -627,6 +627,10 @@ static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct u
 	wc_init(qp, &wc, IBV_WC_RECV, pkt->paylen + URVT_GRH_BYTES);
 	wc.src_qp = pkt->deth.sqp;
 	wc.wc_flags = IBV_WC_GRH;
+	/* RoCE has no SL; like ConnectX, say which IP header the GRH image
+	 * holds (2: IPv4, 1: IPv6): UCX's UD transport (Debian's 1.13) reads
+	 * it to find the destination address in the image (docs/deviations.md) */
+	wc.sl = urvt_ipinfo_is_v4(ip) ? 2 : 1;
 	if (pkt->mask & URVT_IMMDT_MASK) {
 		wc.wc_flags |= IBV_WC_WITH_IMM;
 		wc.imm_data = htobe32(pkt->immdt);

@@ -85,6 +85,13 @@ fi
 /usr/bin/urvt-run --help | grep -q "^Usage: urvt-run" || bad "urvt-run --help"
 ldp=$(/usr/bin/urvt-run sh -c 'echo "$LD_LIBRARY_PATH"')
 [ "${ldp%%:*}" = "$libdir" ] || bad "installed urvt-run puts '$ldp' first, not $libdir"
+# The /sys view comes with it (docs/ecosystem.md).
+[ "$(/usr/bin/urvt-run cat /sys/class/infiniband/urvt0/ports/1/gid_attrs/types/0)" = "RoCE v2" ] ||
+	bad "installed urvt-run shows no /sys view"
+if command -v ucx_info >/dev/null; then
+	URVT_ADDR=127.250.0.4 URVT_STATS=0 /usr/bin/urvt-run ucx_info -d 2>/dev/null | grep -q "Device: urvt0:1" ||
+		bad "ucx_info through the installed urvt-run lists no urvt0:1"
+fi
 
 # Man pages: found where they were installed, and they render.
 for page in "1 urvt-run" "1 urvt-stat" "7 urvt"; do

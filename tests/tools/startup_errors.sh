@@ -75,7 +75,7 @@ time.sleep(120)' "$@" >"$tmp/hold" 2>&1 &
 	holder=$!
 	i=0
 	while ! grep -qs bound "$tmp/hold" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-	grep -q bound "$tmp/hold" || { cat "$tmp/hold"; echo "FAIL: cannot hold port 4791"; exit 1; }
+	grep -q bound "$tmp/hold" || { cat "$tmp/hold"; echo "FAIL: cannot hold port 4791 (after $i tries; holder $holder: $(kill -0 $holder 2>&1 && echo alive))"; exit 1; }
 }
 
 # Sanity: with nothing wrong the device opens here.
@@ -114,7 +114,7 @@ expect "no free address" URVT_ADDR= URVT_NETDEV=
 "$run" --version >"$tmp/out" 2>&1 && grep -q '^urvt-run (urvt) [0-9]' "$tmp/out" || { cat "$tmp/out"; echo "FAIL: --version"; fail=1; }
 "$run" --help >"$tmp/out" 2>&1 && grep -q '^Usage: urvt-run' "$tmp/out" || { cat "$tmp/out"; echo "FAIL: --help"; fail=1; }
 for v in URVT_ADDR URVT_NETDEV URVT_MTU URVT_FAULT URVT_PCAP URVT_SHM URVT_PATH URVT_DEBUG \
-	URVT_STATS URVT_STATS_FILE; do
+	URVT_STATS URVT_STATS_FILE URVT_SYSFS; do
 	grep -q "$v" "$tmp/out" || { echo "FAIL: --help does not mention $v"; fail=1; }
 done
 "$run" --bogus >"$tmp/out" 2>&1; rc=$?
