@@ -248,6 +248,11 @@ static int view_openat(int dirfd, const char *path, int flags, mode_t mode,
 
 	switch (view_map(dirfd, path, buf, sizeof(buf))) {
 	case V_TREE:
+		/* read-only, like those sysfs files: never write the installed tree */
+		if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC | O_TMPFILE))) {
+			errno = EACCES;
+			return -1;
+		}
 		return next(AT_FDCWD, buf, flags, mode);
 	case V_NDEV:
 		return ndev_open(flags);
@@ -338,14 +343,16 @@ static FILE *view_fopen(const char *path, const char *mode, FILE *(*next)(const 
 	int fd;
 	FILE *f;
 
-	switch (view_map(AT_FDCWD, path, buf, sizeof(buf))) {
+	enum view v = view_map(AT_FDCWD, path, buf, sizeof(buf));
+
+	if ((v == V_TREE || v == V_NDEV) && (mode[0] != 'r' || strchr(mode, '+'))) {
+		errno = EACCES;
+		return NULL;
+	}
+	switch (v) {
 	case V_TREE:
 		return next(buf, mode);
 	case V_NDEV:
-		if (mode[0] != 'r' || strchr(mode, '+')) {
-			errno = EACCES;
-			return NULL;
-		}
 		fd = ndev_open(O_RDONLY | (strchr(mode, 'e') ? O_CLOEXEC : 0));
 		if (fd < 0)
 			return NULL;

@@ -92,6 +92,13 @@ static void test_on(const char *ndev)
 	CHECK(!strcmp(read_fopen(NDEV0, buf, sizeof(buf)), ndev));
 	errno = 0;
 	CHECK(open(NDEV0, O_WRONLY) < 0 && errno == EACCES);
+	/* the installed tree is never written, not even by root */
+	errno = 0;
+	CHECK(open(TYPE0, O_WRONLY | O_TRUNC) < 0 && errno == EACCES);
+	errno = 0;
+	CHECK(open(IB "/urvt0/new", O_WRONLY | O_CREAT, 0644) < 0 && errno == EACCES);
+	errno = 0;
+	CHECK(fopen(TYPE0, "a") == NULL && errno == EACCES);
 	CHECK(!strcmp(read_open(PORT "/link_layer", buf, sizeof(buf)), "Ethernet"));
 	CHECK(!strcmp(read_open(PORT "/state", buf, sizeof(buf)), "4: ACTIVE"));
 	CHECK(!strcmp(read_open("/sys/class/infiniband_verbs/uverbs-urvt0/ibdev", buf,
