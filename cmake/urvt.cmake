@@ -38,7 +38,11 @@ endfunction()
 # sanitizer runtime preloaded. URVT_SANITIZER_ENV is the CTest ENVIRONMENT
 # entry for such tests (empty in plain builds); their own leaks are not ours.
 set(URVT_SANITIZER_ENV "")
+# The build tree's urvt-run preloads URVT_SANITIZER_RUNTIME itself (tools/);
+# tests that are shell scripts around it want only URVT_SANITIZER_OPTIONS
+# (a sanitizer preloaded into the shell itself breaks it under TSan).
 set(URVT_SANITIZER_RUNTIME "")
+set(URVT_SANITIZER_OPTIONS "")
 if(URVT_SANITIZE)
   if(URVT_SANITIZE STREQUAL "address")
     set(_rt_gnu libasan.so)
@@ -56,6 +60,7 @@ if(URVT_SANITIZE)
                   OUTPUT_VARIABLE _rt_path OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(IS_ABSOLUTE "${_rt_path}")
     set(URVT_SANITIZER_RUNTIME "${_rt_path}")
+    set(URVT_SANITIZER_OPTIONS "ASAN_OPTIONS=detect_leaks=0")
     set(URVT_SANITIZER_ENV "LD_PRELOAD=${_rt_path};ASAN_OPTIONS=detect_leaks=0")
   endif()
 endif()

@@ -241,6 +241,9 @@ static int ndev_open(int flags)
 
 /* ---- open ---- */
 
+typedef int (*openat_fn)(int, const char *, int, ...);
+typedef int (*fstatat_fn)(int, const char *, struct stat *, int);
+
 static int view_openat(int dirfd, const char *path, int flags, mode_t mode,
 		       int (*next)(int, const char *, int, ...))
 {
@@ -248,8 +251,16 @@ static int view_openat(int dirfd, const char *path, int flags, mode_t mode,
 
 	switch (view_map(dirfd, path, buf, sizeof(buf))) {
 	case V_TREE:
-		/* read-only, like those sysfs files: never write the installed tree */
+		/* read-only, like those sysfs files: never write the installed
+		 * tree; what is not there is not there (librdmacm takes ENOENT
+		 * for "no rdma_cm", EACCES for a refusal) */
 		if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC | O_TMPFILE))) {
+			struct stat st;
+			if (!(flags & (O_CREAT | O_TMPFILE)) &&
+			    REAL(fstatat_fn, fstatat)(AT_FDCWD, buf, &st, 0)) {
+				errno = ENOENT;
+				return -1;
+			}
 			errno = EACCES;
 			return -1;
 		}
@@ -268,8 +279,6 @@ static mode_t open_mode(int flags, va_list ap)
 {
 	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
-
-typedef int (*openat_fn)(int, const char *, int, ...);
 
 EXPORT int open(const char *path, int flags, ...)
 {
@@ -401,7 +410,6 @@ static const char *stat_target(int *dirfd, const char *path, char *buf, size_t l
 	}
 }
 
-typedef int (*fstatat_fn)(int, const char *, struct stat *, int);
 typedef int (*fstatat64_fn)(int, const char *, struct stat64 *, int);
 
 EXPORT int stat(const char *restrict path, struct stat *restrict st)

@@ -84,6 +84,8 @@ static void test_on(const char *ndev)
 	errno = 0;
 	CHECK(open(UVERBS, O_RDWR) < 0 && errno == ENXIO);
 	CHECK(stat("/dev/infiniband/rdma_cm", &st) < 0 && errno == ENOENT);
+	errno = 0;
+	CHECK(open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC) < 0 && errno == ENOENT);
 
 	/* the GID type and its netdev, through open and fopen */
 	CHECK(!strcmp(read_open(TYPE0, buf, sizeof(buf)), "RoCE v2"));
