@@ -588,7 +588,9 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		wc.imm_data = wqe->ex.imm_data;
 	}
 	wc.pkey_index = qp->pkey_index;
-	wc.sl = wqe->ud_av->attr.sl;
+	/* the GRH image is an IP header as on the network, so sl names its
+	 * type as there (transport/resp.c ud_rcv), not the AV's SL as rdmavt */
+	wc.sl = urvt_ipinfo_is_v4(&ip) ? 2 : 1;
 	lastwqe = responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
 out_unlock:
 	urvt_spin_unlock(&qp->r_lock);
