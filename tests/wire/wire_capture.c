@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,50 @@ static pid_t start_dumpcap(uint16_t port, const char *file, const char *log)
 	return -1;
 }
 
+/* Datagrams in the capture so far (a record still being written counts as
+ * not there yet); -1 if the file cannot be read. */
+static int captured_so_far(const char *file)
+{
+	struct pcapr r;
+	struct pcapr_pkt pp;
+	int n = 0;
+
+	if (pcapr_open(&r, file))
+		return -1;
+	while (pcapr_next(&r, &pp) == 1)
+		n++;
+	pcapr_close(&r);
+	return n;
+}
+
+static const char sync_probe[] = "urvt-capture-sync";
+
+/* dumpcap says "Capturing on" before its filter is in place, and packets
+ * before that are lost: send probe datagrams until one shows up in the file
+ * (dumpcap flushes it every update interval), so everything after is seen. */
+static int sync_capture(int ss, int rs, const struct sockaddr_in *to, const char *file)
+{
+	for (int i = 0; i < 250; i++) {
+		char buf[64];
+		if (sendto(ss, sync_probe, sizeof(sync_probe), 0, (const struct sockaddr *)to,
+			   sizeof(*to)) != (ssize_t)sizeof(sync_probe))
+			return -1;
+		struct pollfd p = { .fd = rs, .events = POLLIN };
+		if (poll(&p, 1, 2000) <= 0 || recv(rs, buf, sizeof(buf), 0) < 0)
+			return -1;
+		usleep(20 * 1000);
+		int n = captured_so_far(file);
+		if (n > 0)
+			return n;
+	}
+	return -1;
+}
+
+static bool is_probe(const uint8_t *roce, size_t rlen)
+{
+	return rlen == sizeof(sync_probe) && !memcmp(roce, sync_probe, rlen);
+}
+
 static void receive_and_verify(int rs, int expect)
 {
 	for (int i = nsent - 1; i < nsent - 1 + expect; i++) {
@@ -166,6 +211,13 @@ int main(void)
 
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(dport),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int probes = sync_capture(ss, rs, &to, file);
+	if (probes < 0) {
+		FAIL("capture never saw a probe datagram\n");
+		kill(dc, SIGINT);
+		waitpid(dc, NULL, 0);
+		return 1;
+	}
 	struct urvt_ipinfo ip;
 	urvt_ipinfo_v4(&ip, htonl(INADDR_LOOPBACK), htonl(INADDR_LOOPBACK), sport, dport);
 	for (int op = 0; op < 256; op++) {
@@ -189,7 +241,9 @@ int main(void)
 				break;
 		}
 	}
-	usleep(300 * 1000);
+	/* everything sent is in the file (or 10 s passed) before dumpcap stops */
+	for (int i = 0; i < 200 && captured_so_far(file) < probes + nsent; i++)
+		usleep(50 * 1000);
 	kill(dc, SIGINT);
 	waitpid(dc, NULL, 0);
 
@@ -207,6 +261,8 @@ int main(void)
 			n++;
 			continue;
 		}
+		if (is_probe(roce, rlen))
+			continue;
 		if (n >= nsent || rlen != sent[n].len || memcmp(roce, sent[n].buf, rlen)) {
 			FAIL("captured frame %d is not the datagram sent\n", n);
 			n++;
