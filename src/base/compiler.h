@@ -67,6 +67,11 @@ static inline void urvt_spin_unlock(urvt_spinlock_t *l)
 	__atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE);
 }
 
+/* Thread-locals of the hot paths: the initial-exec model is a few
+ * instructions, not a __tls_get_addr call (the library is loaded with the
+ * program, or dlopened early enough for glibc's static TLS surplus). */
+#define URVT_TLS __thread __attribute__((tls_model("initial-exec")))
+
 /* C11-style atomics on plain fields via the GCC builtins (also clang). */
 #define READ_ONCE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define WRITE_ONCE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)

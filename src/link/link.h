@@ -86,6 +86,10 @@ struct urvt_link_ops {
 	void (*ack_wake)(struct urvt_link *l);
 	/* Optional: ctl_fd is readable (progress thread): peers come and go. */
 	void (*service)(struct urvt_link *l);
+	/* Optional, for a cheap_poll link: is anything waiting? No system
+	 * call, no side effect (a poller looks before it takes the receive
+	 * lock). */
+	bool (*pending)(struct urvt_link *l);
 	/* Optional: false if the link knows nothing sent to a will arrive any
 	 * more (the peer is gone). Cheap; no system call. */
 	bool (*reachable)(struct urvt_link *l, const union urvt_link_addr *a);
@@ -128,6 +132,11 @@ static inline void urvt_link_arm(struct urvt_link *l)
 static inline bool urvt_link_reachable(struct urvt_link *l, const union urvt_link_addr *a)
 {
 	return !l->ops->reachable || l->ops->reachable(l, a);
+}
+
+static inline bool urvt_link_pending(struct urvt_link *l)
+{
+	return !l->ops->pending || l->ops->pending(l);
 }
 
 static inline void urvt_link_close(struct urvt_link *l)

@@ -726,6 +726,22 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	return (int)got;
 }
 
+static bool shm_pending(struct urvt_link *l)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		int st = atomic_load_explicit(&p->state, memory_order_acquire);
+		if ((st == PEER_UP || st == PEER_GONE) &&
+		    atomic_load_explicit(&p->rx_ctrl->head, memory_order_relaxed) !=
+			    READ_ONCE(p->rx_tail))
+			return true;
+	}
+	return false;
+}
+
 static void shm_arm(struct urvt_link *l)
 {
 	struct urvt_shm *s = shm_of(l);
@@ -812,6 +828,7 @@ static const struct urvt_link_ops shm_ops = {
 	.ack_wake = shm_ack_wake,
 	.service = shm_service,
 	.reachable = shm_reachable,
+	.pending = shm_pending,
 	.close = shm_close,
 };
 

@@ -146,7 +146,7 @@ static int net_spin(void *arg)
 	struct urvt_net *net = arg;
 	int n;
 
-	if (atomic_load_explicit(&net->aside, memory_order_relaxed) ||
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed) || !urvt_net_rx_pending(net) ||
 	    pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, false);
@@ -248,8 +248,9 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
 	if (skip) {
 		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
-		/* the rings cost nothing to look at: only the socket waits */
-		if (!net->links[URVT_LINK_SHM])
+		/* the rings cost nothing to look at: only the socket waits;
+		 * and nothing there needs no lock */
+		if (!net->links[URVT_LINK_SHM] || !urvt_net_rx_pending(net))
 			return 0;
 	}
 	if (pthread_mutex_trylock(&net->rx_lock))

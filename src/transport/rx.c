@@ -42,7 +42,6 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 
 int urvt_net_rx_links(struct urvt_net *net, bool all)
 {
-	struct urvt_txq *txq = urvt_txq_get();
 	bool was_in_rx = urvt_rx_enter();
 	int got = 0;
 
@@ -50,9 +49,21 @@ int urvt_net_rx_links(struct urvt_net *net, bool all)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))
 			got += rx_link(net, (enum urvt_link_id)k);
 	urvt_rx_leave(was_in_rx);
-	if (got && txq && !was_in_rx)
-		urvt_txq_flush(net, txq);
+	/* responses the responder queued on this thread */
+	if (got && !was_in_rx) {
+		struct urvt_txq *txq = urvt_txq_peek();
+		if (txq)
+			urvt_txq_flush(net, txq);
+	}
 	return got;
+}
+
+bool urvt_net_rx_pending(struct urvt_net *net)
+{
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->cheap_poll && urvt_link_pending(net->links[k]))
+			return true;
+	return false;
 }
 
 int urvt_net_rx_batch(struct urvt_net *net)

@@ -216,6 +216,8 @@ int urvt_net_rx_batch(struct urvt_net *net);
 int urvt_net_rx_links(struct urvt_net *net, bool all);
 /* Batches until the links are empty, at most 64. */
 void urvt_net_rx_drain(struct urvt_net *net);
+/* Any cheap_poll link has something waiting (no lock needed). */
+bool urvt_net_rx_pending(struct urvt_net *net);
 
 /* ---- poll.c ---- */
 /* The progress thread starts / stops watching the link (create, destroy). */

@@ -13,7 +13,7 @@
 #include "transport/tp.h"
 #include "wire/pcap.h"
 
-static __thread bool tls_in_rx;
+static URVT_TLS bool tls_in_rx;
 
 bool urvt_in_rx(void)
 {
@@ -41,7 +41,7 @@ void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q)
 
 static pthread_key_t txq_key;
 static pthread_once_t txq_once = PTHREAD_ONCE_INIT;
-static __thread struct urvt_txq *tls_txq;
+static URVT_TLS struct urvt_txq *tls_txq;
 
 static void txq_destroy(void *p)
 {
