@@ -23,14 +23,24 @@ pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
 
-# urvt_add_unit_test(NAME SOURCES... LIBS ...): a cmocka test registered with CTest.
+# urvt_add_unit_test(NAME SOURCES... LIBS ... [LABELS ...] [PATHS udp shm]): a
+# cmocka test registered with CTest. PATHS: again as NAME_path_P with the
+# device's own QPs forced onto link P (URVT_PATH, docs/usage.md), passing
+# only if the counters show the packets on that link (tests/lib/on_path.sh);
+# label "path" only (not under TSan: some poll memory a UC WRITE lands in).
 function(urvt_add_unit_test name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS;PATHS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} PkgConfig::CMOCKA Threads::Threads)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT 120 LABELS "unit;${T_LABELS}")
+  foreach(path ${T_PATHS})
+    add_test(NAME ${name}_path_${path}
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/lib/on_path.sh ${path} $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_path_${path} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+      LABELS "path" ENVIRONMENT "URVT_STAT=${PROJECT_BINARY_DIR}/bin/urvt-stat")
+  endforeach()
 endfunction()
 
 # In sanitizer builds, uninstrumented programs (Debian's ibverbs-utils and

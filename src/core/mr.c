@@ -286,6 +286,7 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 		 size_t length, int access)
 {
 	struct rvt_dev_info *rdi = to_uctx(mr->ibmr.context)->rdi;
+	uint32_t one = 1;
 	int ret;
 
 	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
@@ -312,7 +313,10 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 	unpublish_mr(&rdi->lkey_table, mr);
 	/* and post_direct's, which take no reference, are done with it */
 	rvt_direct_barrier(&rdi->qp_table);
-	if (atomic_load(&mr->refcount) != 1) {
+	/* A lookup that found the slot before unpublish may still take a
+	 * reference and read the fields: from 0 it gets none (as for dereg)
+	 * until the release of 1 below publishes the new ones. */
+	if (!atomic_compare_exchange_strong(&mr->refcount, &one, 0)) {
 		publish_mr(&rdi->lkey_table, mr);
 		return -EBUSY;
 	}
@@ -331,6 +335,7 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 		mr->ibmr.addr = addr;
 		mr->ibmr.length = length;
 	}
+	atomic_store_explicit(&mr->refcount, 1, memory_order_release);
 	publish_mr(&rdi->lkey_table, mr);
 	return 0;
 }

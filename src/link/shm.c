@@ -217,6 +217,7 @@ static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
 
 	if (nfds) {
 		struct cmsghdr *c;
+		memset(&ctl, 0, sizeof(ctl)); /* the padding goes to the kernel too */
 		mh.msg_control = ctl.buf;
 		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
 		c = CMSG_FIRSTHDR(&mh);

@@ -218,6 +218,8 @@ static unsigned udp_send_batch(struct urvt_link *l, struct urvt_link_tx *p, unsi
 				/* the packets of a run sit back to back in the caller's buffer */
 				struct cmsghdr *c = (struct cmsghdr *)ctl[nm].buf;
 				uint16_t seg = (uint16_t)p[i].len;
+				/* the padding after the data goes to the kernel too */
+				memset(ctl[nm].buf, 0, sizeof(ctl[nm].buf));
 				c->cmsg_level = SOL_UDP;
 				c->cmsg_type = UDP_SEGMENT;
 				c->cmsg_len = CMSG_LEN(sizeof(seg));

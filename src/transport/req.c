@@ -84,7 +84,8 @@ void urvt_req_rewind(struct rvt_qp *qp)
 	struct rvt_swqe *wqe;
 	int32_t npsn;
 
-	qp->s_cur = qp->s_last;
+	/* modify/query read s_cur (SQD, ruc.c): atomic stores */
+	WRITE_ONCE(qp->s_cur, qp->s_last);
 	cur_next(qp);
 	qp->s_psn = qp_tp(qp)->comp_psn;
 	if (qp->s_last == head)
@@ -273,7 +274,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			 * every earlier UC WQE already did, so this is s_last */
 			rvt_send_complete(qp, wqe, IBV_WC_SUCCESS);
 		} else {
-			qp->s_cur++;
+			WRITE_ONCE(qp->s_cur, qp->s_cur + 1);
 		}
 		cur_next(qp);
 		if (qp_tp(qp)->probing)
@@ -299,7 +300,7 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
 	qp_tp(qp)->probing = false;
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
 		return;
-	qp->s_cur = cur;
+	WRITE_ONCE(qp->s_cur, cur);
 	qp->s_offset = off;
 	qp->s_psn = psn;
 	qp->s_pkts_since_ackreq = pkts;

@@ -244,6 +244,20 @@ static enum resp_res exec_send(struct rvt_qp *qp, const struct urvt_pkt *pkt, bo
 	return RESP_OK;
 }
 
+/* The receive WQE of a WRITE WITH IMMEDIATE, wr_id only (unless a dropped
+ * UC SEND left one). */
+static enum resp_res take_imm_rwqe(struct rvt_qp *qp)
+{
+	int ret;
+
+	if (qp->r_wrid_valid)
+		return RESP_OK;
+	ret = rvt_get_rwqe(qp, true);
+	if (ret < 0)
+		return RESP_NAK_OP;
+	return ret ? RESP_OK : RESP_RNR;
+}
+
 /* RDMA WRITE packet execution (RC and UC). */
 static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *lastwqe)
 {
@@ -255,13 +269,12 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 	 * waits for one */
 	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
 		return RESP_NAK_INV;
-	/* WRITE WITH IMMEDIATE needs its receive WQE before anything moves */
-	if (imm && !qp->r_wrid_valid) {
-		int ret = rvt_get_rwqe(qp, true);
-		if (ret < 0)
-			return RESP_NAK_OP;
-		if (ret == 0)
-			return RESP_RNR;
+	/* RC: WRITE WITH IMMEDIATE needs its receive WQE before anything
+	 * else (RNR before the key, as rxe) */
+	if (imm && qp->type == IBV_QPT_RC) {
+		enum resp_res r = take_imm_rwqe(qp);
+		if (r != RESP_OK)
+			return r;
 	}
 	if (pkt->mask & URVT_START_MASK) {
 		enum rvt_rkey_res r;
@@ -284,6 +297,14 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 			return RESP_NAK_INV;
 	} else if (pkt->paylen != left || !(pkt->mask & URVT_END_MASK)) {
 		return RESP_NAK_INV;
+	}
+	/* UC: only once the packet passed every check, so that a dropped
+	 * message leaves its receive WQE posted (rc-protocol §6; a WQE taken
+	 * for its wr_id only has no SGEs a later SEND could reuse) */
+	if (imm && qp->type != IBV_QPT_RC) {
+		enum resp_res r = take_imm_rwqe(qp);
+		if (r != RESP_OK)
+			return r;
 	}
 	if (pkt->paylen) {
 		ss.sge = qp->r_rdma_sge;

@@ -295,6 +295,65 @@ static void test_resp_read_atomic_access(void **state)
 }
 
 /*
+ * UC (rc-protocol §6): a message the responder refuses (bad R_Key, a WRITE
+ * WITH IMMEDIATE among them, or a SEND longer than the receive) is dropped
+ * without a word; the QP stays in RTS and the receive it would have used
+ * takes the next SEND.
+ */
+static void test_resp_uc_drop_keeps_receive(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_UC, cq, cq, NULL, NULL, false);
+	const struct ut_path path = { .peer_s_addr = peer_addr.sin_addr.s_addr,
+				      .dest_qpn = PEER_QPN, .rq_psn = PEER_PSN, .sq_psn = MY_PSN };
+	static uint8_t mem[4096], data[100];
+	struct rvt_mregion *mr = ut_mr(pd, mem, sizeof(mem),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	uint32_t psn = PEER_PSN;
+	struct urvt_pkt f;
+	struct ibv_wc wc;
+
+	(void)state;
+	ut_to_init(qp, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_rtr_path(qp, &path);
+	ut_to_rts_path(qp, &path);
+	ut_post_recv(qp, 1, mem, 64, mr->lkey);
+	for (int c = 0; c < 3; c++) {
+		memset(mem, 0, sizeof(mem));
+		ut_fill(data, sizeof(data), (uint32_t)c);
+		if (c < 2) { /* WRITE ONLY with a bad R_Key, without and with imm */
+			f = req(qp->qpn, c ? URVT_OP_UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE :
+					     URVT_OP_UC_RDMA_WRITE_ONLY, psn++, false);
+			f.reth = (struct urvt_reth){ .va = (uintptr_t)mem + 128,
+						     .rkey = mr->lkey ^ 0x100, .len = 16 };
+			f.immdt = 7;
+			peer_send(&f, data, 16);
+		} else {     /* 100 bytes into 64 */
+			f = req(qp->qpn, URVT_OP_UC_SEND_ONLY, psn++, false);
+			peer_send(&f, data, 100);
+		}
+		peer_quiet(20);
+		ut_cq_empty(cq, 5);
+		assert_int_equal(ut_state(qp), IBV_QPS_RTS);
+		for (int i = 0; i < 256; i++)
+			assert_int_equal(mem[i], 0);
+		/* the next SEND takes the receive that was not used */
+		f = req(qp->qpn, URVT_OP_UC_SEND_ONLY, psn++, false);
+		peer_send(&f, data, 8);
+		ut_poll1(cq, &wc);
+		assert_int_equal(wc.wr_id, 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.byte_len, 8);
+		assert_memory_equal(mem, data, 8);
+		ut_post_recv(qp, 1, mem, 64, mr->lkey);
+	}
+	assert_true(dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT) >= 3);
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+/*
  * Atomic on an MR whose iova and host address differ mod 8
  * (ibv_reg_mr_iova): the iova is aligned, the host word is not. NAK
  * invalid request, responder -> ERR, memory untouched; the in-process path
@@ -512,6 +571,7 @@ int main(void)
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
+		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
 		cmocka_unit_test(test_recv_drops),
 		cmocka_unit_test(test_comp_send_coalesced_nak),
 		cmocka_unit_test(test_comp_read_and_retry),

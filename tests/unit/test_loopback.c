@@ -191,6 +191,44 @@ static uint64_t baddr(struct pair *p, uint32_t off)
 	return (uintptr_t)p->bbuf + off;
 }
 
+/*
+ * Over a link, UC messages land after the sender's completion, in order:
+ * once an empty SEND behind them has been received, they are there.
+ */
+static void uc_landed(struct pair *p)
+{
+	struct ibv_send_wr wr = { .wr_id = 0xfe, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
+
+	ut_post_recv(p->b, 0xfe, NULL, 0, 0);
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, 0xfe, IBV_WC_SUCCESS);
+	expect_wc(p->bcq, 0xfe, IBV_WC_SUCCESS);
+}
+
+/*
+ * UC over a link (rc-protocol §6): a message the responder refuses is
+ * dropped; the responder stays in RTS with its receives posted, and the
+ * next SEND lands in the first of them (wr_id 1, at bbuf). In-process the
+ * responder goes to ERR instead (qp-semantics §10; docs/deviations.md).
+ */
+static void uc_still_receives(struct pair *p)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+
+	assert_int_equal(ut_state(p->b), IBV_QPS_RTS);
+	ut_fill(p->abuf + 1024, 8, 61);
+	wr1(p, &wr, &sge, IBV_WR_SEND, 1024, 8, 0);
+	wr.wr_id = 0xfd;
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, 0xfd, IBV_WC_SUCCESS);
+	wc = expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, 8);
+	assert_true(ut_check(p->bbuf, 8, 61));
+}
+
 /* ---------------------------------------------------------------- */
 /* Data movement                                                     */
 /* ---------------------------------------------------------------- */
@@ -279,9 +317,6 @@ static void rdma_write(enum ibv_qp_type type)
 		wc = expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
 		assert_int_equal(wc.opcode, IBV_WC_RDMA_WRITE);
 		assert_int_equal(wc.byte_len, len);
-		assert_true(ut_check(p->bbuf + off, len, (uint32_t)i));
-		assert_int_equal(p->bbuf[off - 1], 0x5a);
-		assert_int_equal(p->bbuf[off + len], 0x5a);
 		if (imm) {
 			wc = expect_wc(p->bcq, 300 + i, IBV_WC_SUCCESS);
 			assert_int_equal(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
@@ -289,7 +324,14 @@ static void rdma_write(enum ibv_qp_type type)
 			assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
 			assert_int_equal(wc.imm_data, htonl(0x1234 + (uint32_t)i));
 			assert_int_equal(wc.src_qp, p->a->qpn);
+		} else if (type == IBV_QPT_UC && !ut_inproc(&dev)) {
+			/* over a link a UC WRITE lands after its send completion */
+			uc_landed(p);
 		}
+		/* RC: the data is there at the ACK; in-process at once */
+		assert_true(ut_check(p->bbuf + off, len, (uint32_t)i));
+		assert_int_equal(p->bbuf[off - 1], 0x5a);
+		assert_int_equal(p->bbuf[off + len], 0x5a);
 		ut_cq_empty(p->bcq, 2);
 	}
 	pair_free(p, true);
@@ -715,6 +757,21 @@ static void test_rem_access_err(void **state)
 				wr.wr.rdma.rkey = 0;
 				break;
 			}
+			if (uc && !ut_inproc(&dev)) {
+				/* UC over a link: dropped, nobody is told; the
+				 * good WRITE behind it lands 4 bytes at bbuf, the
+				 * probe SEND 8, the bad one would have put 16 */
+				ut_fill(p->abuf, 16, 77);
+				expect_requester_error(p, &wr, IBV_WC_SUCCESS, false);
+				uc_still_receives(p);
+				expect_responder(p, NULL, 0, IBV_QPS_RTS);
+				for (int i = 8; i < 16; i++)
+					assert_int_equal(p->bbuf[i], 0);
+				assert_int_not_equal(memcmp(p->abuf + 8, p->bbuf + 8, 8), 0);
+				assert_int_equal(rvt_dereg_mr(ro), 0);
+				pair_free(p, true);
+				continue;
+			}
 			/* RC: both sides to ERR. UC: REM_ACCESS_ERR for the sender
 			 * but no sender error state (as coded, qp-semantics §10). */
 			expect_requester_error(p, &wr, IBV_WC_REM_ACCESS_ERR, !uc);
@@ -765,8 +822,14 @@ static void test_rem_inv_req_err(void **state)
 			} else {
 				expect_requester_error(p, &wr, IBV_WC_REM_INV_REQ_ERR, true);
 			}
-			/* responder ERR; no receive was in progress: flushes only */
-			expect_responder(p, flush2, 2, IBV_QPS_ERR);
+			if (uc && !ut_inproc(&dev)) {
+				/* UC over a link: dropped (rc-protocol §3.3) */
+				uc_still_receives(p);
+				expect_responder(p, NULL, 0, IBV_QPS_RTS);
+			} else {
+				/* responder ERR; no receive was in progress: flushes only */
+				expect_responder(p, flush2, 2, IBV_QPS_ERR);
+			}
 			pair_free(p, true);
 		}
 	}
@@ -786,11 +849,21 @@ static void test_oversized_send(void **state)
 		brecv(p, 1, 0, 64);
 		brecv(p, 2, 0, 64);
 		wr1(p, &wr, &sge, IBV_WR_SEND, 0, 65, 0);
+		ut_fill(p->abuf, 65, 13);
 		if (uc) {
 			ut_post_send(p->a, &wr);
 			expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
 		} else {
 			expect_requester_error(p, &wr, IBV_WC_REM_INV_REQ_ERR, true);
+		}
+		if (uc && !ut_inproc(&dev)) {
+			/* UC over a link: dropped, the receive stays (rc-protocol §6) */
+			uc_still_receives(p);
+			expect_responder(p, NULL, 0, IBV_QPS_RTS);
+			for (int i = 8; i < 64; i++)
+				assert_int_equal(p->bbuf[i], 0);
+			pair_free(p, true);
+			continue;
 		}
 		expect_responder(p, st, 2, IBV_QPS_ERR);
 		for (int i = 0; i < 64; i++)
@@ -1018,6 +1091,8 @@ static void test_peer_wrong_type(void **state)
 static void test_send_with_inv(void **state)
 {
 	struct pair *p = pair_new(IBV_QPT_RC);
+	struct rvt_pd *pd;
+	uint32_t gone;
 	struct rvt_mregion *victim = ut_mr(p->pd, p->bbuf + 4096, 4096, ALL_ACCESS);
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
@@ -1026,7 +1101,6 @@ static void test_send_with_inv(void **state)
 
 	(void)state;
 	brecv(p, 1, 0, 64);
-	brecv(p, 2, 0, 64);
 	wr1(p, &wr, &sge, IBV_WR_SEND_WITH_INV, 0, 8, 0);
 	wr.invalidate_rkey = victim->ibmr.rkey;
 	ut_post_send(p->a, &wr);
@@ -1037,18 +1111,37 @@ static void test_send_with_inv(void **state)
 	assert_int_equal(wc.invalidated_rkey, victim->ibmr.rkey);
 	assert_false(rvt_rkey_ok(p->b, &s, 8, (uintptr_t)p->bbuf + 4096, victim->ibmr.rkey,
 				 IBV_ACCESS_REMOTE_WRITE));
-	/* a key that cannot be invalidated is ignored: no WITH_INV flag */
-	wr.invalidate_rkey = victim->ibmr.rkey ^ 1;
-	wr.wr_id = 99;
-	ut_post_send(p->a, &wr);
-	expect_wc(p->acq, 99, IBV_WC_SUCCESS);
-	wc = expect_wc(p->bcq, 2, IBV_WC_SUCCESS);
-	assert_false(wc.wc_flags & IBV_WC_WITH_INV);
 	/* an RDMA WRITE with the invalidated key now fails */
 	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)p->bbuf + 4096);
 	wr.wr.rdma.rkey = victim->ibmr.rkey;
 	expect_requester_error(p, &wr, IBV_WC_REM_ACCESS_ERR, true);
+	expect_responder(p, NULL, 0, IBV_QPS_ERR);
+	gone = victim->ibmr.rkey;
 	assert_int_equal(rvt_dereg_mr(victim), 0);
+	pd = p->pd;
+	pair_free(p, false);
+
+	/* a key that cannot be invalidated (deregistered) */
+	p = pair_new_opts(IBV_QPT_RC, &defaults, pd);
+	brecv(p, 1, 0, 64);
+	wr1(p, &wr, &sge, IBV_WR_SEND_WITH_INV, 0, 8, 0);
+	wr.invalidate_rkey = gone;
+	wr.wr_id = 99;
+	if (ut_inproc(&dev)) {
+		/* rvt_ruc_loopback ignores it: no WITH_INV flag */
+		ut_post_send(p->a, &wr);
+		expect_wc(p->acq, 99, IBV_WC_SUCCESS);
+		wc = expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+		assert_false(wc.wc_flags & IBV_WC_WITH_INV);
+		assert_int_equal(ut_state(p->b), IBV_QPS_RTS);
+	} else {
+		/* over a link, rxe's class J (rc-protocol §3.7): the receive
+		 * fails, the responder goes to ERR without a NAK, the requester
+		 * times out (docs/deviations.md) */
+		expect_requester_error(p, &wr, IBV_WC_RETRY_EXC_ERR, true);
+		expect_wc(p->bcq, 1, IBV_WC_REM_INV_REQ_ERR);
+		expect_responder(p, NULL, 0, IBV_QPS_ERR);
+	}
 	pair_free(p, true);
 }
 
@@ -1677,11 +1770,13 @@ static void test_direct_write(void **state)
 		assert_true(ut_check(p->bbuf + 1000, sizeof(data), 77));
 	}
 
-	/* 5. a responder in RTR: COMM_EST once, as for a SEND */
+	/* 5. a responder in RTR: COMM_EST once, as for a SEND (expecting
+	 * a's next PSN: a link checks it) */
 	ut_async_drain(&dev);
 	ut_modify_state(p->b, IBV_QPS_RESET);
 	ut_to_init(p->b, ALL_REMOTE, 0);
-	ut_to_rtr(&dev, p->b, p->a->qpn, 1);
+	assert_int_equal(rvt_query_qp(p->a, &qa, 0, NULL), 0);
+	ut_to_rtr_psn(&dev, p->b, p->a->qpn, qa.sq_psn, 1);
 	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 0));
 	ut_post_send(p->a, &wr);
 	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
@@ -1692,8 +1787,9 @@ static void test_direct_write(void **state)
 	ut_to_rts(p->b, 7, 7, 4);
 
 	/* 6. no peer cached (it was not there when a went to RTR): the
-	 * engine looks it up per WR, as always */
+	 * engine looks it up per WR, as always (over a link: nothing cached) */
 	{
+		bool inproc = ut_inproc(&dev);
 		struct rvt_qp *c = ut_qp(&dev, p->pd, IBV_QPT_RC, p->bcq, p->bcq, NULL, NULL, false);
 		struct rvt_qp *d = ut_qp(&dev, p->pd, IBV_QPT_RC, p->acq, p->acq, NULL, NULL, false);
 		ut_to_init(d, ALL_REMOTE, 0);
@@ -1703,7 +1799,7 @@ static void test_direct_write(void **state)
 		ut_to_init(c, ALL_REMOTE, 0);
 		ut_to_rtr(&dev, c, d->qpn, 1);
 		ut_to_rts(c, 7, 7, 4);
-		assert_ptr_equal(c->lb_peer, d);
+		assert_ptr_equal(c->lb_peer, inproc ? d : NULL);
 		memset(p->bbuf, 0, 64);
 		ut_fill(p->abuf, 8, 21);
 		wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 32));
@@ -1769,5 +1865,6 @@ int main(void)
 		cmocka_unit_test(test_direct_write),
 	};
 
+	cmocka_set_test_filter(getenv("UT_FILTER")); /* e.g. UT_FILTER=test_read */
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

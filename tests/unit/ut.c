@@ -54,6 +54,11 @@ void ut_close(struct ut_dev *d)
 	memset(d, 0, sizeof(*d));
 }
 
+bool ut_inproc(const struct ut_dev *d)
+{
+	return !d->rdi->no_inproc;
+}
+
 struct rvt_pd *ut_pd(struct ut_dev *d)
 {
 	int err = 0;
@@ -215,12 +220,18 @@ static void to_rts(struct rvt_qp *qp, uint32_t sq_psn, uint8_t timeout, uint8_t 
 	assert_int_equal(rvt_modify_qp(qp, &a, mask), 0);
 }
 
-void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer)
+void ut_to_rtr_psn(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint32_t rq_psn,
+		   uint8_t min_rnr_timer)
 {
 	struct ibv_ah_attr ah;
 
 	ut_loopback_ah_attr(d, &ah);
-	to_rtr(qp, &ah, dest_qpn, 0, min_rnr_timer);
+	to_rtr(qp, &ah, dest_qpn, rq_psn, min_rnr_timer);
+}
+
+void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer)
+{
+	ut_to_rtr_psn(d, qp, dest_qpn, 0, min_rnr_timer);
 }
 
 void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t max_rd_atomic)

@@ -26,6 +26,9 @@ struct ut_dev {
 /* Open the device and a context (num_comp_vectors = 1, as the verbs edge). */
 void ut_open(struct ut_dev *d);
 void ut_close(struct ut_dev *d);
+/* Do this device's own QPs meet in-process (rvt_ruc_loopback, post_direct),
+ * or over a link (URVT_PATH=shm|udp, docs/usage.md)? */
+bool ut_inproc(const struct ut_dev *d);
 
 struct rvt_pd *ut_pd(struct ut_dev *d);
 struct rvt_cq *ut_cq(struct ut_dev *d, int cqe);
@@ -49,6 +52,9 @@ void ut_loopback_ah_attr(struct ut_dev *d, struct ibv_ah_attr *ah);
 void ut_to_init(struct rvt_qp *qp, int access, uint32_t qkey);
 /* INIT -> RTR towards dest_qpn (RC/UC) with a loopback AV. */
 void ut_to_rtr(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint8_t min_rnr_timer);
+/* The same with an expected PSN (a link checks it; in-process nothing does). */
+void ut_to_rtr_psn(struct ut_dev *d, struct rvt_qp *qp, uint32_t dest_qpn, uint32_t rq_psn,
+		   uint8_t min_rnr_timer);
 /* RTR -> RTS (RC: retry/rnr_retry, max_rd_atomic). */
 void ut_to_rts(struct rvt_qp *qp, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t max_rd_atomic);
 /* A peer at an IPv4 address (a test's own socket) and the attributes of
