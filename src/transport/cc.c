@@ -28,7 +28,7 @@
 /* A QP may always have this many PSNs in flight (no starvation, no wake-up list). */
 #define CC_QP_MIN_PSNS 4
 /* The largest window of one QP, in bytes (at least 128 PSNs, rxe's window). */
-#define CC_QP_MAX_BYTES (512u << 10)
+#define CC_QP_MAX_BYTES (2u << 20)
 #define CC_QP_MAX_PSNS 1024u
 /* Peer window bounds and start (bytes). The upper bound keeps one peer's
  * burst inside what an unprivileged receive socket holds (rmem_max). */
@@ -40,11 +40,13 @@
 #define CC_LOSS_DEN 10
 /* Additive increase: this many PMTUs per window acknowledged. */
 #define CC_AI_PKTS 8
-/* Delay: above min_rtt x 4 + 200 us, the window shrinks (once per RTT). */
-#define CC_DELAY_MUL 4
-#define CC_DELAY_ADD_NS 200000ull
+/* Delay: a smoothed RTT above min_rtt x 8 + 1 ms shrinks the window x 0.85
+ * (once per recovery period). Generous, because on a shared host the RTT
+ * also holds the time a process waits for a CPU, which no window changes. */
+#define CC_DELAY_MUL 8
+#define CC_DELAY_ADD_NS 1000000ull
 /* Tail-loss probe floor when the RTT is known. */
-#define CC_PTO_MIN_NS 100000ull
+#define CC_PTO_MIN_NS 250000ull
 
 struct urvt_cc_peer {
 	uint8_t gid[16];
@@ -57,6 +59,7 @@ struct urvt_cc_peer {
 	uint64_t min_rtt_ns, min_rtt_at;  /* smallest RTT (re-learnt every 10 s) */
 	uint64_t hold_until_ns;           /* no further decrease before (recovery) */
 	uint64_t ai_acc;                  /* bytes acknowledged since the last +1 PMTU */
+	uint32_t undo_cwnd, undo_ssthresh; /* before the last timeout's cut */
 };
 
 #define CC_PEERS 256
@@ -280,8 +283,8 @@ void urvt_cc_acked(struct rvt_qp *qp, uint32_t npsn)
 		}
 		/* queueing delay far above the path's own: shrink before the
 		 * receiver's socket overflows */
-		if (!cc_delay_off() && rtt > p->min_rtt_ns * CC_DELAY_MUL + CC_DELAY_ADD_NS &&
-		    peer_decrease(p, now, CC_LOSS_NUM + 1, CC_LOSS_DEN, false)) {
+		if (!cc_delay_off() && s > p->min_rtt_ns * CC_DELAY_MUL + CC_DELAY_ADD_NS &&
+		    peer_decrease(p, now, 85, 100, false)) {
 			urvt_spin_unlock(&p->lock);
 			qp_count(qp, URVT_CTR_CC_DELAY, 1);
 			return;
@@ -311,11 +314,47 @@ void urvt_cc_loss(struct rvt_qp *qp, bool timeout)
 	if (!p)
 		return;
 	urvt_spin_lock(&p->lock);
-	cut = timeout ? peer_decrease(p, urvt_now_ns(), 1, 2, true)
-		      : peer_decrease(p, urvt_now_ns(), CC_LOSS_NUM, CC_LOSS_DEN, false);
+	if (timeout) {
+		uint32_t c = atomic_load_explicit(&p->cwnd, memory_order_relaxed);
+		uint32_t ss = p->ssthresh;
+		cut = peer_decrease(p, urvt_now_ns(), 1, 2, false);
+		if (cut) {
+			p->undo_cwnd = c;
+			p->undo_ssthresh = ss;
+		}
+		/* every QP the same stall timed out may undo the one cut */
+		qp_tp(qp)->cc_undo = p->undo_cwnd != 0;
+	} else {
+		cut = peer_decrease(p, urvt_now_ns(), CC_LOSS_NUM, CC_LOSS_DEN, false);
+		p->undo_cwnd = 0;
+		qp_tp(qp)->cc_undo = false;
+	}
 	urvt_spin_unlock(&p->lock);
 	if (cut)
 		qp_count(qp, URVT_CTR_CC_LOSS, 1);
+}
+
+/* The originals of what a timeout resent were acknowledged (the ACK passed
+ * the resend cursor): nothing was lost, the peer or this process had only
+ * been off the CPU. The timeout's cut is undone (as TCP's F-RTO/Eifel). */
+void urvt_cc_undo(struct rvt_qp *qp)
+{
+	struct urvt_cc_peer *p = qp_tp(qp)->peer;
+
+	qp_tp(qp)->cc_undo = false;
+	if (!p)
+		return;
+	urvt_spin_lock(&p->lock);
+	if (p->undo_cwnd) {
+		if (p->undo_cwnd > atomic_load_explicit(&p->cwnd, memory_order_relaxed))
+			atomic_store_explicit(&p->cwnd, p->undo_cwnd, memory_order_relaxed);
+		p->ssthresh = p->undo_ssthresh;
+		p->undo_cwnd = 0;
+		urvt_spin_unlock(&p->lock);
+		qp_count(qp, URVT_CTR_CC_UNDO, 1);
+		return;
+	}
+	urvt_spin_unlock(&p->lock);
 }
 
 void urvt_cc_sent(struct rvt_qp *qp, uint32_t psn)

@@ -127,21 +127,6 @@ static void comp_drop(struct rvt_qp *qp, int reason)
 	qp_count(qp, URVT_CTR_DROP_BASE + (enum urvt_ctr)reason, 1);
 }
 
-/* End PSN + 1 of the READ request that asked for psn: the one on the wire
- * (req.c rd_end), else the whole WQE. */
-static uint32_t req_end_of(const struct rvt_qp *qp, const struct rvt_swqe *wqe, uint32_t psn)
-{
-	const struct urvt_tp_qp *tp = qp_tp(qp);
-
-	for (uint32_t i = 0; i < tp->rd_n; i++) {
-		uint32_t e = tp->rd_end[(tp->rd_head + i) % URVT_RD_REQS_MAX];
-		if (urvt_psn_cmp(e, psn) > 0)
-			return urvt_psn_cmp(e, urvt_psn_next(wqe->lpsn)) < 0 ? e
-									      : urvt_psn_next(wqe->lpsn);
-	}
-	return urvt_psn_next(wqe->lpsn);
-}
-
 /* READ response payload (rc-protocol §4 step 5). Returns false to drop the packet. */
 static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
 {
@@ -155,35 +140,16 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	want = wqe->length - (uint32_t)off;
 	if (want > qp->pmtu)
 		want = qp->pmtu;
-	/* position in the request must match the opcode: a READ may have gone
-	 * out as several requests (req.c), each answered FIRST..LAST or ONLY;
-	 * a request asked for again from its middle is answered MIDDLE..LAST
-	 * (rc-protocol §3.8). Between requests comp_opcode is 0. */
-	{
-		uint32_t end = req_end_of(qp, wqe, pkt->psn);
-		bool at_end = urvt_psn_next(pkt->psn) == end;
-		bool inside = qp_tp(qp)->comp_opcode == URVT_OP_RC_RDMA_READ_RESPONSE_FIRST ||
-			      qp_tp(qp)->comp_opcode == URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
-
-		switch (op) {
-		case URVT_OP_RC_RDMA_READ_RESPONSE_ONLY:
-			if (inside || !at_end)
-				return false;
-			break;
-		case URVT_OP_RC_RDMA_READ_RESPONSE_FIRST:
-			if (inside || at_end)
-				return false;
-			break;
-		case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
-			if (!inside || at_end)
-				return false;
-			break;
-		case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
-			if (!inside || !at_end)
-				return false;
-			break;
-		}
-	}
+	/* The data's place follows from the PSN alone (each request asks for
+	 * the bytes of its PSNs, rc-protocol §2.3), so any READ response
+	 * opcode is taken in order: a READ may have gone out as several
+	 * requests (req.c), each answered FIRST..LAST or ONLY, a request
+	 * asked for again from its middle is answered MIDDLE..LAST
+	 * (rc-protocol §3.8), and after losses the two sides need not agree
+	 * on where requests began. Only the WQE's last PSN must end a request. */
+	if (pkt->psn == wqe->lpsn && op != URVT_OP_RC_RDMA_READ_RESPONSE_LAST &&
+	    op != URVT_OP_RC_RDMA_READ_RESPONSE_ONLY)
+		return false;
 	if (pkt->paylen != want)
 		return false;
 	if (!qp_tp(qp)->rd_valid || qp_tp(qp)->rd_idx != qp->s_last || pkt->psn == wqe->psn) {
@@ -350,8 +316,9 @@ static enum comp_state comp_read(struct comp_ctx *c)
 	struct rvt_qp *qp = c->qp;
 	uint8_t op = c->pkt->opcode;
 
-	if (!comp_read_data(qp, c->wqe, c->pkt))
+	if (!comp_read_data(qp, c->wqe, c->pkt)) {
 		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+	}
 	qp_tp(qp)->comp_opcode = op;
 	advance_comp_psn(qp, urvt_psn_next(c->pkt->psn));
 	if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST || op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
@@ -397,8 +364,12 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 		code = urvt_aeth_syn_value(pkt->aeth.syn);
 		if (code == URVT_NAK_PSN_SEQ_ERR) {
 			qp_count(qp, URVT_CTR_NAK_RCVD_SEQ, 1);
-			/* everything before the NAK'd PSN arrived */
-			advance_comp_psn(qp, pkt->psn);
+			/* everything before the NAK'd PSN arrived, except inside a
+			 * READ asked for in pieces (req.c): the responder
+			 * expects the next piece while responses of the earlier
+			 * ones may be lost; comp_psn stays until they are in */
+			if (!wqe_is_rd_atomic(c->wqe))
+				advance_comp_psn(qp, pkt->psn);
 			if (qp->s_flags & RVT_S_WAIT_RNR)
 				return COMPST_DONE;
 			URVT_DBG("qp %u: NAK psn-seq %#x", qp->qpn, pkt->psn);

@@ -87,6 +87,8 @@ void urvt_req_rewind(struct rvt_qp *qp)
 	qp->s_cur = qp->s_last;
 	cur_next(qp);
 	qp->s_psn = qp_tp(qp)->comp_psn;
+	/* what asked for an ACK may be lost: ask again */
+	qp_tp(qp)->ackreq_valid = false;
 	if (qp->s_last == head)
 		return;
 	wqe = rvt_get_swqe_ptr(qp, qp->s_last);
@@ -133,6 +135,12 @@ static void sent_psn(struct rvt_qp *qp, uint32_t psn, uint32_t npsn)
 	qp_tp(qp)->cur_started = true;
 }
 
+/* A packet that asks for an ACK is in flight (sent after comp_psn). */
+static bool ackreq_in_flight(const struct urvt_tp_qp *tp)
+{
+	return tp->ackreq_valid && urvt_psn_cmp(tp->ackreq_psn, tp->comp_psn) >= 0;
+}
+
 /* One SEND/WRITE packet of s_cur. Returns true when it was the last. */
 static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 			   uint32_t psn, uint32_t allow)
@@ -148,12 +156,17 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	urvt_pkt_init(&f, req_opcode(wqe, uc, first, last), qp->remote_qpn, psn);
 	f.paylen = paylen;
 	/* rc-protocol §2.3: AckReq on the last packet and every
-	 * URVT_MAX_PKT_PER_ACK packets in between; also on the packet that
-	 * fills the window (allow 1: the requester stops after it) and on probes */
+	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
+	 * window also on the packet that fills it, under congestion control
+	 * whenever none is in flight and the window is near its end (it may
+	 * close under a QP because of other QPs: an ACK must be on its way) */
 	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
-	    allow <= 1) {
+	    (qp_tp(qp)->peer ? allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)) :
+	     qp->type == IBV_QPT_RC && allow <= 1)) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
+		qp_tp(qp)->ackreq_psn = psn;
+		qp_tp(qp)->ackreq_valid = true;
 	}
 	if (last) {
 		f.se = (wqe->send_flags & IBV_SEND_SOLICITED) &&
@@ -243,8 +256,9 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 				uint32_t div = qp->max_rd_atomic < 4 ? qp->max_rd_atomic : 4;
 				uint32_t cmax = tp->wnd_max / (div ? div : 1);
 				n = npsn < cmax ? npsn : cmax;
-				/* not in pieces smaller than 8 PSNs unless that is all */
-				if (n > allow && allow < 8 && base > 0)
+				/* not in pieces below half the largest unless that is
+				 * all: each request costs a responder resource */
+				if (n > allow && allow < cmax / 2 && base > 0)
 					return -1;
 				if (n > allow && allow)
 					n = allow;
@@ -273,6 +287,8 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 	}
 	p = urvt_build_start(qp, q, &f, &h);
 	urvt_build_finish(qp, q, p, h, &qp->remote_av);
+	tp->ackreq_psn = urvt_psn_add(psn, npsn - 1);
+	tp->ackreq_valid = true;
 	if (!resend) {
 		if (tp->peer)
 			rd_req_push(tp, urvt_psn_add(psn, npsn));
@@ -293,6 +309,17 @@ static void stall(struct rvt_qp *qp)
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	bool rc = qp->type == IBV_QPT_RC;
+
+	/* an ACK for the originals passed what a rewind is resending: the
+	 * responder has them, go on from the acknowledged PSN (and a timeout
+	 * that rewound was spurious) */
+	if (rc && !qp_tp(qp)->probing &&
+	    urvt_psn_cmp(qp_tp(qp)->comp_psn, qp->s_psn) > 0) {
+		qp_count(qp, URVT_CTR_ACK_SKIPS, 1);
+		if (qp_tp(qp)->cc_undo)
+			urvt_cc_undo(qp);
+		urvt_req_rewind(qp);
+	}
 
 	for (;;) {
 		int ops = ib_rvt_state_ops[rvt_qp_state(qp)];

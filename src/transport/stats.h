@@ -65,6 +65,8 @@ enum urvt_ctr {
 	URVT_CTR_CC_LOSS,            /* congestion window cuts for loss (cc.c) */
 	URVT_CTR_CC_DELAY,           /* ... for queueing delay */
 	URVT_CTR_CC_STALLS,          /* requester runs held back by a window */
+	URVT_CTR_CC_UNDO,            /* timeout cuts undone (the timeout was spurious) */
+	URVT_CTR_ACK_SKIPS,          /* resends skipped: an ACK passed the resend cursor */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

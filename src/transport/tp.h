@@ -291,6 +291,8 @@ void urvt_cc_qp_release(struct rvt_qp *qp);
 void urvt_cc_acked(struct rvt_qp *qp, uint32_t npsn);
 /* Loss seen: a NAK or READ gap (timeout false), or a retransmit timeout. */
 void urvt_cc_loss(struct rvt_qp *qp, bool timeout);
+/* A timeout's rewind was spurious (its originals were acknowledged). */
+void urvt_cc_undo(struct rvt_qp *qp);
 /* A first transmission of psn that asks for an ACK: time it if nothing is. */
 void urvt_cc_sent(struct rvt_qp *qp, uint32_t psn);
 /* Tail-loss probe interval: from the peer's RTT, at most dflt. */

@@ -48,6 +48,8 @@ struct urvt_tp_qp {
 		bool probing;             /* urvt_req_run sends one AckReq packet */
 		bool stalled;             /* the requester waits for ACKs (window, credits) */
 		bool rtt_valid;           /* rtt_psn is being timed (cc.c) */
+		bool ackreq_valid;        /* ackreq_psn: the newest packet with AckReq */
+		bool cc_undo;             /* a timeout cut the window: undo if spurious */
 		uint8_t rd_n, rd_head;    /* READ/atomic requests outstanding (rd_end ring) */
 		uint8_t comp_opcode;      /* last READ response taken (rc-protocol §4) */
 		uint32_t comp_psn;        /* oldest unacked PSN (rc-protocol §1 comp.psn) */
@@ -60,7 +62,7 @@ struct urvt_tp_qp {
 		struct urvt_cc_peer *peer;
 		int64_t cc_charged;       /* bytes this QP has added to peer->inflight */
 		uint32_t wnd_max;         /* PSNs in flight at most */
-		uint32_t rtt_psn;
+		uint32_t rtt_psn, ackreq_psn;
 		uint64_t rtt_t0;
 		/* end PSN + 1 of each READ/atomic request on the wire, oldest
 		 * first: the responder holds one resource per entry (rc-protocol §5) */
