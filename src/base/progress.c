@@ -384,7 +384,7 @@ static void *progress_main(void *arg)
 			else
 				spin_until = 0;
 		}
-		if (timeout && p->spin_fn) {
+		if (timeout) {
 			/* about to sleep: the owner makes sure its fds fire */
 			pthread_mutex_lock(&p->lock);
 			urvt_sleep_fn sleep_fn = p->sleep_fn;

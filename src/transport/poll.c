@@ -45,6 +45,9 @@
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
+/* with a shm peer a linger costs no system call, and a peer that stopped
+ * lingering makes ours miss: try again soon */
+#define APP_LINGER_REST_SHM 8
 #define WATCHDOG_NS 2000000       /* while an application owns the socket */
 
 static void net_rx_cb(void *arg);
@@ -339,9 +342,9 @@ static bool app_linger(struct urvt_net *net)
 
 	if (!s) {
 		uint32_t r = atomic_load_explicit(&net->app_linger_rest, memory_order_relaxed) + 1;
-		atomic_store_explicit(&net->app_linger_rest, r < APP_LINGER_REST ? r : 0,
-				      memory_order_relaxed);
-		if (r < APP_LINGER_REST)
+		uint32_t rest = net->links[URVT_LINK_SHM] ? APP_LINGER_REST_SHM : APP_LINGER_REST;
+		atomic_store_explicit(&net->app_linger_rest, r < rest ? r : 0, memory_order_relaxed);
+		if (r < rest)
 			return false;
 		s = 1;
 	}

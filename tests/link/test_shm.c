@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -565,6 +566,62 @@ static void test_other_uid_refused(void **state)
 	urvt_link_close(v);
 }
 
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, c;
+
+	assert_non_null(f);
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+static int count_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* Teardown leaves nothing: connected pairs that exchanged packets, opened
+ * and closed many times, leave no fd (socket, memfd, eventfd, epoll) and
+ * no mapping (region, rings) behind. */
+static void test_teardown_leaks_nothing(void **state)
+{
+	int fds0, maps0;
+
+	(void)state;
+	/* one round first: libc's lazy allocations are not ours */
+	for (int round = 0; round < 21; round++) {
+		struct urvt_link *a = open_shm("127.0.96.40"), *b = open_shm("127.0.96.41");
+		union urvt_link_addr to = connect_pair(a, b), back;
+		uint8_t buf[256] = { 1 };
+		struct urvt_link_tx tx = { .buf = buf, .len = 256, .dst = &to };
+		struct urvt_link_rx rx[4];
+
+		assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+		assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+		assert_int_equal(urvt_link_recv(b, rx, 4), 1);
+		tx.dst = &back;
+		assert_int_equal(urvt_link_send(b, &tx, 1), 0);
+		assert_int_equal(urvt_link_recv(a, rx, 4), 1);
+		/* one side goes first, as a process that exits does */
+		urvt_link_close(a);
+		service(b);
+		urvt_link_close(b);
+		if (round == 0) {
+			fds0 = count_fds();
+			maps0 = count_lines("/proc/self/maps");
+		}
+	}
+	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(count_lines("/proc/self/maps"), maps0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -578,6 +635,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_indices),
 		cmocka_unit_test(test_hostile_doorbell),
 		cmocka_unit_test(test_other_uid_refused),
+		cmocka_unit_test(test_teardown_leaks_nothing),
 	};
 
 	/* a victim stuck in a loop or a blocking write fails the test */

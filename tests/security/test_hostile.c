@@ -1660,10 +1660,10 @@ int main(void)
 		T(test_shm_peer_dies),
 		T(test_shm_ring_never_drained),
 	};
-	const char *env = getenv("URVT_SHM");
+	const char *env = getenv("URVT_SHM"), *path = getenv("URVT_PATH");
 
-	if (over_shm && env && !strcmp(env, "0")) {
-		printf("URVT_SHM=0: no shm link to attack\n");
+	if (over_shm && ((env && !strcmp(env, "0")) || (path && !strcmp(path, "udp")))) {
+		printf("URVT_SHM=0 / URVT_PATH=udp: no shm link to attack\n");
 		return 77;
 	}
 	signal(SIGALRM, on_alarm);
