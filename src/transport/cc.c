@@ -38,6 +38,8 @@
 /* Multiplicative decrease on loss (x 7/10) and on a timeout (x 1/2). */
 #define CC_LOSS_NUM 7
 #define CC_LOSS_DEN 10
+/* A loss while srtt <= 2 x min_rtt + this looks random: cut to 9/10 only. */
+#define CC_RANDOM_LOSS_SLACK_NS 100000ull
 /* Additive increase: this many PMTUs per window acknowledged. */
 #define CC_AI_PKTS 8
 /* Delay: a smoothed RTT above min_rtt x 8 + 1 ms shrinks the window x 0.85
@@ -325,7 +327,14 @@ void urvt_cc_loss(struct rvt_qp *qp, bool timeout)
 		/* every QP the same stall timed out may undo the one cut */
 		qp_tp(qp)->cc_undo = p->undo_cwnd != 0;
 	} else {
-		cut = peer_decrease(p, urvt_now_ns(), CC_LOSS_NUM, CC_LOSS_DEN, false);
+		/* a loss without queueing delay (srtt near the path's own) is
+		 * more likely random (corruption, a lossy hop) than a full
+		 * queue: cut less (TCP Veno's reasoning) */
+		uint64_t srtt = atomic_load_explicit(&p->srtt_ns, memory_order_relaxed);
+		bool queued = !srtt || !p->min_rtt_ns ||
+			      srtt > 2 * p->min_rtt_ns + CC_RANDOM_LOSS_SLACK_NS;
+		cut = queued ? peer_decrease(p, urvt_now_ns(), CC_LOSS_NUM, CC_LOSS_DEN, false)
+			     : peer_decrease(p, urvt_now_ns(), 9, 10, false);
 		p->undo_cwnd = 0;
 		qp_tp(qp)->cc_undo = false;
 	}
