@@ -157,12 +157,13 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	f.paylen = paylen;
 	/* rc-protocol §2.3: AckReq on the last packet and every
 	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
-	 * window also on the packet that fills it, under congestion control
-	 * whenever none is in flight and the window is near its end (it may
-	 * close under a QP because of other QPs: an ACK must be on its way) */
+	 * window also on the packet that fills it (its ACK covers them all),
+	 * under congestion control also whenever none is in flight and the
+	 * window is near its end (it may close under a QP because of other
+	 * QPs: an ACK must be on its way) */
 	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
-	    (qp_tp(qp)->peer ? allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)) :
-	     qp->type == IBV_QPT_RC && allow <= 1)) {
+	    (qp->type == IBV_QPT_RC && allow <= 1) ||
+	    (qp_tp(qp)->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)))) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
 		qp_tp(qp)->ackreq_psn = psn;
