@@ -5,7 +5,7 @@ URVT_DEB_PACKAGES="build-essential cmake pkg-config git python3 \
   libibverbs-dev ibverbs-utils perftest qperf rdmacm-utils librdmacm-dev \
   libcmocka-dev zlib1g-dev libdeflate-dev \
   clang libclang-rt-14-dev llvm valgrind \
-  tshark python3-scapy iproute2 procps psmisc \
+  tshark python3-scapy iproute2 nftables procps psmisc \
   man-db dpkg-dev ucx-utils openmpi-bin libopenmpi-dev libfabric-bin"
 
 urvt_install_deps() {

@@ -45,12 +45,13 @@ static void progress(struct rvt_qp *qp)
 	qp_tp(qp)->probe_sent = false;
 }
 
-/* Tail-loss probe interval: 1/16 of the retransmit timeout, >= 200 us. */
+/* Tail-loss probe interval: 1/16 of the retransmit timeout, >= 200 us;
+ * under congestion control sooner, from the peer's RTT (cc.c). */
 static uint64_t probe_ns(const struct rvt_qp *qp)
 {
 	uint64_t p = qp->timeout_ns / 16;
 
-	return p < 200000 ? 200000 : p;
+	return urvt_cc_probe_ns(qp, p < 200000 ? 200000 : p);
 }
 
 /* When the retransmit timer should next look at this QP. */
@@ -63,9 +64,19 @@ static uint64_t timer_deadline(const struct rvt_qp *qp)
 
 static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
 {
-	if (urvt_psn_cmp(psn, qp_tp(qp)->comp_psn) > 0) {
-		qp_tp(qp)->comp_psn = psn;
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	int32_t n = urvt_psn_diff(psn, tp->comp_psn);
+
+	if (n > 0) {
+		tp->comp_psn = psn;
 		progress(qp);
+		/* READ/atomic requests answered in full free their responder
+		 * resource (req.c rd_end) */
+		while (tp->rd_n && urvt_psn_cmp(tp->rd_end[tp->rd_head], psn) <= 0) {
+			tp->rd_head = (uint8_t)((tp->rd_head + 1) % URVT_RD_REQS_MAX);
+			tp->rd_n--;
+		}
+		urvt_cc_acked(qp, (uint32_t)n);
 	}
 }
 
@@ -96,6 +107,7 @@ static void comp_retry(struct rvt_qp *qp, bool by_nak)
 		return;
 	}
 	qp->s_retry--;
+	urvt_cc_loss(qp, !by_nak);
 	qp_tp(qp)->rewind_valid = true;
 	qp_tp(qp)->rewind_by_nak = by_nak;
 	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
@@ -128,28 +140,16 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	want = wqe->length - (uint32_t)off;
 	if (want > qp->pmtu)
 		want = qp->pmtu;
-	/* position in the message must match the opcode */
-	switch (op) {
-	case URVT_OP_RC_RDMA_READ_RESPONSE_ONLY:
-		if (pkt->psn != wqe->psn || wqe->lpsn != wqe->psn)
-			return false;
-		break;
-	case URVT_OP_RC_RDMA_READ_RESPONSE_FIRST:
-		if (pkt->psn != wqe->psn || wqe->lpsn == wqe->psn)
-			return false;
-		break;
-	case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
-	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
-		/* inside a READ: only after FIRST/MIDDLE (a rewound READ
-		 * resumes with MIDDLE/LAST, rc-protocol §3.8) */
-		if (pkt->psn == wqe->psn ||
-		    (qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
-		     qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE))
-			return false;
-		if ((op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST) != (pkt->psn == wqe->lpsn))
-			return false;
-		break;
-	}
+	/* The data's place follows from the PSN alone (each request asks for
+	 * the bytes of its PSNs, rc-protocol §2.3), so any READ response
+	 * opcode is taken in order: a READ may have gone out as several
+	 * requests (req.c), each answered FIRST..LAST or ONLY, a request
+	 * asked for again from its middle is answered MIDDLE..LAST
+	 * (rc-protocol §3.8), and after losses the two sides need not agree
+	 * on where requests began. Only the WQE's last PSN must end a request. */
+	if (pkt->psn == wqe->lpsn && op != URVT_OP_RC_RDMA_READ_RESPONSE_LAST &&
+	    op != URVT_OP_RC_RDMA_READ_RESPONSE_ONLY)
+		return false;
 	if (pkt->paylen != want)
 		return false;
 	if (!qp_tp(qp)->rd_valid || qp_tp(qp)->rd_idx != qp->s_last || pkt->psn == wqe->psn) {
@@ -316,13 +316,16 @@ static enum comp_state comp_read(struct comp_ctx *c)
 	struct rvt_qp *qp = c->qp;
 	uint8_t op = c->pkt->opcode;
 
-	if (!comp_read_data(qp, c->wqe, c->pkt))
+	if (!comp_read_data(qp, c->wqe, c->pkt)) {
 		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+	}
 	qp_tp(qp)->comp_opcode = op;
 	advance_comp_psn(qp, urvt_psn_next(c->pkt->psn));
 	if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST || op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
+		/* the end of one request; the WQE is done with its last PSN */
 		qp_tp(qp)->comp_opcode = 0;
-		urvt_retire(qp, c->wqe, IBV_WC_SUCCESS);
+		if (c->pkt->psn == c->wqe->lpsn)
+			urvt_retire(qp, c->wqe, IBV_WC_SUCCESS);
 	}
 	return COMPST_DONE;
 }
@@ -361,8 +364,12 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 		code = urvt_aeth_syn_value(pkt->aeth.syn);
 		if (code == URVT_NAK_PSN_SEQ_ERR) {
 			qp_count(qp, URVT_CTR_NAK_RCVD_SEQ, 1);
-			/* everything before the NAK'd PSN arrived */
-			advance_comp_psn(qp, pkt->psn);
+			/* everything before the NAK'd PSN arrived, except inside a
+			 * READ asked for in pieces (req.c): the responder
+			 * expects the next piece while responses of the earlier
+			 * ones may be lost; comp_psn stays until they are in */
+			if (!wqe_is_rd_atomic(c->wqe))
+				advance_comp_psn(qp, pkt->psn);
 			if (qp->s_flags & RVT_S_WAIT_RNR)
 				return COMPST_DONE;
 			URVT_DBG("qp %u: NAK psn-seq %#x", qp->qpn, pkt->psn);
@@ -467,6 +474,8 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 void urvt_comp_flush(struct rvt_qp *qp)
 {
 	urvt_rxq_drop(qp);
+	/* nothing of this QP is in flight any more for its peer's window */
+	urvt_cc_qp_release(qp);
 	qp->s_flags &= ~(RVT_S_WAIT_RNR | RVT_S_WAIT_ACK);
 	qp_tp(qp)->timer_armed = false;
 	while (qp->s_last != load_acquire(&qp->s_head))

@@ -111,6 +111,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	if (unlikely(!qp_tp(qp)->inited)) {
 		qp_tp(qp)->comp_psn = qp_tp(qp)->psn_hi = qp->s_psn;
 		qp_tp(qp)->inited = true;
+		urvt_cc_qp_setup(qp);
 	}
 	q = urvt_txq_get();
 	if (unlikely(!q))
@@ -126,6 +127,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		urvt_req_run(qp, q);
 		urvt_comp_arm_timer(qp);
 	}
+	urvt_cc_sync(qp);
 	urvt_txq_flush_unless_rx(net, q);
 	/* post_send with the requester stalled on ACKs: receive them now if
 	 * no one else is (trylock); they come back through rvt_schedule_send,
@@ -150,6 +152,7 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 
 	urvt_rxq_drop(qp);
 	atomic_store(&qp_tp(qp)->timeout_fired, false);
+	urvt_cc_qp_release(qp);
 	if (qp_tp(qp)->r_rdma_valid)
 		rvt_put_sge(&qp->r_rdma_sge);
 	if (net)

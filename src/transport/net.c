@@ -87,6 +87,7 @@ static void net_free(struct urvt_net *net)
 	free(net->rx);
 	urvt_stats_fini(net);
 	urvt_pool_fini(net);
+	urvt_cc_fini(net);
 	pthread_mutex_destroy(&net->rx_lock);
 	pthread_mutex_destroy(&net->watch_lock);
 	pthread_mutex_destroy(&net->bar_lock);
@@ -126,6 +127,9 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 		goto err;
 	ret = urvt_pool_init(net);
 	if (ret)
+		goto err;
+	ret = -ENOMEM;
+	if (urvt_cc_init(net))
 		goto err;
 	ret = urvt_stats_init(net);
 	if (ret)

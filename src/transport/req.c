@@ -88,6 +88,8 @@ void urvt_req_rewind(struct rvt_qp *qp)
 	WRITE_ONCE(qp->s_cur, qp->s_last);
 	cur_next(qp);
 	qp->s_psn = qp_tp(qp)->comp_psn;
+	/* what asked for an ACK may be lost: ask again */
+	qp_tp(qp)->ackreq_valid = false;
 	if (qp->s_last == head)
 		return;
 	wqe = rvt_get_swqe_ptr(qp, qp->s_last);
@@ -134,9 +136,15 @@ static void sent_psn(struct rvt_qp *qp, uint32_t psn, uint32_t npsn)
 	qp_tp(qp)->cur_started = true;
 }
 
+/* A packet that asks for an ACK is in flight (sent after comp_psn). */
+static bool ackreq_in_flight(const struct urvt_tp_qp *tp)
+{
+	return tp->ackreq_valid && urvt_psn_cmp(tp->ackreq_psn, tp->comp_psn) >= 0;
+}
+
 /* One SEND/WRITE packet of s_cur. Returns true when it was the last. */
 static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
-			   uint32_t psn)
+			   uint32_t psn, uint32_t allow)
 {
 	bool uc = qp->type == IBV_QPT_UC;
 	uint32_t remaining = wqe->length - qp->s_offset;
@@ -149,13 +157,18 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	urvt_pkt_init(&f, req_opcode(wqe, uc, first, last), qp->remote_qpn, psn);
 	f.paylen = paylen;
 	/* rc-protocol §2.3: AckReq on the last packet and every
-	 * URVT_MAX_PKT_PER_ACK packets in between; also on the packet that
-	 * fills the window and on probes */
+	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
+	 * window also on the packet that fills it (its ACK covers them all),
+	 * under congestion control also whenever none is in flight and the
+	 * window is near its end (it may close under a QP because of other
+	 * QPs: an ACK must be on its way) */
 	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
-	    (qp->type == IBV_QPT_RC &&
-	     urvt_psn_diff(urvt_psn_next(psn), qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS)) {
+	    (qp->type == IBV_QPT_RC && allow <= 1) ||
+	    (qp_tp(qp)->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)))) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
+		qp_tp(qp)->ackreq_psn = psn;
+		qp_tp(qp)->ackreq_valid = true;
 	}
 	if (last) {
 		f.se = (wqe->send_flags & IBV_SEND_SOLICITED) &&
@@ -175,27 +188,95 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	rvt_copy_from_sge(p + h, &qp_tp(qp)->sge, paylen);
 	urvt_build_finish(qp, q, p, h + paylen, &qp->remote_av);
 	qp->s_offset += paylen;
+	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
+		urvt_cc_sent(qp, psn);
 	sent_psn(qp, psn, 1);
 	return last;
 }
 
-/* READ request (rc-protocol §2.3 RETH with the remainder) or atomic (AtomicETH). */
-static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
-			  uint32_t psn)
+/* End PSN + 1 of the READ request on the wire that holds psn (a rewind asks
+ * again inside it, so the responder's resource for it replays: rc-protocol
+ * §3.8); 0 if none does. */
+static uint32_t rd_req_end(const struct urvt_tp_qp *tp, uint32_t psn)
 {
+	for (uint32_t i = 0; i < tp->rd_n; i++) {
+		uint32_t e = tp->rd_end[(tp->rd_head + i) % URVT_RD_REQS_MAX];
+		if (urvt_psn_cmp(e, psn) > 0)
+			return e;
+	}
+	return 0;
+}
+
+/* A new READ/atomic request ending at end (exclusive) is on the wire. */
+static void rd_req_push(struct urvt_tp_qp *tp, uint32_t end)
+{
+	tp->rd_end[(tp->rd_head + tp->rd_n) % URVT_RD_REQS_MAX] = end;
+	tp->rd_n++;
+}
+
+/* Requests the responder can hold for us (max_rd_atomic, rc-protocol §5). */
+static uint32_t rd_req_cap(const struct rvt_qp *qp)
+{
+	return qp->max_rd_atomic < URVT_RD_REQS_MAX ? qp->max_rd_atomic : URVT_RD_REQS_MAX;
+}
+
+/*
+ * READ request (rc-protocol §2.3 RETH with the remainder) or atomic
+ * (AtomicETH). Under congestion control a READ is asked for in pieces that
+ * fit the window, each an ordinary READ request for the next bytes (the
+ * PSNs are the ones the whole READ takes, rc-protocol §2.3), so the
+ * responses, which nobody acknowledges, stay inside the window too.
+ * Returns 1 when the WQE's last request went out, 0 when more follow, -1
+ * when the windows or the responder's resources make it wait.
+ */
+static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
+			 uint32_t psn, uint32_t allow)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	bool resend = urvt_psn_cmp(psn, tp->psn_hi) < 0;
+	int32_t base = urvt_psn_diff(psn, tp->comp_psn);
 	struct urvt_pkt f;
 	uint32_t h, npsn = 1;
 	uint8_t *p;
+	int ret = 1;
 
+	if (!resend && tp->peer && tp->rd_n >= rd_req_cap(qp))
+		return -1;
 	urvt_pkt_init(&f, req_opcode(wqe, false, true, true), qp->remote_qpn, psn);
 	f.ackreq = true;
 	if (wqe->opcode == IBV_WR_RDMA_READ) {
 		uint32_t left = wqe->length - qp->s_offset;
+		/* rc-protocol §2.3: a READ takes max(1, ceil(len / PMTU)) PSNs */
+		npsn = left ? (left + qp->pmtu - 1) / qp->pmtu : 1;
+		if (tp->peer) {
+			uint32_t n = npsn, e;
+			if (resend) {
+				e = rd_req_end(tp, psn);
+				if (e && urvt_psn_diff(e, psn) > 0)
+					n = (uint32_t)urvt_psn_diff(e, psn);
+			} else {
+				uint32_t div = qp->max_rd_atomic < 4 ? qp->max_rd_atomic : 4;
+				uint32_t cmax = tp->wnd_max / (div ? div : 1);
+				n = npsn < cmax ? npsn : cmax;
+				/* not in pieces below half the largest unless that is
+				 * all: each request costs a responder resource */
+				if (n > allow && allow < cmax / 2 && base > 0)
+					return -1;
+				if (n > allow && allow)
+					n = allow;
+			}
+			if (n > allow && base > 0)
+				return -1;
+			if (n < npsn) {
+				npsn = n;
+				left = n * qp->pmtu;
+				ret = 0;
+			}
+		}
 		f.reth.va = wqe->wr.rdma.remote_addr + qp->s_offset;
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = left;
-		/* rc-protocol §2.3: a READ takes max(1, ceil(len / PMTU)) PSNs */
-		npsn = left ? (left + qp->pmtu - 1) / qp->pmtu : 1;
+		qp->s_offset += left;
 	} else {
 		f.atmeth.va = wqe->wr.atomic.remote_addr;
 		f.atmeth.rkey = wqe->wr.atomic.rkey;
@@ -208,17 +289,44 @@ static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_t
 	}
 	p = urvt_build_start(qp, q, &f, &h);
 	urvt_build_finish(qp, q, p, h, &qp->remote_av);
+	tp->ackreq_psn = urvt_psn_add(psn, npsn - 1);
+	tp->ackreq_valid = true;
+	if (!resend) {
+		if (tp->peer)
+			rd_req_push(tp, urvt_psn_add(psn, npsn));
+		urvt_cc_sent(qp, psn);
+	}
 	sent_psn(qp, psn, npsn);
+	return ret;
+}
+
+/* The requester waits for ACKs (a window or the responder's resources). */
+static void stall(struct rvt_qp *qp)
+{
+	if (!qp_tp(qp)->stalled && qp_tp(qp)->peer)
+		qp_count(qp, URVT_CTR_CC_STALLS, 1);
+	qp_tp(qp)->stalled = true;
 }
 
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	bool rc = qp->type == IBV_QPT_RC;
 
+	/* an ACK for the originals passed what a rewind is resending: the
+	 * responder has them, go on from the acknowledged PSN (and a timeout
+	 * that rewound was spurious) */
+	if (rc && !qp_tp(qp)->probing &&
+	    urvt_psn_cmp(qp_tp(qp)->comp_psn, qp->s_psn) > 0) {
+		qp_count(qp, URVT_CTR_ACK_SKIPS, 1);
+		if (qp_tp(qp)->cc_undo)
+			urvt_cc_undo(qp);
+		urvt_req_rewind(qp);
+	}
+
 	for (;;) {
 		int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
 		struct rvt_swqe *wqe;
-		uint32_t head, psn;
+		uint32_t head, psn, allow;
 		bool started;
 
 		if (!(ops & RVT_PROCESS_SEND_OK) || (qp->s_flags & RVT_S_WAIT_RNR))
@@ -255,14 +363,26 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 		if (!qp_tp(qp)->cur_valid || qp_tp(qp)->cur_idx != qp->s_cur)
 			cur_position(qp, wqe);
 		psn = urvt_psn_add(wqe->psn, qp->s_offset / qp->pmtu);
-		/* rc-protocol §2.2: at most 128 PSNs past the oldest unacknowledged */
-		if (rc && urvt_psn_diff(psn, qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS) {
-			qp_tp(qp)->stalled = true;
+		/* rc-protocol §2.2: at most wnd_max PSNs (rxe: 128) past the
+		 * oldest unacknowledged, and what the peer's congestion
+		 * window leaves (cc.c) */
+		allow = rc ? urvt_cc_allow(qp, psn) : UINT32_MAX;
+		if (!allow) {
+			stall(qp);
 			return;
 		}
 		if (wqe_is_rd_atomic(wqe)) {
-			req_rd_atomic(qp, wqe, q, psn);
-		} else if (!req_send_write(qp, wqe, q, psn)) {
+			int r = req_rd_atomic(qp, wqe, q, psn, allow);
+			if (r < 0) {
+				stall(qp);
+				return;
+			}
+			if (!r) {
+				if (qp_tp(qp)->probing)
+					return;
+				continue;
+			}
+		} else if (!req_send_write(qp, wqe, q, psn, allow)) {
 			if (qp_tp(qp)->probing)
 				return;
 			continue;

@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 3
+#define URVT_STATS_VERSION 4
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
@@ -62,6 +62,11 @@ enum urvt_ctr {
 	URVT_CTR_UDP_RX_PKTS,
 	URVT_CTR_SHM_TX_PKTS,
 	URVT_CTR_SHM_RX_PKTS,
+	URVT_CTR_CC_LOSS,            /* congestion window cuts for loss (cc.c) */
+	URVT_CTR_CC_DELAY,           /* ... for queueing delay */
+	URVT_CTR_CC_STALLS,          /* requester runs held back by a window */
+	URVT_CTR_CC_UNDO,            /* timeout cuts undone (the timeout was spurious) */
+	URVT_CTR_ACK_SKIPS,          /* resends skipped: an ACK passed the resend cursor */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

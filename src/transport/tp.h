@@ -23,6 +23,7 @@
 #include "wire/ip.h"
 
 struct urvt_pcap;
+struct urvt_cc_table;
 
 /* Largest UDP payload a packet buffer holds: PMTU 4096 + headers + pad + ICRC. */
 #define URVT_PKT_MAX (4096 + 64)
@@ -126,6 +127,8 @@ struct urvt_net {
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
 	struct urvt_timer watchdog;
+
+	struct urvt_cc_table *cc;         /* congestion control: the peers (cc.c) */
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
 	bool shm_mapped;
@@ -274,6 +277,29 @@ void urvt_rxq_drop(struct rvt_qp *qp);
 /* Hand a response to the QP's completer and kick the engine (recv.c). */
 void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 		       bool *consumed);
+
+/* ---- cc.c: congestion control (engine context unless said) ---- */
+int urvt_cc_init(struct urvt_net *net);
+void urvt_cc_fini(struct urvt_net *net);
+/* First engine run: the QP's window limit and its peer (none: fixed window). */
+void urvt_cc_qp_setup(struct rvt_qp *qp);
+/* How many PSNs from psn on the windows let out now (0: wait for ACKs). */
+uint32_t urvt_cc_allow(struct rvt_qp *qp, uint32_t psn);
+/* Charge the peer with what the QP has in flight now (end of an engine run). */
+void urvt_cc_sync(struct rvt_qp *qp);
+/* Reset: give the QP's charge back, forget the peer. */
+void urvt_cc_qp_release(struct rvt_qp *qp);
+/* comp_psn moved forward by npsn (an ACK, READ responses). */
+void urvt_cc_acked(struct rvt_qp *qp, uint32_t npsn);
+/* Loss seen: a NAK or READ gap (timeout false), or a retransmit timeout. */
+void urvt_cc_loss(struct rvt_qp *qp, bool timeout);
+/* A timeout's rewind was spurious (its originals were acknowledged). */
+void urvt_cc_undo(struct rvt_qp *qp);
+/* A first transmission of psn that asks for an ACK: time it if nothing is. */
+void urvt_cc_sent(struct rvt_qp *qp, uint32_t psn);
+/* Tail-loss probe interval: from the peer's RTT, at most dflt. */
+uint64_t urvt_cc_probe_ns(const struct rvt_qp *qp, uint64_t dflt);
+uint32_t urvt_cc_cwnd(const struct rvt_qp *qp);
 
 /* ---- resp.c ---- */
 /* A request for qp (referenced; state checked by recv.c). */

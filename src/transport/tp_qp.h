@@ -19,8 +19,12 @@
 
 #include "core/rvt.h"
 
+/* READ/atomic requests one QP may have outstanding (max_rd_atomic <= 16). */
+#define URVT_RD_REQS_MAX 16
+
 struct urvt_pktbuf;
 struct urvt_stats_qp;
+struct urvt_cc_peer;
 
 struct urvt_tp_qp {
 	struct {
@@ -43,6 +47,10 @@ struct urvt_tp_qp {
 		bool probe_sent;          /* a tail-loss probe went out since progress */
 		bool probing;             /* urvt_req_run sends one AckReq packet */
 		bool stalled;             /* the requester waits for ACKs (window, credits) */
+		bool rtt_valid;           /* rtt_psn is being timed (cc.c) */
+		bool ackreq_valid;        /* ackreq_psn: the newest packet with AckReq */
+		bool cc_undo;             /* a timeout cut the window: undo if spurious */
+		uint8_t rd_n, rd_head;    /* READ/atomic requests outstanding (rd_end ring) */
 		uint8_t comp_opcode;      /* last READ response taken (rc-protocol §4) */
 		uint32_t comp_psn;        /* oldest unacked PSN (rc-protocol §1 comp.psn) */
 		uint32_t psn_hi;          /* highest PSN sent + 1 (never rewound) */
@@ -50,6 +58,15 @@ struct urvt_tp_qp {
 		uint32_t cur_idx;         /* slot the gather cursor belongs to */
 		uint32_t rd_idx;
 		uint64_t progress_ns;     /* last forward progress (retransmit timer) */
+		/* congestion control (cc.c): peer NULL = fixed window (shm, UC, off) */
+		struct urvt_cc_peer *peer;
+		int64_t cc_charged;       /* bytes this QP has added to peer->inflight */
+		uint32_t wnd_max;         /* PSNs in flight at most */
+		uint32_t rtt_psn, ackreq_psn;
+		uint64_t rtt_t0;
+		/* end PSN + 1 of each READ/atomic request on the wire, oldest
+		 * first: the responder holds one resource per entry (rc-protocol §5) */
+		uint32_t rd_end[URVT_RD_REQS_MAX];
 		struct rvt_sge_state sge; /* gather cursor at s_cur + s_offset */
 		struct rvt_sge_state rd_sge; /* READ response scatter cursor */
 	} __attribute__((aligned(64)));

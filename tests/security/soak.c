@@ -5,14 +5,14 @@
  * URVT_FAULT (scripts/soak, docs/security.md). A verbs program: run it
  * through urvt-run.
  *
- *   soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG] [-t TIMEOUT (17: 0.54 s)]
+ *   soak [-d SECONDS] [-q QPS] [-w DEPTH] [-s MAXMSG] [-t TIMEOUT (14: 67 ms)]
  *
- * The default local ACK timeout is 17 (0.54 s), what rdma_cm sets up on
- * RoCE (packet lifetime 16, plus one). With 14 (67 ms, perftest's choice)
- * and 64 QPs x 8 WRs of up to 64 KiB outstanding under 4 % faults, the
- * responder's CPU runs more than a timeout behind; every timeout resends a
- * whole window, which lengthens the backlog further, and QPs end in
- * RETRY_EXC_ERR as they would on rxe (docs/security.md, finding 4).
+ * The default local ACK timeout is 14 (67 ms), perftest's choice. Before
+ * the UDP link had congestion control (docs/transport.md), 64 QPs x 8 WRs
+ * of up to 64 KiB outstanding under 4 % faults ran the responder's CPU
+ * more than a timeout behind; every timeout resent a whole window, and
+ * QPs ended in RETRY_EXC_ERR (docs/security.md, finding 4), so the soak
+ * used 17 (0.54 s, what rdma_cm sets up on RoCE).
  *
  * The parent (A) is the requester of every RC pair, the child (B) the
  * responder. SENDs and WRITE WITH IMM carry one sequence number per QP: B
@@ -51,7 +51,7 @@
 #define READ_AREA 65536
 #define PAT_MUL 0x9E3779B97F4A7C15ull
 
-static int dur = 600, nq = 64, depth = 8, tmo = 17;
+static int dur = 600, nq = 64, depth = 8, tmo = 14;
 static uint32_t maxmsg = 8192;
 
 struct qinfo {
