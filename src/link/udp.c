@@ -121,11 +121,15 @@ static int from_netdev(const char *dev, struct urvt_udp_addr *out)
 	return ret;
 }
 
-int urvt_udp_bind_device(struct urvt_udp_addr *out)
+/*
+ * The address URVT_ADDR or URVT_NETDEV names: 1 (in *out), 0 if neither is
+ * set, or a negative errno (with a message) if the one set is unusable.
+ */
+static int env_address(struct urvt_udp_addr *out)
 {
 	const char *env_addr = getenv("URVT_ADDR");
 	const char *env_dev = getenv("URVT_NETDEV");
-	int fd;
+	int ret;
 
 	memset(out, 0, sizeof(*out));
 	if (env_addr && *env_addr) {
@@ -141,23 +145,37 @@ int urvt_udp_bind_device(struct urvt_udp_addr *out)
 			fprintf(stderr, "urvt: URVT_ADDR=%s is not an IP address\n", env_addr);
 			return -EINVAL;
 		}
-		fd = bind_roce(out->family, &out->addr6);
-		if (fd < 0)
-			fprintf(stderr, "urvt: cannot bind %s:%d: %s\n", env_addr,
-				URVT_ROCE_PORT, strerror(-fd));
-		else
-			set_ifname(out);
-		return fd;
+		return 1;
 	}
 	if (env_dev && *env_dev) {
-		int ret = from_netdev(env_dev, out);
+		ret = from_netdev(env_dev, out);
 		if (ret) {
 			fprintf(stderr, "urvt: URVT_NETDEV=%s has no usable address\n", env_dev);
 			return ret;
 		}
+		return 1;
+	}
+	return 0;
+}
+
+int urvt_udp_bind_device(struct urvt_udp_addr *out)
+{
+	char name[INET6_ADDRSTRLEN];
+	int fd, ret = env_address(out);
+
+	if (ret < 0)
+		return ret;
+	if (ret) {
 		fd = bind_roce(out->family, &out->addr6);
-		if (fd >= 0)
+		if (fd < 0) {
+			inet_ntop(out->family, out->family == AF_INET ? (const void *)&out->addr6.s6_addr[12]
+								      : (const void *)&out->addr6,
+				  name, sizeof(name));
+			fprintf(stderr, "urvt: cannot bind %s:%d: %s\n", name, URVT_ROCE_PORT,
+				strerror(-fd));
+		} else {
 			set_ifname(out);
+		}
 		return fd;
 	}
 	/* Zero configuration: first free loopback address. */
@@ -174,4 +192,26 @@ int urvt_udp_bind_device(struct urvt_udp_addr *out)
 			return fd;
 	}
 	return -EADDRINUSE;
+}
+
+int urvt_udp_bind_device_at(const struct urvt_udp_addr *want, struct urvt_udp_addr *out)
+{
+	struct urvt_udp_addr env;
+	int fd, ret;
+
+	if (!want)
+		return urvt_udp_bind_device(out);
+	/* URVT_ADDR / URVT_NETDEV fix the address: no other can be had */
+	ret = env_address(&env);
+	if (ret < 0)
+		return ret;
+	if (ret && memcmp(&env.addr6, &want->addr6, sizeof(env.addr6)))
+		return -EADDRNOTAVAIL;
+	memset(out, 0, sizeof(*out));
+	out->family = want->family;
+	out->addr6 = want->addr6;
+	fd = bind_roce(out->family, &out->addr6);
+	if (fd >= 0)
+		set_ifname(out);
+	return fd;
 }

@@ -22,5 +22,12 @@ struct urvt_udp_addr {
  * configuration. Returns the bound socket (>= 0) or a negative errno.
  */
 int urvt_udp_bind_device(struct urvt_udp_addr *out);
+/*
+ * Bind exactly want's address (family and addr6; NULL: as
+ * urvt_udp_bind_device). -EADDRNOTAVAIL if URVT_ADDR / URVT_NETDEV name
+ * another address; bind(2)'s errno otherwise (EADDRINUSE: another process
+ * owns it, EADDRNOTAVAIL: not an address of this host).
+ */
+int urvt_udp_bind_device_at(const struct urvt_udp_addr *want, struct urvt_udp_addr *out);
 
 #endif

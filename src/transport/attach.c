@@ -51,11 +51,19 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 	.app_blocks = urvt_net_app_blocks,
 };
 
+/* The address the next attach on this thread must bind (urvt_transport_want). */
+static _Thread_local const struct urvt_udp_addr *want_addr;
+
+void urvt_transport_want(const struct urvt_udp_addr *want)
+{
+	want_addr = want;
+}
+
 int urvt_transport_attach(struct rvt_dev_info *rdi)
 {
 	struct urvt_udp_addr ua;
 	union ibv_gid gid;
-	int fd = urvt_udp_bind_device(&ua);
+	int fd = urvt_udp_bind_device_at(want_addr, &ua);
 	int ret;
 
 	if (fd < 0)

@@ -16,6 +16,11 @@ struct rvt_cq;
  * rvt_dev_get): open the link, report the port to the core, create the
  * engines' state, register the ops. 0 or a negative errno. */
 int urvt_transport_attach(struct rvt_dev_info *rdi);
+/* The address the next urvt_transport_attach on this thread binds (link/udp.h
+ * urvt_udp_bind_device_at; NULL: the default selection). The verbs edge sets
+ * it around a device open that names an address (verbs_open_device). */
+struct urvt_udp_addr;
+void urvt_transport_want(const struct urvt_udp_addr *want);
 
 /* attach.c -> net.c: the engines' device state on the link socket fd
  * (rdi->transport_priv); 0 or a negative errno. */

@@ -5,13 +5,16 @@
  * queries. Core calls return negative errno; each verb converts once, to
  * its own convention (positive errno, or -1 / NULL with errno).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rvt_api.h"
+#include "link/udp.h"
 #include "transport/net.h"
+#include "verbs/open_at.h"
 #include "verbs/ops.h"
 
 /* The header maps these names to inline wrappers; we define the real ones. */
@@ -114,7 +117,8 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
-struct ibv_context *ibv_open_device(struct ibv_device *device)
+/* ibv_open_device; want: the address the device must have (NULL: any). */
+static struct ibv_context *open_device(struct ibv_device *device, const struct urvt_udp_addr *want)
 {
 	struct urvt_context *uctx;
 	struct ibv_context *ctx;
@@ -131,10 +135,18 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	/* The composition root (docs/architecture.md): the core device, with
-	 * the RoCEv2/UDP transport attached to it. */
+	 * the RoCEv2/UDP transport attached to it, bound to want if it is
+	 * made now. */
+	urvt_transport_want(want);
 	rdi = rvt_dev_get(urvt_transport_attach, &ret);
+	urvt_transport_want(NULL);
 	if (!rdi)
 		goto err_free;
+	/* it existed already: with that address? */
+	if (want && memcmp(rdi->gid.raw, &want->addr6, sizeof(rdi->gid.raw))) {
+		ret = -EADDRNOTAVAIL;
+		goto err_put_dev;
+	}
 	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */
 	if (ret)
 		goto err_put_dev;
@@ -161,6 +173,41 @@ err_free:
 	free(uctx);
 	errno = -ret;
 	return NULL;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	return open_device(device, NULL);
+}
+
+/* verbs_open_device with struct urvt_open_attr (verbs/open_at.h). */
+struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data)
+{
+	const struct urvt_open_attr *a = private_data;
+	struct urvt_udp_addr want;
+
+	if (!a || a->magic != URVT_OPEN_ATTR_MAGIC) {
+		errno = EOPNOTSUPP; /* a provider's attributes: not an urvt device */
+		return NULL;
+	}
+	memset(&want, 0, sizeof(want));
+	switch (a->addr.ss_family) {
+	case AF_UNSPEC:
+		return open_device(device, NULL);
+	case AF_INET:
+		want.family = AF_INET;
+		want.addr6.s6_addr[10] = want.addr6.s6_addr[11] = 0xff;
+		memcpy(&want.addr6.s6_addr[12], &((const struct sockaddr_in *)&a->addr)->sin_addr, 4);
+		break;
+	case AF_INET6:
+		want.addr6 = ((const struct sockaddr_in6 *)&a->addr)->sin6_addr;
+		want.family = IN6_IS_ADDR_V4MAPPED(&want.addr6) ? AF_INET : AF_INET6;
+		break;
+	default:
+		errno = EAFNOSUPPORT;
+		return NULL;
+	}
+	return open_device(device, &want);
 }
 
 int ibv_close_device(struct ibv_context *context)
