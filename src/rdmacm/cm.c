@@ -19,7 +19,10 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -31,6 +34,10 @@
 #define CM_HASH_BITS 12
 #define CM_HASH_SIZE (1u << CM_HASH_BITS)
 #define CM_HI_TID 0x75727674u             /* "urvt": our half of every TID */
+/* A REQ / SIDR_REQ for a service nobody listens on waits this long for a
+ * listener before it is rejected (docs/rdmacm.md: start-up races) */
+#define CM_UNMATCHED_NS (250ull * 1000000)
+#define CM_UNMATCHED_MAX 64
 
 const char *const ib_cm_state_str[IB_CM_NSTATES] = {
 	[IB_CM_IDLE] = "IDLE",
@@ -92,6 +99,12 @@ struct cm_id_private {
 	uint8_t private_data_len;
 };
 
+struct cm_unmatched {
+	struct cm_mad m;
+	union ibv_gid sgid;
+	uint64_t deadline_ns;
+};
+
 struct cm_device {
 	const struct cm_dev_ops *ops;
 	void *ops_ctx;
@@ -109,8 +122,43 @@ struct cm_device {
 	struct cm_id_private *listen;
 	struct cm_id_private *reap;
 	struct urvt_work reap_work;
+	/* requests waiting for a listener, in arrival order */
+	struct cm_unmatched unmatched[CM_UNMATCHED_MAX];
+	unsigned int n_unmatched;
+	struct urvt_timer unmatched_timer;
 	struct cm_counters ctr;
 };
+
+int cm_debug;
+
+void cm_dbg_printf(const char *fmt, ...)
+{
+	char buf[256];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	/* one write: lines of two processes sharing a terminal stay whole */
+	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
+		return;
+}
+
+static void dbg_mad(const char *dir, const union ibv_gid *gid, const struct cm_mad *m)
+{
+	const uint8_t *g = gid->raw;
+
+	CM_DBG("urvt-cm[%d]: %s %s %s %u.%u.%u.%u comm %08x/%08x", (int)getpid(), dir,
+	       cm_attr_str(cm_mad_attr_id(m)), *dir == 't' ? "to" : "from", g[12], g[13], g[14],
+	       g[15], (unsigned int)cm_get(m, CM_REQ_LOCAL_COMM_ID),
+	       (unsigned int)cm_get(m, CM_REJ_REMOTE_COMM_ID));
+}
 
 static inline struct cm_id_private *to_priv(struct ib_cm_id *id)
 {
@@ -267,6 +315,7 @@ static int cm_send(struct cm_device *dev, const union ibv_gid *dgid, const struc
 {
 	int ret = dev->ops->send(dev->ops_ctx, dgid, m);
 
+	dbg_mad(ret ? "tx-failed" : "tx", dgid, m);
 	if (ret)
 		dev->ctr.tx_errors++;
 	else
@@ -907,6 +956,10 @@ int ib_cm_listen(struct ib_cm_id *id, uint64_t service_id)
 	p->listen_next = p->dev->listen;
 	p->dev->listen = p;
 	p->in_listen = true;
+	/* a request may be waiting for this listener (cm_defer): look now,
+	 * from the progress thread, once our caller has finished */
+	if (p->dev->n_unmatched)
+		urvt_timer_mod(p->dev->progress, &p->dev->unmatched_timer, urvt_now_ns());
 	return 0;
 }
 
@@ -1090,6 +1143,33 @@ static enum ibv_qp_type req_qp_type(const struct cm_mad *m)
 	}
 }
 
+/*
+ * Deviation from the kernel's CM, which rejects at once: a request for a
+ * service nobody listens on waits up to CM_UNMATCHED_NS for its listener.
+ * Two processes started together (a test script; perftest's and qperf's
+ * servers listen after telling the client to go) would otherwise race the
+ * rdma_listen; with the kernel's slower address resolution the client
+ * rarely wins, here it would every time. Bounded: a full queue rejects.
+ */
+static bool cm_defer(struct cm_device *dev, const struct cm_mad *m, const union ibv_gid *sgid)
+{
+	struct cm_unmatched *u;
+
+	if (dev->n_unmatched == CM_UNMATCHED_MAX)
+		return false;
+	/* the same request again (a retransmission): one is enough */
+	for (unsigned int i = 0; i < dev->n_unmatched; i++)
+		if (!memcmp(dev->unmatched[i].m.raw, m->raw, CM_MAD_SIZE))
+			return true;
+	u = &dev->unmatched[dev->n_unmatched++];
+	u->m = *m;
+	u->sgid = *sgid;
+	u->deadline_ns = urvt_now_ns() + CM_UNMATCHED_NS;
+	if (!urvt_timer_pending(dev->progress, &dev->unmatched_timer))
+		urvt_timer_mod(dev->progress, &dev->unmatched_timer, u->deadline_ns);
+	return true;
+}
+
 static void cm_dup_req_handler(struct cm_id_private *cur, const union ibv_gid *sgid)
 {
 	struct cm_mad m;
@@ -1111,7 +1191,7 @@ static void cm_dup_req_handler(struct cm_id_private *cur, const union ibv_gid *s
 }
 
 static void cm_req_handler(struct cm_device *dev, const struct cm_mad *m,
-			   const union ibv_gid *sgid)
+			   const union ibv_gid *sgid, bool final)
 {
 	struct cm_id_private *p, *cur, *listen;
 	struct ib_cm_event ev;
@@ -1162,6 +1242,8 @@ static void cm_req_handler(struct cm_device *dev, const struct cm_mad *m,
 	listen = cm_find_listen(dev, p->id.service_id);
 	if (!listen) {
 		cm_cleanup_remote(p);
+		if (!final && cm_defer(dev, m, sgid))
+			goto free;
 		cm_issue_rej(dev, m, sgid, IB_CM_REJ_INVALID_SERVICE_ID, CM_MSG_RESPONSE_REQ,
 			     NULL, 0);
 		goto free;
@@ -1520,7 +1602,7 @@ static void cm_mra_handler(struct cm_device *dev, const struct cm_mad *m,
 }
 
 static void cm_sidr_req_handler(struct cm_device *dev, const struct cm_mad *m,
-				const union ibv_gid *sgid)
+				const union ibv_gid *sgid, bool final)
 {
 	struct cm_id_private *p, *listen;
 	struct ib_cm_event ev;
@@ -1543,6 +1625,11 @@ static void cm_sidr_req_handler(struct cm_device *dev, const struct cm_mad *m,
 	listen = cm_find_listen(dev, p->id.service_id);
 	if (!listen) {
 		struct ib_cm_sidr_rep_param rep = { .status = IB_SIDR_UNSUPPORTED };
+
+		if (!final && cm_defer(dev, m, sgid)) {
+			sidr_remove(p);
+			goto free;
+		}
 		ib_send_cm_sidr_rep(&p->id, &rep);
 		goto free;
 	}
@@ -1605,9 +1692,10 @@ void cm_recv_mad(struct cm_device *dev, const void *buf, size_t len, const union
 	}
 	/* one aligned copy: handlers read fields from it, events point into it */
 	memcpy(m.raw, buf, CM_MAD_SIZE);
+	dbg_mad("rx", sgid, &m);
 	switch (attr) {
 	case CM_REQ_ATTR_ID:
-		cm_req_handler(dev, &m, sgid);
+		cm_req_handler(dev, &m, sgid, false);
 		break;
 	case CM_MRA_ATTR_ID:
 		cm_mra_handler(dev, &m, sgid);
@@ -1628,7 +1716,7 @@ void cm_recv_mad(struct cm_device *dev, const void *buf, size_t len, const union
 		cm_drep_handler(dev, &m, sgid);
 		break;
 	case CM_SIDR_REQ_ATTR_ID:
-		cm_sidr_req_handler(dev, &m, sgid);
+		cm_sidr_req_handler(dev, &m, sgid, false);
 		break;
 	case CM_SIDR_REP_ATTR_ID:
 		cm_sidr_rep_handler(dev, &m, sgid);
@@ -1638,6 +1726,39 @@ void cm_recv_mad(struct cm_device *dev, const void *buf, size_t len, const union
 		dev->ctr.drop_malformed++;
 		break;
 	}
+}
+
+/* The deferred requests: those whose listener came, and those whose wait
+ * is over (rejected now), leave the queue in arrival order. */
+static void cm_unmatched_handler(struct urvt_timer *t)
+{
+	struct cm_device *dev = container_of(t, struct cm_device, unmatched_timer);
+	uint64_t now, next = 0;
+
+	pthread_mutex_lock(dev->lock);
+	now = urvt_now_ns();
+	for (unsigned int i = 0; i < dev->n_unmatched;) {
+		struct cm_unmatched u = dev->unmatched[i];
+		bool sidr = cm_mad_attr_id(&u.m) == CM_SIDR_REQ_ATTR_ID;
+		uint64_t sid = cm_get(&u.m, sidr ? CM_SIDR_REQ_SERVICEID : CM_REQ_SERVICE_ID);
+
+		if (!cm_find_listen(dev, sid) && now < u.deadline_ns) {
+			if (!next || u.deadline_ns < next)
+				next = u.deadline_ns;
+			i++;
+			continue;
+		}
+		memmove(&dev->unmatched[i], &dev->unmatched[i + 1],
+			(dev->n_unmatched - i - 1) * sizeof(dev->unmatched[0]));
+		dev->n_unmatched--;
+		if (sidr)
+			cm_sidr_req_handler(dev, &u.m, &u.sgid, true);
+		else
+			cm_req_handler(dev, &u.m, &u.sgid, true);
+	}
+	if (next)
+		urvt_timer_mod(dev->progress, &dev->unmatched_timer, next);
+	pthread_mutex_unlock(dev->lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1665,6 +1786,11 @@ struct cm_device *cm_device_create(const struct cm_dev_ops *ops, void *ctx,
 		dev->id_operand = (uint32_t)urvt_now_ns();
 	dev->next_id = 1;
 	urvt_work_init(&dev->reap_work, cm_reap);
+	urvt_timer_init(&dev->unmatched_timer, cm_unmatched_handler);
+	{
+		const char *d = getenv("URVT_DEBUG");
+		cm_debug = d && *d && *d != '0';
+	}
 	return dev;
 }
 
@@ -1679,6 +1805,7 @@ void cm_device_destroy(struct cm_device *dev)
 		}
 	}
 	pthread_mutex_unlock(dev->lock);
+	urvt_timer_del_sync(dev->progress, &dev->unmatched_timer);
 	urvt_progress_cancel_work_sync(dev->progress, &dev->reap_work);
 	/* no work runs now: reap here */
 	cm_reap(&dev->reap_work);

@@ -25,6 +25,16 @@
 struct urvt_progress;
 struct cm_device;
 
+/* URVT_DEBUG=1: one line on stderr per CM MAD sent and received and per
+ * rdma_cm event queued */
+extern int cm_debug;
+void cm_dbg_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define CM_DBG(...)                                      \
+	do {                                             \
+		if (cm_debug)                            \
+			cm_dbg_printf(__VA_ARGS__);      \
+	} while (0)
+
 enum ib_cm_state {
 	IB_CM_IDLE,
 	IB_CM_LISTEN,

@@ -89,6 +89,8 @@ void cma_event_free(struct cma_event *evt)
 
 void cma_event_queue(struct ucma_channel *ch, struct cma_event *evt)
 {
+	CM_DBG("urvt-cm[%d]: event %s status %d id %p", (int)getpid(),
+	       rdma_event_str(evt->event.event), evt->event.status, (void *)evt->event.id);
 	evt->next = NULL;
 	if (ch->tail)
 		ch->tail->next = evt;

@@ -456,6 +456,10 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 
 void rdma_destroy_qp(struct rdma_cm_id *id)
 {
+	/* librdmacm would hand NULL to ibv_destroy_qp and crash; Debian's
+	 * qperf 0.4.11 -cm1 does this on its listener at every test's end */
+	if (!id->qp)
+		return;
 	ibv_destroy_qp(id->qp);
 	pthread_mutex_lock(&cma_lock);
 	id->qp = NULL;
@@ -1115,4 +1119,23 @@ int ucma_max_qpsize(struct rdma_cm_id *id)
 		n = dev->max_qpsize;
 	pthread_mutex_unlock(&cma_lock);
 	return n ? n : 16384;
+}
+
+/*
+ * The process exits: leave every connection as the kernel does when the
+ * process's rdma_cm file closes (DREQ, DREP or REJ as each state asks), so
+ * peers do not wait for the CM timeouts. Memory is left to the exit.
+ */
+static void __attribute__((destructor)) ucma_exit(void)
+{
+	if (pthread_mutex_trylock(&cma_lock))
+		return; /* another thread is inside the library: leave it be */
+	for (struct rdma_id_private *p = cma_all_ids; p; p = p->all_next) {
+		if (p->cm_id) {
+			p->cm_id->cm_handler = NULL;
+			ib_destroy_cm_id(p->cm_id);
+			p->cm_id = NULL;
+		}
+	}
+	pthread_mutex_unlock(&cma_lock);
 }
