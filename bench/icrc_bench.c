@@ -5,7 +5,7 @@
  *
  *   icrc_bench [seconds per case, default 0.3]
  *
- * "ICRC" = the full §9 computation as urvt does it: a 48-byte masked
+ * "ICRC" = the full roce-wire §9 computation as urvt does it: a 48-byte masked
  * prefix (8 x FF + IPv4 + UDP + BTH) then the rest of the packet in place.
  * "build+finish" = urvt_pkt_build_hdr + payload copy + urvt_pkt_finish
  * (pad + ICRC) with the backend the library was built with.

@@ -16,7 +16,7 @@
  * fixes up header fields the fuzzer cannot know (R_Key of an MR, addresses
  * near an MR's edges, the expected PSN, P_Key/TVer/Q_Key) and the ICRC (left
  * wrong in a quarter of them). Everything the transport sends goes to a
- * sink (net->tx_sink) instead of a socket.
+ * test link (sink_link, urvt_net_swap_link) instead of a socket.
  *
  * Checked: no access outside a registered region (guard pages, ASan on the
  * exact-size packet copy), canaries around the sub-page MR, regions no
@@ -100,13 +100,12 @@ static bool immutable(int i)
 /* ------------------------------------------------------------------ */
 static _Atomic unsigned long sent;
 
-static void sink(void *arg, const uint8_t *buf, uint32_t len, const union urvt_sockaddr *dst)
+static void check_sent(const uint8_t *buf, uint32_t len, const union urvt_link_addr *dst)
 {
 	struct urvt_pkt p;
 	struct urvt_ipinfo ip;
 	uint8_t *copy;
 
-	(void)arg;
 	sent++;
 	/* only ever to the QPs' peer: never to the (forged) source of a packet */
 	if (dst->sa.sa_family != AF_INET || dst->in4.sin_addr.s_addr != peer_v4 ||
@@ -123,6 +122,40 @@ static void sink(void *arg, const uint8_t *buf, uint32_t len, const union urvt_s
 		die("transport sent a packet with a wrong ICRC");
 	free(copy);
 }
+
+/* The fuzzer's link: checks every packet, delivers none, receives none. */
+static unsigned sink_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)
+{
+	(void)l;
+	for (unsigned i = 0; i < n; i++) {
+		p[i].ip_id = 0;
+		p[i].fault = 0;
+		check_sent(p[i].buf, p[i].len, p[i].dst);
+	}
+	return 0;
+}
+
+static int sink_recv(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
+{
+	(void)l;
+	(void)rx;
+	(void)max;
+	return 0;
+}
+
+static void sink_close(struct urvt_link *l)
+{
+	(void)l;
+}
+
+static const struct urvt_link_ops sink_ops = {
+	.name = "fuzz-sink",
+	.send_batch = sink_send,
+	.recv_batch = sink_recv,
+	.close = sink_close,
+};
+static struct urvt_link sink_link = { .ops = &sink_ops, .wake_fd = -1 };
+static struct urvt_link *udp_link; /* set aside, open until exit */
 
 /* ------------------------------------------------------------------ */
 /* Setup                                                              */
@@ -160,7 +193,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (!net)
 		die("no transport");
 	memcpy(&dev_v4, &rdi->gid.raw[12], 4);
-	net->tx_sink = sink;
+	sink_link.info = net->links[URVT_LINK_UDP]->info;
+	sink_link.ctl_fd = -1;
+	/* the UDP link stays open (its address keeps the GID) but unused */
+	udp_link = urvt_net_swap_link(net, &sink_link);
 	uctx.vctx.context.num_comp_vectors = 1;
 	fcntl(uctx.vctx.context.async_fd, F_SETFL,
 	      fcntl(uctx.vctx.context.async_fd, F_GETFL) | O_NONBLOCK);
@@ -545,7 +581,7 @@ static void inject(struct reader *r)
 	if (((ctl >> 5) & 3) && len >= 16)
 		urvt_icrc_put(b + len - 4, urvt_icrc(&ip, b, len - 4));
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, b, len, &ip);
+	urvt_recv_pkt(net, b, len, &ip, 0);
 	{
 		struct urvt_txq *q = urvt_txq_get();
 		if (q)

@@ -1,4 +1,4 @@
-/* Completion queues (rdmavt cq.c, qp-semantics.md §11). */
+/* Completion queues (rdmavt cq.c, qp-semantics §11). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +149,7 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 
 	urvt_spin_lock(&cq->p_lock);
 	head = cq->head;
-	/* P0: pairs with the consumer's release of tail (C2). */
+	/* CQ-P0: pairs with the consumer's release of tail (CQ-C2). */
 	if (unlikely(head - load_acquire(&cq->tail) >= cq->cqe)) {
 		bool first = !cq->overflow;
 		cq->overflow = true;
@@ -159,7 +159,7 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 		return false;
 	}
 	cq->queue[head & cq->mask] = *wc;
-	/* P1: publish the entry to poll_cq (C1). */
+	/* CQ-P1: publish the entry to poll_cq (CQ-C1). */
 	store_release(&cq->head, head + 1);
 	notify = atomic_load_explicit(&cq->notify, memory_order_relaxed);
 	if (notify == RVT_CQ_NOTIFY_NEXT ||
@@ -182,12 +182,12 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 		return -EINVAL;
 	urvt_spin_lock(&cq->c_lock);
 	tail = cq->tail;
-	/* C1: pairs with the producer's release of head (P1). */
+	/* CQ-C1: pairs with the producer's release of head (CQ-P1). */
 	avail = load_acquire(&cq->head) - tail;
 	n = (int)avail < num_entries ? (int)avail : num_entries;
 	for (int i = 0; i < n; i++)
 		wc[i] = cq->queue[(tail + (uint32_t)i) & cq->mask];
-	/* C2: the slots may be reused once the producer sees this (P0). */
+	/* CQ-C2: the slots may be reused once the producer sees this (CQ-P0). */
 	store_release(&cq->tail, tail + (uint32_t)n);
 	urvt_spin_unlock(&cq->c_lock);
 	return n;

@@ -1,6 +1,6 @@
 /*
  * Key checks on the posting and receive fast paths (rdmavt rvt_lkey_ok /
- * rvt_rkey_ok, qp-semantics.md §2.6), inline so post_send, the loopback
+ * rvt_rkey_ok, qp-semantics §2.6), inline so post_send, the loopback
  * engine and the responder pay no calls. The table and its lifetime rules
  * are in mr.c: MR structures are type-stable, so a lookup takes a reference
  * with an increment-unless-zero and re-checks the key afterwards.
@@ -79,7 +79,7 @@ static inline bool range_ok(uint64_t base, uint64_t size, uint64_t va, uint64_t 
 	return len <= size && va - base <= size - len;
 }
 
-/* qp-semantics.md §2.6 steps 4-6 for an MR that has the key: PD, bounds,
+/* qp-semantics §2.6 steps 4-6 for an MR that has the key: PD, bounds,
  * every access bit asked for (remote checks ask for one). */
 static inline bool mr_grants(const struct rvt_mregion *mr, const struct rvt_pd *pd,
 			     uint64_t va, uint64_t len, int acc)
@@ -88,7 +88,7 @@ static inline bool mr_grants(const struct rvt_mregion *mr, const struct rvt_pd *
 	       (mr->access & acc) == acc;
 }
 
-/* qp-semantics.md §2.6, in order. */
+/* qp-semantics §2.6, in order. */
 static inline int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struct rvt_sge *isge,
 		struct rvt_sge *last_sge, const struct ibv_sge *sge, int acc)
 {
@@ -158,9 +158,9 @@ enum rvt_rkey_res {
  * for the in-process path (ruc.c rvt_ruc_loopback) and the UDP responder
  * (transport/resp.c); rxe's check_rkey, with the QP's access bit of its
  * check_op_valid. acc is the one access bit the operation needs; an atomic
- * asks for 8 bytes. In order (rc-protocol.md §3, qp-semantics.md §10):
+ * asks for 8 bytes. In order (rc-protocol §3, qp-semantics §10):
  *  - the QP does not allow acc, or len is beyond max_msg_sz: invalid;
- *  - len 0: nothing to check, no key (§3.6); sge is left empty;
+ *  - len 0: nothing to check, no key (rc-protocol §3.6); sge is left empty;
  *  - an atomic va not 8-aligned: invalid ("misaligned atomic");
  *  - the rkey check (rvt_rkey_ok): access error;
  *  - an atomic whose host word is not 8-aligned (an MR registered with an

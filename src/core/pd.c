@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
+#include "core/transport.h"
 #include "wire/hdr.h"
 
 struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err)
@@ -40,7 +41,7 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 
 /*
  * RoCE address vectors must carry a GRH (the GID is the IP address);
- * qp-semantics.md §5.1 (AV: driver check) and roce-wire.md §12.
+ * qp-semantics §5.1 (AV: driver check) and roce-wire §12.
  */
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 		     struct urvt_av *av)
@@ -59,6 +60,8 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 	av->loopback = !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16);
 	/* urvt sends from the bound RoCEv2 port itself (rxe accepts any) */
 	av->udp_sport = URVT_ROCE_UDP_PORT;
+	if (!av->loopback && rdi->transport && rdi->transport->av_resolve)
+		rdi->transport->av_resolve(rdi, av);
 	return 0;
 }
 

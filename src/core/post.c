@@ -1,6 +1,6 @@
 /*
  * post_send / post_recv (rvt_post_send, rvt_post_one_wr, rvt_post_recv;
- * qp-semantics.md §2-§3). Called from any thread, "from interrupt context":
+ * qp-semantics §2-§3). Called from any thread, "from interrupt context":
  * no allocation, no sleeping, one short spinlock per QP, every check in the
  * order rdmavt makes it.
  */
@@ -12,7 +12,7 @@
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 
-/* Operation table (§2.3): which QP types may post each opcode. */
+/* Operation table (qp-semantics §2.3): which QP types may post each opcode. */
 enum { OP_RC = 1 << 0, OP_UC = 1 << 1, OP_UD = 1 << 2 };
 enum { OPF_ATOMIC = 1 << 3, OPF_RDATOMIC = 1 << 4, OPF_LOCAL = 1 << 5, OPF_INLINE_OK = 1 << 6 };
 
@@ -33,8 +33,9 @@ static inline uint8_t qp_type_bit(enum ibv_qp_type t)
 	return t == IBV_QPT_RC ? OP_RC : t == IBV_QPT_UC ? OP_UC : OP_UD;
 }
 
-/* Free slots in the send ring (§2.4) for a WR going to slot 'head' (s_head,
- * or further on inside an ibv_wr_* batch); s_last moves on the engine's side. */
+/* Free slots in the send ring (qp-semantics §2.4) for a WR going to slot
+ * 'head' (s_head, or further on inside an ibv_wr_* batch); s_last moves on
+ * the engine's side. */
 static inline bool sq_full(struct rvt_qp *qp, uint32_t head)
 {
 	/* pairs with the release of s_last in rvt_send_complete */
@@ -48,8 +49,8 @@ static void put_sges(struct rvt_sge *list, uint32_t n)
 }
 
 /*
- * LOCAL_INV executed at post time (§2.5). Returns 0, or -EINVAL for a key
- * that cannot be invalidated.
+ * LOCAL_INV executed at post time (qp-semantics §2.5). Returns 0, or -EINVAL
+ * for a key that cannot be invalidated.
  */
 static int local_inv_now(struct rvt_qp *qp, uint32_t rkey)
 {
@@ -57,11 +58,11 @@ static int local_inv_now(struct rvt_qp *qp, uint32_t rkey)
 }
 
 /*
- * Check one WR (W1-W11, in rdmavt's order) and fill the send slot after the
- * ones already taken: s_head for post_send, s_head + b->n inside an ibv_wr_*
- * batch. The caller publishes the slot (advances s_head). Caller holds
- * s_hlock. Returns 1 (slot filled), 0 (executed at post time, no slot:
- * an unsignaled LOCAL_INV) or a negative errno (nothing kept).
+ * Check one WR (qp-semantics §2.2 W1-W11, in rdmavt's order) and fill the
+ * send slot after the ones already taken: s_head for post_send, s_head + b->n
+ * inside an ibv_wr_* batch. The caller publishes the slot (advances s_head).
+ * Caller holds s_hlock. Returns 1 (slot filled), 0 (executed at post time,
+ * no slot: an unsignaled LOCAL_INV) or a negative errno (nothing kept).
  *
  * A batch (b != NULL) may still be discarded by wr_abort or a later failure,
  * so it must leave no trace before rvt_post_batch_end: its PSN/SSN counters
@@ -120,7 +121,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	wqe = rvt_get_swqe_ptr(qp, head);
 	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
 	if (is_inline) {
-		/* rxe-style inline (§2.7 decision): copy now, no lkey check. */
+		/* rxe-style inline (qp-semantics §2.7 decision): copy now, no lkey check. */
 		uint8_t *buf = (uint8_t *)&wqe->sg_list[qp->max_send_sge ? qp->max_send_sge : 1];
 		for (int i = 0; i < wr->num_sge; i++)
 			length += wr->sg_list[i].length;
@@ -141,7 +142,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		wqe->wqe_flags = RVT_SWQE_INLINE;
 	} else {
 		/* W10. Deviation: LOCAL_WRITE only for READ and atomics, not for
-		 * SEND_WITH_INV sources (qp-semantics.md §2.2 note). */
+		 * SEND_WITH_INV sources (qp-semantics §2.2 note). */
 		acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0;
 		if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
 			return -EINVAL; /* inline only for SEND and RDMA WRITE */
@@ -452,7 +453,7 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	struct rvt_rq *rq = &qp->rq;
 	int ret = 0;
 
-	/* R1 */
+	/* R1 (qp-semantics §3.1) */
 	if (unlikely(qp->srq || !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_RECV_OK))) {
 		*bad_wr = wr;
 		return -EINVAL;

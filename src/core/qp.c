@@ -1,6 +1,6 @@
 /*
  * Queue pairs: create, modify (the IB state table), query, reset, error
- * flush and destroy (rdmavt qp.c; qp-semantics.md §4-§7).
+ * flush and destroy (rdmavt qp.c; qp-semantics §4-§7).
  */
 #include <errno.h>
 #include <sched.h>
@@ -13,7 +13,7 @@
 #include "core/ruc.h"
 #include "core/transport.h"
 
-/* qp-semantics.md §1 */
+/* qp-semantics §1 */
 const int ib_rvt_state_ops[IBV_QPS_ERR + 1] = {
 	[IBV_QPS_RESET] = 0,
 	[IBV_QPS_INIT] = RVT_POST_RECV_OK,
@@ -34,7 +34,7 @@ const char *const rvt_qp_state_name[IBV_QPS_ERR + 1] = {
 };
 
 /* ------------------------------------------------------------------ */
-/* The state-transition table (ib_modify_qp_is_ok), qp-semantics.md §5.2 */
+/* The state-transition table (ib_modify_qp_is_ok), qp-semantics §5.2 */
 /* ------------------------------------------------------------------ */
 enum { T_RC, T_UC, T_UD, T_NTYPES };
 
@@ -179,6 +179,7 @@ static uint32_t mtu_bytes(enum ibv_mtu mtu)
 
 #define SUPPORTED_COMP_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
+/* qp-semantics §4.1 C1-C6 (C5: no SMI/GSI QPs here); C7-C9 follow in rvt_create_qp. */
 static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
 {
 	const struct ibv_qp_cap *cap = &a->cap;
@@ -215,7 +216,7 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 		    !cap->max_recv_wr)
 			return -EINVAL;
 	}
-	/* C6, after the cap checks as in rdmavt (§4.1 order) */
+	/* C6, after the cap checks as in rdmavt (qp-semantics §4.1 order) */
 	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
 		return -EOPNOTSUPP;
 	return 0;
@@ -223,7 +224,7 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 
 static void rvt_init_qp(struct rvt_qp *qp)
 {
-	/* qp-semantics.md §4.2 / §5.4: the RESET values. */
+	/* qp-semantics §4.2 / §5.4: the RESET values. */
 	qp->remote_qpn = 0;
 	qp->qkey = 0;
 	qp->qp_access_flags = 0;
@@ -538,7 +539,7 @@ static void lb_evict(struct rvt_qp *qp)
 }
 
 /*
- * _rvt_reset_qp (qp-semantics.md §5.4): stop everything, withdraw the QP
+ * _rvt_reset_qp (qp-semantics §5.4): stop everything, withdraw the QP
  * from lookups, discard both queues without completions. Caller holds
  * state_lock and no spinlock.
  */
@@ -578,7 +579,7 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		rvt_release_rsge(qp);
 		urvt_spin_unlock(&qp->r_lock);
 	}
-	/* Reinitialise (always). Posted receives are discarded (§5.4 decision). */
+	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
 	urvt_spin_lock(&qp->s_hlock);
 	urvt_spin_lock(&qp->r_lock);
 	rvt_init_qp(qp);
@@ -617,7 +618,7 @@ static void flush_rq(struct rvt_qp *qp)
 }
 
 /*
- * rvt_error_qp (qp-semantics.md §5.5). Caller holds qp->r_lock. Returns
+ * rvt_error_qp (qp-semantics §5.5). Caller holds qp->r_lock. Returns
  * true if IBV_EVENT_QP_LAST_WQE_REACHED should be raised (SRQ QPs).
  */
 bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err)
@@ -734,11 +735,11 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
 	    attr->max_rd_atomic > rdi->dattr.max_qp_init_rd_atom)
 		goto inval;
-	/* ACCESS_FLAGS, QKEY, TIMEOUT and the PSNs are stored as given (§5.1). */
+	/* ACCESS_FLAGS, QKEY, TIMEOUT, the PSNs: stored as given (qp-semantics §5.1). */
 
 	/* 6. state actions that must run unlocked (reset waits for engines) */
 	if (next == IBV_QPS_RESET)
-		rvt_reset_qp(qp); /* RESET -> RESET reinitialises too (§5.4) */
+		rvt_reset_qp(qp); /* RESET -> RESET reinitialises too (qp-semantics §5.4) */
 
 	/* 7. apply the attributes, then the new state: the engines read them
 	 * only after an acquire of a state that lets them run. */
@@ -775,9 +776,9 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if (attr_mask & IBV_QP_MIN_RNR_TIMER)
 		qp->min_rnr_timer = attr->min_rnr_timer;
 	if (attr_mask & IBV_QP_TIMEOUT) {
-		/* stored as given (query reports it, §6.2), clamped to 31 for
-		 * the timer only (§5.1); 4.096 us << timeout, 0 = no
-		 * retransmit timer (IBTA/rxe) */
+		/* stored as given (query reports it, qp-semantics §6.2), clamped
+		 * to 31 for the timer only (qp-semantics §5.1); 4.096 us << timeout,
+		 * 0 = no retransmit timer (IBTA/rxe) */
 		qp->timeout = attr->timeout;
 		qp->timeout_ns = attr->timeout ? 4096ull << (attr->timeout > 31 ? 31 : attr->timeout) : 0;
 	}

@@ -50,7 +50,7 @@ static bool test_and_set(struct rvt_qpn_table *t, uint32_t qpn)
 }
 
 /*
- * Round-robin from the last QPN (qp-semantics.md §4.3): a destroyed QP's
+ * Round-robin from the last QPN (qp-semantics §4.3): a destroyed QP's
  * number is free again at once but is only reused after the allocator has
  * wrapped around the 24-bit space.
  */

@@ -1,7 +1,7 @@
 /*
  * The send engine, WQE retirement, receive WQE consumption, SGE copies and
  * the in-process loopback path (rdmavt rvt_ruc_loopback, rvt_get_rwqe,
- * rvt_copy_sge, rvt_send_complete; qp-semantics.md §7, §8, §10).
+ * rvt_copy_sge, rvt_send_complete; qp-semantics §7, §8, §10).
  */
 #include <errno.h>
 #include <string.h>
@@ -127,7 +127,7 @@ void rvt_release_rsge(struct rvt_qp *qp)
 	qp->r_flags &= ~RVT_R_REUSE_SGE;
 }
 
-/* rvt_get_rwqe (qp-semantics.md §7). Caller holds qp->r_lock. */
+/* rvt_get_rwqe (qp-semantics §7). Caller holds qp->r_lock. */
 int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 {
 	struct rvt_srq *srq = qp->srq;
@@ -148,7 +148,7 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 		return 0;
 	}
 	tail = rq->tail;
-	/* R1: pairs with the release of head in rvt_rq_post_one (R0). */
+	/* RQ-C1: pairs with the release of head in rvt_rq_post_one (RQ-P1). */
 	if (tail == load_acquire(&rq->head)) {
 		urvt_spin_unlock(&rq->c_lock);
 		return 0;
@@ -170,8 +170,8 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 			len += wqe->sg_list[i].length;
 		}
 	}
-	/* The slot is free for post_recv once tail moves: everything needed
-	 * has been copied out above. */
+	/* RQ-C2: the slot is free for post_recv once tail moves (RQ-P0);
+	 * everything needed has been copied out above. */
 	store_release(&rq->tail, tail + 1);
 	if (srq) {
 		uint32_t limit = atomic_load_explicit(&srq->limit, memory_order_relaxed);
@@ -228,8 +228,8 @@ static const enum ibv_wc_opcode wr_to_wc_opcode[IBV_WR_SEND_WITH_INV + 1] = {
 };
 
 /*
- * rvt_send_complete / rvt_qp_complete_swqe (§2.9): retire the oldest WQE,
- * then write its CQE if it is signaled or failed. Engine context.
+ * rvt_send_complete / rvt_qp_complete_swqe (qp-semantics §2.9): retire the
+ * oldest WQE, then write its CQE if it is signaled or failed. Engine context.
  */
 void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status status)
 {
@@ -271,7 +271,7 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 }
 
 /* ------------------------------------------------------------------ */
-/* Loopback (rvt_ruc_loopback, qp-semantics.md §10)                    */
+/* Loopback (rvt_ruc_loopback, qp-semantics §10)                      */
 /* ------------------------------------------------------------------ */
 /* The first three are rvt_chk_rkey's answers (keys.h), so they pass through. */
 enum lb_result {
@@ -402,7 +402,7 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 	}
 }
 
-/* RNR: retry later from the progress thread, or give up (§10 table). */
+/* RNR: retry later from the progress thread, or give up (qp-semantics §10 table). */
 static bool loopback_rnr(struct rvt_qp *sqp, struct rvt_swqe *wqe, struct rvt_qp *qp)
 {
 	if (sqp->type == IBV_QPT_UC) {
@@ -616,7 +616,7 @@ static void flush_send_queue(struct rvt_qp *qp)
 	}
 }
 
-/* A queued LOCAL_INV reaching the engine (§2.5). */
+/* A queued LOCAL_INV reaching the engine (qp-semantics §2.5). */
 static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	enum ibv_wc_status st = IBV_WC_SUCCESS;

@@ -34,7 +34,7 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only);
 void rvt_release_rsge(struct rvt_qp *qp);
 bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err);
 
-/* Scatter length bytes into ss. The caller has checked they fit (§8). */
+/* Scatter length bytes into ss. The caller has checked they fit (qp-semantics §8). */
 void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 		  bool release, bool copy_last);
 /* Gather length bytes from ss into buf, advancing ss. */

@@ -56,7 +56,7 @@ struct urvt_context;
 /* Device and context                                                 */
 /* ------------------------------------------------------------------ */
 
-/* QPN allocator: qp-semantics.md §4.3 with start 1, incr 1, QPN 0/1 reserved
+/* QPN allocator: qp-semantics §4.3 with start 1, incr 1, QPN 0/1 reserved
  * (QPN 1 is handed out only as the GSI QP, qp.c). */
 struct rvt_qpn_table {
 	pthread_mutex_t lock;
@@ -173,6 +173,7 @@ struct urvt_av {
 	struct ibv_ah_attr attr;
 	uint16_t udp_sport;               /* RoCEv2 UDP source port of this path */
 	bool loopback;                    /* destination GID is our own */
+	uint32_t route;                   /* the transport's choice of link (av_resolve) */
 };
 
 struct rvt_ah {
@@ -240,10 +241,11 @@ enum rvt_cq_notify {
 /*
  * The CQ ring: producers (send/receive engines of any QP, on any thread)
  * serialise on p_lock, fill the entry, then publish 'head' with a release
- * store (P1); the consumer (poll_cq) reads 'head' with an acquire load (C1)
- * that pairs with P1, copies entries out, then publishes 'tail' with a
- * release store (C2) that pairs with the producer's acquire load of 'tail'
- * in the full check (P0). Indices run free; the ring size is a power of two.
+ * store (CQ-P1); the consumer (poll_cq) reads 'head' with an acquire load
+ * (CQ-C1) that pairs with CQ-P1, copies entries out, then publishes 'tail'
+ * with a release store (CQ-C2) that pairs with the producer's acquire load
+ * of 'tail' in the full check (CQ-P0). Indices run free; the ring size is a
+ * power of two.
  */
 struct rvt_cq {
 	struct ibv_cq_ex ibcq;
@@ -290,9 +292,10 @@ struct rvt_rwqe {
 };
 
 /*
- * Producer: post_recv under p_lock, publishes head with release (R0).
- * Consumer: the responder under c_lock, acquire of head (R1 pairs with R0);
- * tail published with release, read by the producer's full check.
+ * Producer: post_recv under p_lock, publishes head with release (RQ-P1).
+ * Consumer: the responder under c_lock, acquire of head (RQ-C1 pairs with
+ * RQ-P1); tail published with release (RQ-C2), read by the producer's full
+ * check (RQ-P0).
  */
 struct rvt_rq {
 	uint32_t size;                    /* slots, power of two */
@@ -340,7 +343,7 @@ static inline struct rvt_srq *ibsrq_to_rvtsrq(struct ibv_srq *ibsrq)
 /* Queue pairs (rdmavt_qp.h)                                          */
 /* ------------------------------------------------------------------ */
 
-/* Per-state capability bits (qp-semantics.md §1, ib_rvt_state_ops). */
+/* Per-state capability bits (qp-semantics §1, ib_rvt_state_ops). */
 enum {
 	RVT_POST_SEND_OK = 1 << 0,
 	RVT_POST_RECV_OK = 1 << 1,
@@ -428,7 +431,7 @@ struct rvt_qp {
 	struct rvt_srq *srq;
 	uint32_t qpn;
 	enum ibv_qp_type type;
-	uint8_t allowed_ops;              /* opcode transport prefix (§4.4) */
+	uint8_t allowed_ops;              /* opcode transport prefix (qp-semantics §4.4) */
 	bool sq_sig_all;
 	uint32_t s_size, s_mask, s_stride;
 	uint32_t max_send_wr;             /* capacity reported */

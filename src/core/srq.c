@@ -1,4 +1,4 @@
-/* Receive rings and shared receive queues (rdmavt srq.c, qp-semantics.md §3, §12). */
+/* Receive rings and shared receive queues (rdmavt srq.c, qp-semantics §3, §12). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +67,8 @@ struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr
 	srq->uctx = uctx;
 	srq->pd = pd;
 	srq->max_wr = rq_capacity(&srq->rq);
-	/* Stored as given: armed if non-zero, not checked against max_wr (§12). */
+	/* Stored as given: armed if non-zero, not checked against max_wr
+	 * (qp-semantics §12). */
 	atomic_store(&srq->limit, attr->attr.srq_limit);
 	srq->ibsrq.context = pd->ibpd.context;
 	srq->ibsrq.pd = &pd->ibpd;
@@ -184,7 +185,7 @@ int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr)
 
 	if ((uint32_t)wr->num_sge > rq->max_sge)
 		return -EINVAL;
-	/* R0 full check: pairs with the consumer's release of tail. */
+	/* RQ-P0, full check: pairs with the consumer's release of tail (RQ-C2). */
 	if (head - load_acquire(&rq->tail) >= rq_capacity(rq))
 		return -ENOMEM;
 	wqe = rvt_get_rwqe_ptr(rq, head);
@@ -192,7 +193,7 @@ int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr)
 	wqe->num_sge = (uint32_t)wr->num_sge;
 	if (wr->num_sge)
 		memcpy(wqe->sg_list, wr->sg_list, (size_t)wr->num_sge * sizeof(struct ibv_sge));
-	/* R0: publish the WQE to the consumer (acquire in rvt_get_rwqe). */
+	/* RQ-P1: publish the WQE to the consumer (RQ-C1 in rvt_get_rwqe). */
 	store_release(&rq->head, head + 1);
 	return 0;
 }

@@ -42,6 +42,11 @@ struct urvt_transport_ops {
 	/* The application is about to block for a completion event
 	 * (rvt_req_notify_cq): someone else must receive. */
 	void (*app_blocks)(struct rvt_dev_info *rdi);
+	/* An address vector was made (create_ah, modify_qp with an AV), for a
+	 * destination other than ourselves: choose the link that carries it
+	 * and note it in av->route (0 is the default link). Slow path: may
+	 * make system calls. Optional. */
+	void (*av_resolve)(struct rvt_dev_info *rdi, struct urvt_av *av);
 };
 
 /* Attach: the port the link picked, as the core reports it (GID index 0,

@@ -43,22 +43,39 @@ static double parse_prob(const char *v, bool *ok)
 	char *end;
 	double d = strtod(v, &end);
 
-	if (end == v || *end || d < 0 || d > 1)
+	if (end == v || *end || !(d >= 0 && d <= 1)) /* NaN fails too */
 		*ok = false;
 	return d;
 }
 
+/* A whole unsigned decimal/hex number, nothing after it. */
+static uint64_t parse_uint(const char *v, uint64_t max, bool *ok)
+{
+	char *end;
+	unsigned long long u;
+
+	errno = 0;
+	u = strtoull(v, &end, 0);
+	if (end == v || *end || *v == '-' || errno || u > max)
+		*ok = false;
+	return u;
+}
+
 int urvt_fault_parse(const char *spec, struct urvt_fault_cfg *cfg)
 {
-	char buf[256], *save = NULL, *tok;
+	char buf[256], *rest, *tok;
 	bool ok = true;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->seed = 1;
 	if (!spec || !*spec)
 		return 0;
-	snprintf(buf, sizeof(buf), "%s", spec);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	if (strlen(spec) >= sizeof(buf))
+		ok = false;
+	else
+		memcpy(buf, spec, strlen(spec) + 1);
+	/* strsep keeps empty fields: "drop=0.1,," is a typo, not a spec */
+	for (rest = buf; ok && (tok = strsep(&rest, ","));) {
 		char *eq = strchr(tok, '=');
 		if (!eq) {
 			ok = false;
@@ -74,9 +91,9 @@ int urvt_fault_parse(const char *spec, struct urvt_fault_cfg *cfg)
 		else if (!strcmp(tok, "corrupt"))
 			cfg->corrupt = parse_prob(eq, &ok);
 		else if (!strcmp(tok, "delay_us"))
-			cfg->delay_us = (uint32_t)strtoul(eq, NULL, 0);
+			cfg->delay_us = (uint32_t)parse_uint(eq, 10000000, &ok);
 		else if (!strcmp(tok, "seed"))
-			cfg->seed = strtoull(eq, NULL, 0);
+			cfg->seed = parse_uint(eq, UINT64_MAX, &ok);
 		else
 			ok = false;
 		if (!ok)

@@ -1,217 +1,440 @@
+/*
+ * The UDP link (link/udp.h): the only code that makes system calls on the
+ * RoCEv2 socket. The transport hands it whole packets and gets whole
+ * datagrams back with the IP-level facts a UDP socket can see.
+ */
 #include "link/udp.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <stdio.h>
+#include <netinet/udp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-static void v4_to_mapped(struct in6_addr *a6, struct in_addr a4)
+#include "base/compiler.h"
+#include "link/fault.h"
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#ifndef UDP_NO_CHECK6_RX
+#define UDP_NO_CHECK6_RX 102
+#endif
+
+#define RX_BATCH 32
+#define RX_CTRL 128
+/* one slot holds a whole UDP GRO train (<= 64 KiB) */
+#define RX_BUF_BYTES (65536 + 4096)
+/* sendmmsg entries per call */
+#define TX_CHUNK 64
+/* a GSO send: at most this many segments and bytes (the kernel's limits) */
+#define GSO_MAX_SEGS 64
+#define GSO_MAX_BYTES 65000
+
+struct urvt_udp {
+	struct urvt_link link;
+	int fd;
+	bool gso;
+	struct urvt_fault *fault;
+
+	/* receive side: one thread at a time (link.h) */
+	unsigned rx_used;                 /* slots the last recvmmsg filled */
+	struct mmsghdr msg[RX_BATCH];
+	struct iovec iov[RX_BATCH];
+	union urvt_link_addr name[RX_BATCH];
+	union {
+		char buf[RX_CTRL];
+		struct cmsghdr align;
+	} ctrl[RX_BATCH];
+	uint8_t *mem;                     /* RX_BATCH x RX_BUF_BYTES */
+};
+
+static struct urvt_udp *udp_of(struct urvt_link *l)
 {
-	memset(a6, 0, sizeof(*a6));
-	a6->s6_addr[10] = 0xff;
-	a6->s6_addr[11] = 0xff;
-	memcpy(&a6->s6_addr[12], &a4, 4);
+	return container_of(l, struct urvt_udp, link);
 }
 
-/* Bind port 4791 on one address; returns the socket or -errno. */
-static int bind_roce(int family, const struct in6_addr *addr6)
+/* ------------------------------------------------------------------ */
+/* Socket options                                                     */
+/* ------------------------------------------------------------------ */
+static void setopt(int fd, int level, int name, int val)
 {
-	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	int err;
+	/* best effort: each option only improves on the default */
+	(void)setsockopt(fd, level, name, &val, sizeof(val));
+}
 
-	if (fd < 0)
-		return -errno;
-	if (family == AF_INET) {
-		struct sockaddr_in sin = { .sin_family = AF_INET,
-					   .sin_port = htons(URVT_ROCE_PORT) };
-		memcpy(&sin.sin_addr, &addr6->s6_addr[12], 4);
-		err = bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+static void bufsize(int fd, int force, int plain, int bytes)
+{
+	/* root may exceed net.core.[rw]mem_max; others get the capped value */
+	if (setsockopt(fd, SOL_SOCKET, force, &bytes, sizeof(bytes)))
+		(void)setsockopt(fd, SOL_SOCKET, plain, &bytes, sizeof(bytes));
+}
+
+static void socket_setup(int fd, bool v4, bool gro)
+{
+	if (v4) {
+		/* Unconnected + DF: the kernel writes IPv4 ID 0, which the
+		 * ICRC covers (docs/wire.md). No IP_PKTINFO: the socket is
+		 * bound to our address, so that is every packet's
+		 * destination; TOS/TTL feed the UD GRH. */
+		setopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO);
+		setopt(fd, IPPROTO_IP, IP_RECVTOS, 1);
+		setopt(fd, IPPROTO_IP, IP_RECVTTL, 1);
 	} else {
-		struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
-					     .sin6_port = htons(URVT_ROCE_PORT),
-					     .sin6_addr = *addr6 };
-		int on = 1;
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
-		err = bind(fd, (struct sockaddr *)&sin6, sizeof(sin6));
+		setopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO);
+		setopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
+		setopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
+		/* rxe sends IPv6 UDP checksum 0 (docs/wire.md) */
+		setopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1);
 	}
-	if (err) {
-		err = -errno;
-		close(fd);
-		return err;
-	}
-	return fd;
+	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, 16 << 20);
+	bufsize(fd, SO_SNDBUFFORCE, SO_SNDBUF, 4 << 20);
+	if (gro)
+		setopt(fd, SOL_UDP, UDP_GRO, 1);
 }
 
-static void set_ifname(struct urvt_udp_addr *out)
+/* ------------------------------------------------------------------ */
+/* Send                                                               */
+/* ------------------------------------------------------------------ */
+/* sendmmsg over m[0..n); waits briefly for room on EAGAIN. Returns the
+ * datagrams lost. */
+static unsigned send_msgs(int fd, struct mmsghdr *m, unsigned n)
 {
-	struct ifaddrs *ifa, *i;
+	unsigned done = 0, lost = 0;
+	int again = 0;
 
-	if (getifaddrs(&ifa))
-		return;
-	for (i = ifa; i; i = i->ifa_next) {
-		if (!i->ifa_addr)
+	while (done < n) {
+		int r = sendmmsg(fd, m + done, n - done, MSG_DONTWAIT);
+		if (r > 0) {
+			done += (unsigned)r;
 			continue;
-		if (i->ifa_addr->sa_family == AF_INET && out->family == AF_INET) {
-			const struct sockaddr_in *s = (const void *)i->ifa_addr;
-			struct in6_addr m;
-			v4_to_mapped(&m, s->sin_addr);
-			/* 127/8 is all on lo although only 127.0.0.1 is listed */
-			if (!memcmp(&m, &out->addr6, 16) ||
-			    (out->addr6.s6_addr[12] == 127 && !strcmp(i->ifa_name, "lo")))
-				break;
-		} else if (i->ifa_addr->sa_family == AF_INET6 && out->family == AF_INET6) {
-			const struct sockaddr_in6 *s = (const void *)i->ifa_addr;
-			if (!memcmp(&s->sin6_addr, &out->addr6, 16))
-				break;
 		}
+		if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && again++ < 4) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+			poll(&pfd, 1, 1);
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		/* this datagram is lost (the protocol recovers); go on */
+		done++;
+		lost++;
+		again = 0;
 	}
-	if (i) {
-		struct ifreq ifr;
-		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-		snprintf(out->ifname, sizeof(out->ifname), "%s", i->ifa_name);
-		out->ifindex = if_nametoindex(i->ifa_name);
-		memset(&ifr, 0, sizeof(ifr));
-		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
-		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr))
-			out->if_mtu = ifr.ifr_mtu;
-		if (fd >= 0)
-			close(fd);
-	}
-	freeifaddrs(ifa);
+	return lost;
 }
 
-static int from_netdev(const char *dev, struct urvt_udp_addr *out)
+static void msg_set(struct mmsghdr *m, struct iovec *iov, uint8_t *buf, uint32_t len,
+		    const union urvt_link_addr *dst)
 {
-	struct ifaddrs *ifa, *i;
-	int ret = -EADDRNOTAVAIL;
+	*iov = (struct iovec){ .iov_base = buf, .iov_len = len };
+	m->msg_hdr = (struct msghdr){ .msg_name = (void *)dst,
+				      .msg_namelen = urvt_link_addr_len(dst),
+				      .msg_iov = iov,
+				      .msg_iovlen = 1 };
+}
 
-	if (getifaddrs(&ifa))
-		return -errno;
-	/* Prefer IPv4, then a non-link-local IPv6 address. */
-	for (int pass = 0; pass < 2 && ret; pass++) {
-		for (i = ifa; i; i = i->ifa_next) {
-			if (!i->ifa_addr || strcmp(i->ifa_name, dev))
+static bool addr_equal(const union urvt_link_addr *a, const union urvt_link_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return false;
+	if (a->sa.sa_family == AF_INET)
+		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr;
+	return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16);
+}
+
+/* How many of p[0..n) leave as one GSO send with p[0]: a run of equal-size
+ * packets to one peer (the last may be shorter), back to back in memory. IPv4 segment k leaves
+ * with IP ID k (the send itself has ID 0), which the ICRC covers: patch
+ * each segment's ICRC for it (docs/wire.md). */
+static unsigned gso_run(struct urvt_link_tx *p, unsigned n)
+{
+	uint32_t bytes = p[0].len;
+	unsigned j = 1;
+
+	while (j < n && j < GSO_MAX_SEGS && p[j].len <= p[0].len && p[j - 1].len == p[0].len &&
+	       p[j].buf == p[j - 1].buf + p[j - 1].len && bytes + p[j].len <= GSO_MAX_BYTES &&
+	       addr_equal(p[j].dst, p[0].dst)) {
+		if (p[0].dst->sa.sa_family == AF_INET) {
+			uint8_t *icrc = p[j].buf + p[j].len - URVT_ICRC_BYTES;
+			urvt_icrc_put(icrc, urvt_icrc_get(icrc) ^
+						    urvt_icrc_v4_id_delta(p[j].len - URVT_ICRC_BYTES,
+									  (uint16_t)j));
+			p[j].ip_id = (uint16_t)j;
+		}
+		bytes += p[j].len;
+		j++;
+	}
+	return j;
+}
+
+static unsigned udp_send_batch(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)
+{
+	struct urvt_udp *u = udp_of(l);
+	struct mmsghdr m[TX_CHUNK];
+	struct iovec iov[TX_CHUNK];
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} ctl[TX_CHUNK];
+	unsigned nm = 0, lost = 0;
+
+	for (unsigned i = 0; i < n;) {
+		unsigned run = 1, copies = 1;
+
+		p[i].ip_id = 0;
+		p[i].fault = 0;
+		if (unlikely(u->fault)) {
+			unsigned fl;
+			enum urvt_fault_verdict v = urvt_fault_apply(u->fault, p[i].buf, p[i].len,
+								     p[i].dst,
+								     urvt_link_addr_len(p[i].dst), &fl);
+			p[i].fault = (uint8_t)fl;
+			if (v == URVT_FAULT_DROP || v == URVT_FAULT_HELD) {
+				i++;
 				continue;
-			if (pass == 0 && i->ifa_addr->sa_family == AF_INET) {
-				out->family = AF_INET;
-				v4_to_mapped(&out->addr6,
-					     ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr);
-				ret = 0;
-				break;
 			}
-			if (pass == 1 && i->ifa_addr->sa_family == AF_INET6) {
-				const struct sockaddr_in6 *s = (const void *)i->ifa_addr;
-				if (IN6_IS_ADDR_LINKLOCAL(&s->sin6_addr))
-					continue;
-				out->family = AF_INET6;
-				out->addr6 = s->sin6_addr;
-				ret = 0;
-				break;
-			}
+			copies = v == URVT_FAULT_DUP ? 2 : 1;
+		} else if (u->gso) {
+			run = gso_run(p + i, n - i);
 		}
+		if (nm + copies > TX_CHUNK) {
+			lost += send_msgs(u->fd, m, nm);
+			nm = 0;
+		}
+		for (unsigned k = 0; k < copies; k++) {
+			uint32_t bytes = 0;
+			for (unsigned j = i; j < i + run; j++)
+				bytes += p[j].len;
+			msg_set(&m[nm], &iov[nm], p[i].buf, bytes, p[i].dst);
+			if (run > 1) {
+				/* the packets of a run sit back to back in the caller's buffer */
+				struct cmsghdr *c = (struct cmsghdr *)ctl[nm].buf;
+				uint16_t seg = (uint16_t)p[i].len;
+				c->cmsg_level = SOL_UDP;
+				c->cmsg_type = UDP_SEGMENT;
+				c->cmsg_len = CMSG_LEN(sizeof(seg));
+				memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+				m[nm].msg_hdr.msg_control = ctl[nm].buf;
+				m[nm].msg_hdr.msg_controllen = sizeof(ctl[nm].buf);
+			}
+			nm++;
+		}
+		i += run;
 	}
-	freeifaddrs(ifa);
-	return ret;
+	if (nm)
+		lost += send_msgs(u->fd, m, nm);
+	return lost;
 }
 
-/*
- * The address URVT_ADDR or URVT_NETDEV names: 1 (in *out), 0 if neither is
- * set, or a negative errno (with a message) if the one set is unusable.
- */
-static int env_address(struct urvt_udp_addr *out)
+/* Held packets leave here (the fault injector's timer): no second fault. */
+static void fault_release(void *arg, const uint8_t *buf, uint32_t len, const void *dst,
+			  uint32_t dstlen)
 {
-	const char *env_addr = getenv("URVT_ADDR");
-	const char *env_dev = getenv("URVT_NETDEV");
-	int ret;
+	struct urvt_udp *u = arg;
+	struct mmsghdr m;
+	struct iovec iov;
 
-	memset(out, 0, sizeof(*out));
-	if (env_addr && *env_addr) {
-		struct in_addr a4;
-		if (inet_pton(AF_INET, env_addr, &a4) == 1) {
-			out->family = AF_INET;
-			v4_to_mapped(&out->addr6, a4);
-		} else if (inet_pton(AF_INET6, env_addr, &out->addr6) == 1) {
-			out->family = AF_INET6;
-			if (IN6_IS_ADDR_V4MAPPED(&out->addr6))
-				out->family = AF_INET;
-		} else {
-			fprintf(stderr, "urvt: URVT_ADDR=%s is not an IP address\n", env_addr);
-			return -EINVAL;
-		}
-		return 1;
+	(void)dstlen;
+	msg_set(&m, &iov, (uint8_t *)buf, len, dst);
+	send_msgs(u->fd, &m, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Receive                                                            */
+/* ------------------------------------------------------------------ */
+static void rx_slot_init(struct urvt_udp *u, unsigned i)
+{
+	struct msghdr *mh = &u->msg[i].msg_hdr;
+
+	u->iov[i].iov_base = u->mem + (size_t)i * RX_BUF_BYTES;
+	u->iov[i].iov_len = RX_BUF_BYTES;
+	mh->msg_name = &u->name[i];
+	mh->msg_namelen = sizeof(u->name[i]);
+	mh->msg_iov = &u->iov[i];
+	mh->msg_iovlen = 1;
+	mh->msg_control = u->ctrl[i].buf;
+	mh->msg_controllen = RX_CTRL;
+	mh->msg_flags = 0;
+}
+
+static int cmsg_int(const struct cmsghdr *c)
+{
+	int v;
+
+	memcpy(&v, CMSG_DATA(c), sizeof(v));
+	return v;
+}
+
+/* The IP facts a UDP socket can see of one datagram (the ID it cannot). */
+static void rx_ipinfo(struct urvt_udp *u, struct msghdr *mh, struct urvt_link_rx *r)
+{
+	const union urvt_link_addr *src = mh->msg_name;
+	struct urvt_ipinfo *ip = &r->ip;
+
+	memset(ip, 0, sizeof(*ip));
+	memcpy(ip->dgid, &u->link.info.addr6, 16);
+	ip->dport = URVT_ROCE_UDP_PORT;
+	ip->hop_limit = 64;
+	if (src->sa.sa_family == AF_INET) {
+		urvt_gid_from_v4(ip->sgid, src->in4.sin_addr.s_addr);
+		ip->sport = ntohs(src->in4.sin_port);
+		ip->df = true;
+	} else {
+		memcpy(ip->sgid, &src->in6.sin6_addr, 16);
+		ip->sport = ntohs(src->in6.sin6_port);
 	}
-	if (env_dev && *env_dev) {
-		ret = from_netdev(env_dev, out);
-		if (ret) {
-			fprintf(stderr, "urvt: URVT_NETDEV=%s has no usable address\n", env_dev);
-			return ret;
-		}
-		return 1;
+	r->seg = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS)
+			ip->tclass = *(uint8_t *)CMSG_DATA(c);
+		else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL)
+			ip->hop_limit = (uint8_t)cmsg_int(c);
+		else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)
+			ip->tclass = (uint8_t)cmsg_int(c);
+		else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT)
+			ip->hop_limit = (uint8_t)cmsg_int(c);
+		else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO)
+			r->seg = cmsg_int(c) > 0 ? (uint32_t)cmsg_int(c) : 0;
 	}
+}
+
+static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
+{
+	struct urvt_udp *u = udp_of(l);
+	int got;
+
+	for (unsigned i = 0; i < u->rx_used; i++)
+		rx_slot_init(u, i);
+	u->rx_used = 0;
+	if (max > RX_BATCH)
+		max = RX_BATCH;
+	got = recvmmsg(u->fd, u->msg, max, MSG_DONTWAIT, NULL);
+	if (got <= 0)
+		return 0;
+	u->rx_used = (unsigned)got;
+	for (int i = 0; i < got; i++) {
+		struct msghdr *mh = &u->msg[i].msg_hdr;
+		struct urvt_link_rx *r = &rx[i];
+
+		r->data = u->iov[i].iov_base;
+		r->len = u->msg[i].msg_len;
+		r->trunc = mh->msg_flags & MSG_TRUNC;
+		rx_ipinfo(u, mh, r);
+		if (r->seg >= r->len)
+			r->seg = 0;
+	}
+	return got;
+}
+
+/* ------------------------------------------------------------------ */
+/* Open / close                                                       */
+/* ------------------------------------------------------------------ */
+static void udp_close(struct urvt_link *l)
+{
+	struct urvt_udp *u = udp_of(l);
+
+	/* held packets leave through fault_release, on the socket */
+	urvt_fault_destroy(u->fault);
+	close(u->fd);
+	munmap(u->mem, (size_t)RX_BATCH * RX_BUF_BYTES);
+	free(u);
+}
+
+/* Any GID: its IPv4 (v4-mapped) or IPv6 address, port 4791. */
+static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+{
+	(void)l;
+	urvt_udp_gid_addr(gid, out);
 	return 0;
 }
 
-int urvt_udp_bind_device(struct urvt_udp_addr *out)
-{
-	char name[INET6_ADDRSTRLEN];
-	int fd, ret = env_address(out);
+static const struct urvt_link_ops udp_ops = {
+	.name = "udp",
+	.send_batch = udp_send_batch,
+	.recv_batch = udp_recv_batch,
+	.resolve = udp_resolve,
+	.close = udp_close,
+};
 
-	if (ret < 0)
-		return ret;
-	if (ret) {
-		fd = bind_roce(out->family, &out->addr6);
-		if (fd < 0) {
-			inet_ntop(out->family, out->family == AF_INET ? (const void *)&out->addr6.s6_addr[12]
-								      : (const void *)&out->addr6,
-				  name, sizeof(name));
-			fprintf(stderr, "urvt: cannot bind %s:%d: %s\n", name, URVT_ROCE_PORT,
-				strerror(-fd));
-		} else {
-			set_ifname(out);
-		}
-		return fd;
-	}
-	/* Zero configuration: first free loopback address. */
-	out->family = AF_INET;
-	for (int host = 1; host <= 254; host++) {
-		struct in_addr a4 = { .s_addr = htonl(0x7f000000u | (uint32_t)host) };
-		v4_to_mapped(&out->addr6, a4);
-		fd = bind_roce(AF_INET, &out->addr6);
-		if (fd >= 0) {
-			set_ifname(out);
-			return fd;
-		}
-		if (fd != -EADDRINUSE)
-			return fd;
-	}
-	return -EADDRINUSE;
+static bool env_on(const char *name)
+{
+	const char *v = getenv(name);
+
+	return !v || strcmp(v, "0");
 }
 
-int urvt_udp_bind_device_at(const struct urvt_udp_addr *want, struct urvt_udp_addr *out)
+void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p)
 {
-	struct urvt_udp_addr env;
-	int fd, ret;
+	*cfg = (struct urvt_udp_cfg){
+		.addr = getenv("URVT_ADDR"),
+		.netdev = getenv("URVT_NETDEV"),
+		.gso = env_on("URVT_GSO"),
+		.gro = env_on("URVT_GRO"),
+		.fault = getenv("URVT_FAULT"),
+		.progress = p,
+	};
+}
 
-	if (!want)
-		return urvt_udp_bind_device(out);
-	/* URVT_ADDR / URVT_NETDEV fix the address: no other can be had */
-	ret = env_address(&env);
-	if (ret < 0)
-		return ret;
-	if (ret && memcmp(&env.addr6, &want->addr6, sizeof(env.addr6)))
-		return -EADDRNOTAVAIL;
-	memset(out, 0, sizeof(*out));
-	out->family = want->family;
-	out->addr6 = want->addr6;
-	fd = bind_roce(out->family, &out->addr6);
-	if (fd >= 0)
-		set_ifname(out);
-	return fd;
+struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
+{
+	struct urvt_udp *u = calloc(1, sizeof(*u));
+	int ret;
+
+	if (!u) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	u->fd = -1;
+	u->mem = mmap(NULL, (size_t)RX_BATCH * RX_BUF_BYTES, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (u->mem == MAP_FAILED) {
+		free(u);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	for (unsigned i = 0; i < RX_BATCH; i++)
+		rx_slot_init(u, i);
+	if (cfg->fault && *cfg->fault) {
+		struct urvt_fault_cfg fc;
+		ret = urvt_fault_parse(cfg->fault, &fc);
+		if (ret)
+			goto err;
+		if (urvt_fault_active(&fc)) {
+			ret = -EINVAL;
+			if (!cfg->progress)
+				goto err;
+			ret = -ENOMEM;
+			u->fault = urvt_fault_create(&fc, cfg->progress, fault_release, u);
+			if (!u->fault)
+				goto err;
+		}
+	}
+	u->fd = urvt_udp_bind(cfg->addr, cfg->netdev, &u->link.info);
+	if (u->fd < 0) {
+		ret = u->fd;
+		goto err;
+	}
+	socket_setup(u->fd, u->link.info.family == AF_INET, cfg->gro);
+	u->gso = cfg->gso;
+	u->link.ops = &udp_ops;
+	u->link.wake_fd = u->fd;
+	u->link.ctl_fd = -1;
+	u->link.faults = u->fault != NULL;
+	return &u->link;
+err:
+	urvt_fault_destroy(u->fault);
+	if (u->fd >= 0)
+		close(u->fd);
+	munmap(u->mem, (size_t)RX_BATCH * RX_BUF_BYTES);
+	free(u);
+	*err = ret;
+	return NULL;
 }

@@ -1,33 +1,59 @@
-/* The device's UDP endpoint: address selection and the RoCEv2 socket. */
+/*
+ * The UDP link: the device's RoCEv2 socket (port 4791 on one address) and
+ * every system call made on it: sendmmsg with UDP GSO out, recvmmsg with
+ * UDP GRO in, the socket options the ICRC and the UD GRH depend on, and
+ * URVT_FAULT injection on the way out (link/fault.h).
+ */
 #ifndef URVT_LINK_UDP_H
 #define URVT_LINK_UDP_H
 
-#include <netinet/in.h>
+#include <stdbool.h>
+#include <string.h>
 
-#define URVT_ROCE_PORT 4791
+#include "link/link.h"
+#include "wire/hdr.h"
 
-struct urvt_udp_addr {
-	int family;                       /* AF_INET or AF_INET6 */
-	struct in6_addr addr6;            /* IPv4 addresses stored v4-mapped */
-	unsigned int ifindex;
-	char ifname[32];
-	int if_mtu;                       /* the interface's MTU; 0 if unknown */
+struct urvt_progress;
+
+struct urvt_udp_cfg {
+	const char *addr;                 /* literal IPv4/IPv6 address, or NULL */
+	const char *netdev;               /* else the first address of this interface */
+	bool gso, gro;                    /* UDP GSO on send, GRO on receive */
+	const char *fault;                /* URVT_FAULT spec, or NULL */
+	struct urvt_progress *progress;   /* runs the fault injector's timer */
 };
 
+/* The configuration the environment asks for (docs/usage.md): URVT_ADDR,
+ * URVT_NETDEV, URVT_GSO, URVT_GRO, URVT_FAULT. */
+void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p);
+
 /*
- * Pick the device address and bind the RoCEv2 port on it. Order:
- * URVT_ADDR (literal IPv4/IPv6), URVT_NETDEV (first address of that
- * interface), else the first address in 127.0.0.1-127.0.0.254 whose port
- * 4791 is free, so several processes on one host get distinct GIDs with no
+ * Pick the device address and bind the RoCEv2 port on it. Order: addr,
+ * netdev, else the first address in 127.0.0.1-127.0.0.254 whose port 4791
+ * is free, so several processes on one host get distinct GIDs with no
  * configuration. Returns the bound socket (>= 0) or a negative errno.
  */
-int urvt_udp_bind_device(struct urvt_udp_addr *out);
-/*
- * Bind exactly want's address (family and addr6; NULL: as
- * urvt_udp_bind_device). -EADDRNOTAVAIL if URVT_ADDR / URVT_NETDEV name
- * another address; bind(2)'s errno otherwise (EADDRINUSE: another process
- * owns it, EADDRNOTAVAIL: not an address of this host).
- */
-int urvt_udp_bind_device_at(const struct urvt_udp_addr *want, struct urvt_udp_addr *out);
+int urvt_udp_bind(const char *addr, const char *netdev, struct urvt_link_info *out);
+
+/* The UDP link address of a GID: its IPv4 (v4-mapped) or IPv6 address,
+ * port 4791. A few stores, no lookup: the transport calls it per packet. */
+static inline void urvt_udp_gid_addr(const uint8_t gid[16], union urvt_link_addr *sa)
+{
+	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (!memcmp(gid, v4prefix, 12)) {
+		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
+						.sin_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in4.sin_addr, gid + 12, 4);
+	} else {
+		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
+						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in6.sin6_addr, gid, 16);
+	}
+}
+
+/* Bind, set the socket up, start fault injection. NULL and *err (a
+ * negative errno) on failure. */
+struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err);
 
 #endif

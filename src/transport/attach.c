@@ -8,9 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/transport.h"
+#include "link/shm.h"
 #include "link/udp.h"
 #include "transport/net.h"
 #include "transport/tp.h"
@@ -32,11 +32,7 @@ static void tp_qp_priv_free(struct rvt_qp *qp, void *priv)
 
 static void tp_detach(struct rvt_dev_info *rdi)
 {
-	struct urvt_net *net = rdi->transport_priv;
-	int fd = net->fd;
-
 	urvt_net_destroy(rdi);
-	close(fd);
 }
 
 static const struct urvt_transport_ops urvt_udp_transport = {
@@ -49,31 +45,57 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 	.qp_reset = urvt_tp_qp_reset,
 	.poll_cq = urvt_net_poll_cq,
 	.app_blocks = urvt_net_app_blocks,
+	.av_resolve = urvt_tp_av_resolve,
 };
 
-/* The address the next attach on this thread must bind (urvt_transport_want). */
-static _Thread_local const struct urvt_udp_addr *want_addr;
-
-void urvt_transport_want(const struct urvt_udp_addr *want)
+/* URVT_SHM=0 turns the same-host shared-memory link off (docs/usage.md);
+ * if it cannot open, the device runs on UDP alone. */
+static struct urvt_link *open_shm(const struct in6_addr *gid)
 {
-	want_addr = want;
+	const char *env = getenv("URVT_SHM");
+	struct urvt_link *shm;
+	int err;
+
+	if (env && !strcmp(env, "0"))
+		return NULL;
+	shm = urvt_shm_open(gid, &err);
+	if (!shm)
+		URVT_DBG("shm link: %s: UDP only", strerror(-err));
+	return shm;
+}
+
+/* The address the next attach on this thread binds (urvt_transport_want). */
+static _Thread_local const char *want_addr;
+
+void urvt_transport_want(const char *addr)
+{
+	want_addr = addr;
 }
 
 int urvt_transport_attach(struct rvt_dev_info *rdi)
 {
-	struct urvt_udp_addr ua;
+	struct urvt_udp_cfg cfg;
+	struct urvt_link *link, *shm;
 	union ibv_gid gid;
-	int fd = urvt_udp_bind_device_at(want_addr, &ua);
 	int ret;
 
-	if (fd < 0)
-		return fd;
+	urvt_udp_cfg_from_env(&cfg, rdi->progress);
+	/* URVT_ADDR / URVT_NETDEV win; the opener sees the mismatch */
+	if (want_addr && (!cfg.addr || !*cfg.addr) && (!cfg.netdev || !*cfg.netdev)) {
+		cfg.addr = want_addr;
+		cfg.netdev = NULL;
+	}
+	link = urvt_udp_open(&cfg, &ret);
+	if (!link)
+		return ret;
 	/* RoCEv2: the GID is the IP address (IPv4 v4-mapped) */
-	memcpy(gid.raw, &ua.addr6, sizeof(gid.raw));
-	rvt_dev_set_port(rdi, &gid, ua.ifindex, ua.ifname, ua.if_mtu);
-	ret = urvt_net_create(rdi, fd, ua.family == AF_INET);
+	memcpy(gid.raw, &link->info.addr6, sizeof(gid.raw));
+	rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname, link->info.if_mtu);
+	shm = open_shm(&link->info.addr6);
+	ret = urvt_net_create(rdi, link, shm);
 	if (ret) {
-		close(fd);
+		urvt_link_close(shm);
+		urvt_link_close(link);
 		return ret;
 	}
 	rdi->transport = &urvt_udp_transport;

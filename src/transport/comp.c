@@ -1,8 +1,9 @@
 /*
- * Completer (rc-protocol.md §4) and the transport's send-engine entry
- * (transport->do_send). Engine context: the s_sched holder owns s_last,
- * s_cur, the retry counters and tp.*. Responses reach it through the QP's
- * completer queue (tp.rxq), filled by whichever thread receives them.
+ * Completer (rc-protocol §4, rxe_comp.c): responses against the send
+ * queue, the retransmit timer, retries and flush. Engine context
+ * (engine.c): the s_sched holder owns s_last, s_cur, the retry counters
+ * and tp.*. Responses reach it through the QP's completer queue (tp.rxq),
+ * filled by whichever thread receives them.
  */
 #include <string.h>
 
@@ -35,7 +36,7 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	return true;
 }
 
-/* Forward progress (§4): reload the retry counters, restart the timer base. */
+/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */
 static void progress(struct rvt_qp *qp)
 {
 	qp->s_retry = qp->retry_cnt;
@@ -68,7 +69,7 @@ static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
 	}
 }
 
-/* Complete with an error status and take the QP to ERR (§4 "Error"). */
+/* Complete with an error status and take the QP to ERR (rc-protocol §4 "Error"). */
 static void comp_error(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 {
 	URVT_DBG("qp %u: send wr %#llx fails with status %d", qp->qpn,
@@ -77,7 +78,7 @@ static void comp_error(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 	rvt_error_qp(qp, IBV_WC_WR_FLUSH_ERR);
 }
 
-/* §4.3: retry from comp_psn, counting against retry_cnt (IBTA: 7 = 7 retries). */
+/* rc-protocol §4.3: retry from comp_psn, counting against retry_cnt (IBTA: 7 = 7 retries). */
 static void comp_retry(struct rvt_qp *qp, bool by_nak)
 {
 	struct rvt_swqe *wqe;
@@ -114,7 +115,7 @@ static void comp_drop(struct rvt_qp *qp, int reason)
 	qp_count(qp, URVT_CTR_DROP_BASE + (enum urvt_ctr)reason, 1);
 }
 
-/* READ response payload (§4 step 5). Returns false to drop the packet. */
+/* READ response payload (rc-protocol §4 step 5). Returns false to drop the packet. */
 static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
 {
 	uint32_t idx = (uint32_t)urvt_psn_diff(pkt->psn, wqe->psn);
@@ -140,7 +141,7 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
 		/* inside a READ: only after FIRST/MIDDLE (a rewound READ
-		 * resumes with MIDDLE/LAST, §3.8) */
+		 * resumes with MIDDLE/LAST, rc-protocol §3.8) */
 		if (pkt->psn == wqe->psn ||
 		    (qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
 		     qp_tp(qp)->comp_opcode != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE))
@@ -187,154 +188,242 @@ static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_
 	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
 	URVT_DBG("qp %u: RNR NAK psn %#x, wait %u us", qp->qpn, pkt->psn,
 		 urvt_rnr_timer_us[urvt_aeth_syn_value(pkt->aeth.syn)]);
-	/* §4.4: one retry used (7 = infinite), then the timer */
+	/* rc-protocol §4.4: one retry used (7 = infinite), then the timer */
 	rvt_add_rnr_timer(qp, urvt_aeth_syn_value(pkt->aeth.syn));
 }
 
-void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
-{
-	const struct urvt_pkt *pkt = &b->pkt;
-	uint32_t psn = pkt->psn;
-	uint8_t op = pkt->opcode;
+/*
+ * The completer's steps for one response, as rxe_completer names them: each
+ * state does one check or one action and names the next. The packet is
+ * done at COMPST_DONE (used) or COMPST_DROP (counted by reason).
+ */
+enum comp_state {
+	COMPST_GET_WQE,     /* the WQE the PSN belongs to; coalesced ACKs retire older ones */
+	COMPST_CHECK_PSN,   /* old, duplicate, or a gap in READ responses */
+	COMPST_CHECK_ACK,   /* the opcode against the WQE's operation */
+	COMPST_READ,        /* READ response payload into the WQE's SGEs */
+	COMPST_ATOMIC,      /* the original value into the first SGE */
+	COMPST_SYNDROME,    /* an ACKNOWLEDGE: ACK, RNR NAK or NAK */
+	COMPST_ERROR_RETRY, /* rewind from comp_psn (go-back-N) */
+	COMPST_ERROR,       /* complete in error, QP to ERR */
+	COMPST_DROP,
+	COMPST_DONE,
+};
+
+static const char *const comp_state_name[] = {
+	[COMPST_GET_WQE] = "GET_WQE",         [COMPST_CHECK_PSN] = "CHECK_PSN",
+	[COMPST_CHECK_ACK] = "CHECK_ACK",     [COMPST_READ] = "READ",
+	[COMPST_ATOMIC] = "ATOMIC",           [COMPST_SYNDROME] = "SYNDROME",
+	[COMPST_ERROR_RETRY] = "ERROR_RETRY", [COMPST_ERROR] = "ERROR",
+	[COMPST_DROP] = "DROP",               [COMPST_DONE] = "DONE",
+};
+
+struct comp_ctx {
+	struct rvt_qp *qp;
+	const struct urvt_pkt *pkt;
 	struct rvt_swqe *wqe;
-	int32_t diff;
+	int drop_reason;                  /* COMPST_DROP: URVT_TDROP_* */
+	enum ibv_wc_status status;        /* COMPST_ERROR */
+};
 
-	/* a response for a PSN never sent */
-	if (urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0) {
-		comp_drop(qp, URVT_TDROP_BAD_RESP);
-		return;
-	}
-	/* §4 steps 1-4 */
+static enum comp_state comp_drop_as(struct comp_ctx *c, int reason)
+{
+	c->drop_reason = reason;
+	return COMPST_DROP;
+}
+
+static enum comp_state comp_fail(struct comp_ctx *c, enum ibv_wc_status st)
+{
+	c->status = st;
+	return COMPST_ERROR;
+}
+
+/* rc-protocol §4 steps 1-2: coalesced ACKs retire every SEND/WRITE before the PSN. */
+static enum comp_state comp_get_wqe(struct comp_ctx *c)
+{
+	struct rvt_qp *qp = c->qp;
+	uint32_t psn = c->pkt->psn;
+
 	for (;;) {
-		if (qp->s_last == load_acquire(&qp->s_head)) {
-			comp_drop(qp, URVT_TDROP_STALE_RESP);
-			return;
-		}
-		wqe = rvt_get_swqe_ptr(qp, qp->s_last);
-		if (!wqe_sent(qp, wqe)) {
-			comp_drop(qp, URVT_TDROP_STALE_RESP);
-			return;
-		}
-		if (urvt_psn_cmp(psn, wqe->lpsn) <= 0)
-			break;
-		if (!(wqe->wqe_flags & RVT_SWQE_T_SENT)) {
-			comp_drop(qp, URVT_TDROP_BAD_RESP);
-			return;
-		}
-		if (wqe_is_rd_atomic(wqe)) {
-			/* the responder moved past a READ/atomic whose
-			 * response is missing: ask again */
-			comp_retry(qp, true);
-			return;
-		}
-		/* §4.1 coalesced ACK: this SEND/WRITE is done */
-		advance_comp_psn(qp, urvt_psn_next(wqe->lpsn));
-		if (!urvt_retire(qp, wqe, IBV_WC_SUCCESS))
-			return;
+		if (qp->s_last == load_acquire(&qp->s_head))
+			return comp_drop_as(c, URVT_TDROP_STALE_RESP);
+		c->wqe = rvt_get_swqe_ptr(qp, qp->s_last);
+		if (!wqe_sent(qp, c->wqe))
+			return comp_drop_as(c, URVT_TDROP_STALE_RESP);
+		if (urvt_psn_cmp(psn, c->wqe->lpsn) <= 0)
+			return COMPST_CHECK_PSN;
+		if (!(c->wqe->wqe_flags & RVT_SWQE_T_SENT))
+			return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+		/* the responder moved past a READ/atomic whose response is
+		 * missing: ask again */
+		if (wqe_is_rd_atomic(c->wqe))
+			return COMPST_ERROR_RETRY;
+		/* rc-protocol §4.1: this SEND/WRITE is done */
+		advance_comp_psn(qp, urvt_psn_next(c->wqe->lpsn));
+		if (!urvt_retire(qp, c->wqe, IBV_WC_SUCCESS))
+			return COMPST_DONE; /* a reset landed */
 	}
-	diff = urvt_psn_cmp(psn, qp_tp(qp)->comp_psn);
-	if (diff < 0) {
-		/* old or duplicate response */
-		comp_drop(qp, URVT_TDROP_STALE_RESP);
-		return;
-	}
-	if (diff > 0 && wqe_is_rd_atomic(wqe) && op != URVT_OP_RC_ACKNOWLEDGE) {
-		/* a gap in the READ responses: rewind once for it */
-		comp_drop(qp, URVT_TDROP_BAD_RESP);
-		comp_retry(qp, true);
-		return;
-	}
+}
 
-	switch (op) {
+/* rc-protocol §4 step 3. */
+static enum comp_state comp_check_psn(struct comp_ctx *c)
+{
+	int32_t diff = urvt_psn_cmp(c->pkt->psn, qp_tp(c->qp)->comp_psn);
+
+	if (diff < 0)
+		return comp_drop_as(c, URVT_TDROP_STALE_RESP); /* old or duplicate */
+	if (diff > 0 && wqe_is_rd_atomic(c->wqe) && c->pkt->opcode != URVT_OP_RC_ACKNOWLEDGE) {
+		/* a gap in the READ responses: rewind once for it */
+		comp_drop(c->qp, URVT_TDROP_BAD_RESP);
+		return COMPST_ERROR_RETRY;
+	}
+	return COMPST_CHECK_ACK;
+}
+
+/* rc-protocol §4 step 4. */
+static enum comp_state comp_check_ack(struct comp_ctx *c)
+{
+	const struct urvt_pkt *pkt = c->pkt;
+	struct rvt_swqe *wqe = c->wqe;
+
+	switch (pkt->opcode) {
 	case URVT_OP_RC_RDMA_READ_RESPONSE_FIRST:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_ONLY:
-		if (wqe->opcode != IBV_WR_RDMA_READ) {
-			comp_error(qp, wqe, IBV_WC_FATAL_ERR); /* rc-protocol §4 step 5 */
-			return;
-		}
+		if (wqe->opcode != IBV_WR_RDMA_READ)
+			return comp_fail(c, IBV_WC_FATAL_ERR); /* rc-protocol §4 step 5 */
 		if ((pkt->mask & URVT_AETH_MASK) &&
-		    urvt_aeth_syn_type(pkt->aeth.syn) != URVT_AETH_ACK) {
-			comp_drop(qp, URVT_TDROP_BAD_RESP);
-			return;
-		}
-		if (!comp_read_data(qp, wqe, pkt)) {
-			comp_drop(qp, URVT_TDROP_BAD_RESP);
-			return;
-		}
-		qp_tp(qp)->comp_opcode = op;
-		advance_comp_psn(qp, urvt_psn_next(psn));
-		if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
-		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
-			qp_tp(qp)->comp_opcode = 0;
-			urvt_retire(qp, wqe, IBV_WC_SUCCESS);
-		}
-		return;
-
+		    urvt_aeth_syn_type(pkt->aeth.syn) != URVT_AETH_ACK)
+			return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+		return COMPST_READ;
 	case URVT_OP_RC_ATOMIC_ACKNOWLEDGE:
 		if (wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
-		    wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
-			comp_error(qp, wqe, IBV_WC_BAD_RESP_ERR);
-			return;
-		}
-		if (urvt_aeth_syn_type(pkt->aeth.syn) != URVT_AETH_ACK || psn != wqe->psn) {
-			comp_drop(qp, URVT_TDROP_BAD_RESP);
-			return;
-		}
-		/* the original value goes to the first SGE (checked >= 8 at post) */
-		if (wqe->num_sge) {
-			uint64_t orig = pkt->atmack_orig;
-			memcpy(wqe->sg_list[0].vaddr, &orig, sizeof(orig));
-		}
-		advance_comp_psn(qp, urvt_psn_next(psn));
-		urvt_retire(qp, wqe, IBV_WC_SUCCESS);
-		return;
-
+		    wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+			return comp_fail(c, IBV_WC_BAD_RESP_ERR);
+		if (urvt_aeth_syn_type(pkt->aeth.syn) != URVT_AETH_ACK || pkt->psn != wqe->psn)
+			return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+		return COMPST_ATOMIC;
 	case URVT_OP_RC_ACKNOWLEDGE:
-		break;
+		return COMPST_SYNDROME;
 	default:
-		comp_drop(qp, URVT_TDROP_BAD_RESP);
-		return;
+		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
 	}
+}
+
+static enum comp_state comp_read(struct comp_ctx *c)
+{
+	struct rvt_qp *qp = c->qp;
+	uint8_t op = c->pkt->opcode;
+
+	if (!comp_read_data(qp, c->wqe, c->pkt))
+		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+	qp_tp(qp)->comp_opcode = op;
+	advance_comp_psn(qp, urvt_psn_next(c->pkt->psn));
+	if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST || op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
+		qp_tp(qp)->comp_opcode = 0;
+		urvt_retire(qp, c->wqe, IBV_WC_SUCCESS);
+	}
+	return COMPST_DONE;
+}
+
+static enum comp_state comp_atomic(struct comp_ctx *c)
+{
+	/* the original value goes to the first SGE (checked >= 8 at post) */
+	if (c->wqe->num_sge) {
+		uint64_t orig = c->pkt->atmack_orig;
+		memcpy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));
+	}
+	advance_comp_psn(c->qp, urvt_psn_next(c->pkt->psn));
+	urvt_retire(c->qp, c->wqe, IBV_WC_SUCCESS);
+	return COMPST_DONE;
+}
+
+static enum comp_state comp_syndrome(struct comp_ctx *c)
+{
+	struct rvt_qp *qp = c->qp;
+	const struct urvt_pkt *pkt = c->pkt;
+	uint8_t code;
 
 	switch (urvt_aeth_syn_type(pkt->aeth.syn)) {
 	case URVT_AETH_ACK:
 		qp_count(qp, URVT_CTR_ACKS_RCVD, 1);
-		if (wqe_is_rd_atomic(wqe))
-			return; /* an ACK cannot complete a READ/atomic */
-		advance_comp_psn(qp, urvt_psn_next(psn));
-		if (psn == wqe->lpsn)
-			urvt_retire(qp, wqe, IBV_WC_SUCCESS);
-		return;
+		if (wqe_is_rd_atomic(c->wqe))
+			return COMPST_DONE; /* an ACK cannot complete a READ/atomic */
+		advance_comp_psn(qp, urvt_psn_next(pkt->psn));
+		if (pkt->psn == c->wqe->lpsn)
+			urvt_retire(qp, c->wqe, IBV_WC_SUCCESS);
+		return COMPST_DONE;
 	case URVT_AETH_RNR_NAK:
-		comp_rnr(qp, wqe, pkt);
-		return;
-	case URVT_AETH_NAK: {
-		uint8_t code = urvt_aeth_syn_value(pkt->aeth.syn);
+		comp_rnr(qp, c->wqe, pkt);
+		return COMPST_DONE;
+	case URVT_AETH_NAK:
+		code = urvt_aeth_syn_value(pkt->aeth.syn);
 		if (code == URVT_NAK_PSN_SEQ_ERR) {
 			qp_count(qp, URVT_CTR_NAK_RCVD_SEQ, 1);
 			/* everything before the NAK'd PSN arrived */
-			advance_comp_psn(qp, psn);
+			advance_comp_psn(qp, pkt->psn);
 			if (qp->s_flags & RVT_S_WAIT_RNR)
-				return;
-			URVT_DBG("qp %u: NAK psn-seq %#x", qp->qpn, psn);
-			comp_retry(qp, true);
-			return;
+				return COMPST_DONE;
+			URVT_DBG("qp %u: NAK psn-seq %#x", qp->qpn, pkt->psn);
+			return COMPST_ERROR_RETRY;
 		}
 		qp_count(qp, code == URVT_NAK_INVALID_REQUEST ? URVT_CTR_NAK_RCVD_INV :
 			     code == URVT_NAK_REMOTE_ACCESS ? URVT_CTR_NAK_RCVD_ACCESS :
 							      URVT_CTR_NAK_RCVD_OP, 1);
-		comp_error(qp, wqe, nak_status[code] ? nak_status[code] : IBV_WC_REM_OP_ERR);
-		return;
-	}
+		return comp_fail(c, nak_status[code] ? nak_status[code] : IBV_WC_REM_OP_ERR);
 	default:
-		comp_drop(qp, URVT_TDROP_BAD_RESP);
-		return;
+		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
 	}
 }
 
-/* Retransmit timer expiry (§4.2), engine context. */
+void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
+{
+	struct comp_ctx c = { .qp = qp, .pkt = &b->pkt };
+	enum comp_state st = COMPST_GET_WQE;
+
+	/* a response for a PSN never sent */
+	if (urvt_psn_cmp(c.pkt->psn, qp_tp(qp)->psn_hi) >= 0)
+		st = comp_drop_as(&c, URVT_TDROP_BAD_RESP);
+	/* each state moves forward or ends: at most a few steps per packet
+	 * (GET_WQE loops over the WQEs an ACK retires) */
+	for (;;) {
+		URVT_DBG("qp %u: comp psn %#x %s", qp->qpn, c.pkt->psn, comp_state_name[st]);
+		switch (st) {
+		case COMPST_GET_WQE:
+			st = comp_get_wqe(&c);
+			break;
+		case COMPST_CHECK_PSN:
+			st = comp_check_psn(&c);
+			break;
+		case COMPST_CHECK_ACK:
+			st = comp_check_ack(&c);
+			break;
+		case COMPST_READ:
+			st = comp_read(&c);
+			break;
+		case COMPST_ATOMIC:
+			st = comp_atomic(&c);
+			break;
+		case COMPST_SYNDROME:
+			st = comp_syndrome(&c);
+			break;
+		case COMPST_ERROR_RETRY:
+			comp_retry(qp, true);
+			return;
+		case COMPST_ERROR:
+			comp_error(qp, c.wqe, c.status);
+			return;
+		case COMPST_DROP:
+			comp_drop(qp, c.drop_reason);
+			return;
+		case COMPST_DONE:
+			return;
+		}
+	}
+}
+
+/* Retransmit timer expiry (rc-protocol §4.2), engine context. */
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	uint64_t now, deadline;
@@ -367,52 +456,10 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 	comp_retry(qp, false);
 }
 
-static void rxq_take(struct rvt_qp *qp, struct urvt_pktbuf **list)
-{
-	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
-	*list = qp_tp(qp)->rxq_head;
-	WRITE_ONCE(qp_tp(qp)->rxq_head, NULL);
-	qp_tp(qp)->rxq_tail = NULL;
-	qp_tp(qp)->rxq_len = 0;
-	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
-}
-
-static void rxq_drop(struct rvt_qp *qp)
-{
-	struct urvt_pktbuf *l;
-
-	if (!READ_ONCE(qp_tp(qp)->rxq_head))
-		return;
-	rxq_take(qp, &l);
-	urvt_pkt_free_list(qp_net(qp), l);
-}
-
-void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
-		       bool *consumed)
-{
-	*consumed = false;
-	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
-	if (qp_tp(qp)->rxq_len >= URVT_RXQ_MAX) {
-		urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
-		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, 1);
-		return;
-	}
-	b->next = NULL;
-	if (qp_tp(qp)->rxq_tail)
-		qp_tp(qp)->rxq_tail->next = b;
-	else
-		WRITE_ONCE(qp_tp(qp)->rxq_head, b);
-	qp_tp(qp)->rxq_tail = b;
-	qp_tp(qp)->rxq_len++;
-	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
-	*consumed = true;
-	rvt_schedule_send(qp);
-}
-
 /* ERR/SQE: flush every send WQE (qp-semantics §5.5 step 3). */
 void urvt_comp_flush(struct rvt_qp *qp)
 {
-	rxq_drop(qp);
+	urvt_rxq_drop(qp);
 	qp->s_flags &= ~(RVT_S_WAIT_RNR | RVT_S_WAIT_ACK);
 	qp_tp(qp)->timer_armed = false;
 	while (qp->s_last != load_acquire(&qp->s_head))
@@ -420,97 +467,13 @@ void urvt_comp_flush(struct rvt_qp *qp)
 			return;
 }
 
-/* transport->do_send: completer, timers, then requester. */
-void urvt_tp_do_send(struct rvt_qp *qp)
+/* rc-protocol §4.2: one timer while anything is unacknowledged. */
+void urvt_comp_arm_timer(struct rvt_qp *qp)
 {
-	struct urvt_net *net = qp_net(qp);
-	int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
-	struct urvt_pktbuf *list, *b;
-	struct urvt_txq *q;
-
-	/* an application thread posts: it is back from wherever it waited
-	 * (net.c "Who receives") */
-	if (unlikely(atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed)) &&
-	    !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
-		urvt_net_app_active(qp->rdi);
-	if (!(ops & RVT_PROCESS_OR_FLUSH_SEND)) {
-		rxq_drop(qp);
-		return;
+	if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp_tp(qp)->timer_armed &&
+	    urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) > 0 &&
+	    !(qp->s_flags & RVT_S_WAIT_RNR)) {
+		qp_tp(qp)->timer_armed = true;
+		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
 	}
-	if (ops & RVT_FLUSH_SEND) {
-		urvt_comp_flush(qp);
-		return;
-	}
-	if (unlikely(!qp_tp(qp)->inited)) {
-		qp_tp(qp)->comp_psn = qp_tp(qp)->psn_hi = qp->s_psn;
-		qp_tp(qp)->inited = true;
-	}
-	q = urvt_txq_get();
-	if (unlikely(!q))
-		return;
-
-	/* an unlocked peek; a packet queued after it comes with another
-	 * rvt_schedule_send, so the engine runs again */
-	if (READ_ONCE(qp_tp(qp)->rxq_head)) {
-		rxq_take(qp, &list);
-		for (b = list; b; b = b->next) {
-			if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
-				break;
-			urvt_comp_pkt(qp, b);
-		}
-		urvt_pkt_free_list(net, list);
-	}
-	if (atomic_load_explicit(&qp_tp(qp)->timeout_fired, memory_order_relaxed) &&
-	    atomic_exchange(&qp_tp(qp)->timeout_fired, false))
-		urvt_comp_timeout(qp, q);
-	if ((qp->s_flags & RVT_S_WAIT_RNR) && atomic_exchange(&qp->s_rnr_fired, false)) {
-		/* §4.4: resend from the NAK'd PSN */
-		qp->s_flags &= ~RVT_S_WAIT_RNR;
-		urvt_req_rewind(qp);
-		qp_tp(qp)->progress_ns = urvt_now_ns();
-	}
-	ops = ib_rvt_state_ops[rvt_qp_state(qp)];
-	if (ops & RVT_FLUSH_SEND) {
-		urvt_comp_flush(qp);
-	} else {
-		qp_tp(qp)->stalled = false;
-		urvt_req_run(qp, q);
-		/* §4.2: one timer while anything is unacknowledged */
-		if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp_tp(qp)->timer_armed &&
-		    urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) > 0 &&
-		    !(qp->s_flags & RVT_S_WAIT_RNR)) {
-			qp_tp(qp)->timer_armed = true;
-			urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
-		}
-	}
-	urvt_txq_flush_unless_rx(net, q);
-	/* post_send with the requester stalled on ACKs: receive them now if
-	 * no one else is (trylock); they come back through rvt_schedule_send,
-	 * which runs this engine again before the token is released */
-	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
-		urvt_net_poll(qp->rdi);
-}
-
-void urvt_tp_retry_timeout(struct rvt_qp *qp)
-{
-	/* responses may be waiting in the socket (a busy application that
-	 * stopped polling): take them in before judging the timer */
-	urvt_net_drain(qp->rdi);
-	atomic_store(&qp_tp(qp)->timeout_fired, true);
-	rvt_schedule_send(qp);
-}
-
-/* transport->qp_reset: nothing may refer to the QP afterwards. */
-void urvt_tp_qp_reset(struct rvt_qp *qp)
-{
-	struct urvt_net *net = qp_net(qp);
-
-	rxq_drop(qp);
-	atomic_store(&qp_tp(qp)->timeout_fired, false);
-	if (qp_tp(qp)->r_rdma_valid)
-		rvt_put_sge(&qp->r_rdma_sge);
-	if (net)
-		urvt_stats_release(net, qp);
-	memset(&qp_tp(qp)->inited, 0,
-	       sizeof(struct urvt_tp_qp) - offsetof(struct urvt_tp_qp, inited));
 }

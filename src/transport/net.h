@@ -11,20 +11,23 @@
 
 struct rvt_dev_info;
 struct rvt_cq;
+struct urvt_link;
 
 /* The composition root's one call (an urvt_transport_attach_fn, handed to
  * rvt_dev_get): open the link, report the port to the core, create the
  * engines' state, register the ops. 0 or a negative errno. */
 int urvt_transport_attach(struct rvt_dev_info *rdi);
-/* The address the next urvt_transport_attach on this thread binds (link/udp.h
- * urvt_udp_bind_device_at; NULL: the default selection). The verbs edge sets
- * it around a device open that names an address (verbs_open_device). */
-struct urvt_udp_addr;
-void urvt_transport_want(const struct urvt_udp_addr *want);
+/* The address (a literal) the next urvt_transport_attach on this thread
+ * binds unless URVT_ADDR / URVT_NETDEV name one; NULL: the default
+ * selection. The verbs edge sets it around a device open that names an
+ * address (verbs_open_device, verbs/open_at.h). */
+void urvt_transport_want(const char *addr);
 
-/* attach.c -> net.c: the engines' device state on the link socket fd
- * (rdi->transport_priv); 0 or a negative errno. */
-int urvt_net_create(struct rvt_dev_info *rdi, int fd, bool v4);
+/* attach.c -> net.c: the engines' device state on the links attach opened
+ * (rdi->transport_priv; shm may be NULL); 0 or a negative errno (the
+ * caller still owns the links). From then on the transport owns them:
+ * destroy closes them. */
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm);
 void urvt_net_destroy(struct rvt_dev_info *rdi);
 
 /* Receive and process one batch inline if no other thread is receiving

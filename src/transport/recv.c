@@ -1,5 +1,5 @@
 /*
- * Receive classification (rc-protocol.md §3 preamble, rxe_recv.c): parse,
+ * Receive classification (rc-protocol §3 preamble, rxe_recv.c): parse,
  * ICRC, destination QP, opcode class vs QP type, QP state, addresses, P_Key,
  * Q_Key. Every failure is a silent drop counted by reason; nothing here
  * trusts the packet beyond what urvt_pkt_parse bounds-checked.
@@ -30,22 +30,35 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 }
 
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip)
+		   struct urvt_ipinfo *ip, unsigned flags)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
+	uint8_t hdr[URVT_HDR_MAX];
 	struct urvt_pktbuf *b;
 	struct rvt_qp *qp;
 	int ret, state;
 	bool consumed;
 
-	ret = urvt_pkt_parse(data, len, pkt);
+	if (flags & URVT_RX_SHARED) {
+		/* the sender may still write the ring: parse a private copy of
+		 * the headers (the parser reads nothing past them); the payload
+		 * is only ever copied out, once */
+		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
+		ret = urvt_pkt_parse(hdr, len, pkt);
+		pkt->payload = data + pkt->hdr_len;
+	} else {
+		ret = urvt_pkt_parse(data, len, pkt);
+	}
 	if (unlikely(ret))
 		goto drop_pkt;
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
-	ret = urvt_icrc_check(ip, data, len, urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
-	if (unlikely(ret))
-		goto drop_pkt;
+	if (likely(!(flags & URVT_RX_NO_ICRC))) {
+		ret = urvt_icrc_check(ip, data, len,
+				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
+		if (unlikely(ret))
+			goto drop_pkt;
+	}
 	if (unlikely(net->pcap))
 		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
 	if (unlikely(!pkt->dest_qpn)) { /* roce-wire §12: no SMI */
@@ -85,7 +98,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		goto drop_qp;
 	}
 	if (qp->type == IBV_QPT_UD) {
-		/* §7: Q_Key of the QP */
+		/* rc-protocol §7: Q_Key of the QP */
 		if (unlikely(pkt->deth.qkey != qp->qkey)) {
 			ret = URVT_DROP_BAD_QKEY;
 			goto drop_qp;

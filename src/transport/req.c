@@ -1,5 +1,5 @@
 /*
- * Requester (rc-protocol.md §2, §6, §7): turns send WQEs into request
+ * Requester (rc-protocol §2, §6, §7): turns send WQEs into request
  * packets. Runs in engine context (the s_sched token, core/ruc.c) and owns
  * s_cur, s_offset, s_psn and tp.{sge,cur_*,psn_hi}.
  *
@@ -14,7 +14,7 @@
 #include "transport/tp.h"
 #include "wire/psn.h"
 
-/* §2.3 / roce-wire §4: opcode from the WR and the position in the message. */
+/* rc-protocol §2.3 / roce-wire §4: opcode from the WR and the packet's place. */
 static uint8_t req_opcode(const struct rvt_swqe *wqe, bool uc, bool first, bool last)
 {
 	uint8_t base = uc ? 0x20 : 0x00;
@@ -74,9 +74,9 @@ static void cur_next(struct rvt_qp *qp)
 }
 
 /*
- * §4.3 rewind: restart at the oldest unretired WQE from comp_psn. SEND and
- * WRITE skip the packets already acknowledged; READ asks for the bytes not
- * received yet; every later WQE is resent from its start.
+ * rc-protocol §4.3 rewind: restart at the oldest unretired WQE from
+ * comp_psn. SEND and WRITE skip the packets already acknowledged; READ asks
+ * for the bytes not received yet; every later WQE is resent from its start.
  */
 void urvt_req_rewind(struct rvt_qp *qp)
 {
@@ -105,7 +105,7 @@ void urvt_req_rewind(struct rvt_qp *qp)
 		 wqe->psn, qp->s_offset);
 }
 
-/* LOCAL_INV reaching the requester (§2.1: done at once, in order). */
+/* LOCAL_INV reaching the requester (rc-protocol §2.1: done at once, in order). */
 static void req_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
@@ -124,7 +124,7 @@ static void sent_psn(struct rvt_qp *qp, uint32_t psn, uint32_t npsn)
 
 	if (urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) < 0)
 		qp_count(qp, URVT_CTR_RETRANSMITS, 1);
-	/* nothing was outstanding: the retransmit timer starts now (§4.2) */
+	/* nothing was outstanding: the retransmit timer starts now (rc-protocol §4.2) */
 	if (qp_tp(qp)->psn_hi == qp_tp(qp)->comp_psn)
 		qp_tp(qp)->progress_ns = urvt_now_ns();
 	if (urvt_psn_cmp(next, qp_tp(qp)->psn_hi) > 0)
@@ -147,9 +147,9 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 
 	urvt_pkt_init(&f, req_opcode(wqe, uc, first, last), qp->remote_qpn, psn);
 	f.paylen = paylen;
-	/* §2.3: AckReq on the last packet and every URVT_MAX_PKT_PER_ACK
-	 * packets in between; also on the packet that fills the window and
-	 * on probes */
+	/* rc-protocol §2.3: AckReq on the last packet and every
+	 * URVT_MAX_PKT_PER_ACK packets in between; also on the packet that
+	 * fills the window and on probes */
 	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
 	    (qp->type == IBV_QPT_RC &&
 	     urvt_psn_diff(urvt_psn_next(psn), qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS)) {
@@ -178,7 +178,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	return last;
 }
 
-/* READ request (§2.3 RETH with the remainder) or atomic (AtomicETH). */
+/* READ request (rc-protocol §2.3 RETH with the remainder) or atomic (AtomicETH). */
 static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 			  uint32_t psn)
 {
@@ -193,7 +193,7 @@ static void req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_t
 		f.reth.va = wqe->wr.rdma.remote_addr + qp->s_offset;
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = left;
-		/* §2.3: a READ takes max(1, ceil(len / PMTU)) PSNs */
+		/* rc-protocol §2.3: a READ takes max(1, ceil(len / PMTU)) PSNs */
 		npsn = left ? (left + qp->pmtu - 1) / qp->pmtu : 1;
 	} else {
 		f.atmeth.va = wqe->wr.atomic.remote_addr;
@@ -238,11 +238,11 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 				req_local_inv(qp, wqe);
 				continue;
 			}
-			/* §2.2 fence, rxe rule: wait until it is the oldest */
+			/* rc-protocol §2.2 fence, rxe rule: wait until it is the oldest */
 			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)
 				return;
 			if (wqe_is_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
-				/* §2.2 initiator depth */
+				/* rc-protocol §2.2 initiator depth */
 				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic) {
 					qp_tp(qp)->stalled = true;
 					return;
@@ -254,7 +254,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 		if (!qp_tp(qp)->cur_valid || qp_tp(qp)->cur_idx != qp->s_cur)
 			cur_position(qp, wqe);
 		psn = urvt_psn_add(wqe->psn, qp->s_offset / qp->pmtu);
-		/* §2.2: at most 128 PSNs beyond the oldest unacknowledged one */
+		/* rc-protocol §2.2: at most 128 PSNs past the oldest unacknowledged */
 		if (rc && urvt_psn_diff(psn, qp_tp(qp)->comp_psn) >= URVT_MAX_UNACKED_PSNS) {
 			qp_tp(qp)->stalled = true;
 			return;
@@ -269,8 +269,8 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 		/* the last packet of the WQE went out */
 		wqe->wqe_flags |= RVT_SWQE_T_SENT;
 		if (!rc) {
-			/* §6: UC completes when the last packet is sent; every
-			 * earlier UC WQE already did, so this is s_last */
+			/* rc-protocol §6: UC completes when the last packet is sent;
+			 * every earlier UC WQE already did, so this is s_last */
 			rvt_send_complete(qp, wqe, IBV_WC_SUCCESS);
 		} else {
 			qp->s_cur++;
@@ -307,7 +307,7 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
 	qp_tp(qp)->cur_valid = false;
 }
 
-/* §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
+/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_net *net = qp_net(qp);

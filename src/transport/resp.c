@@ -1,5 +1,5 @@
 /*
- * Responder (rc-protocol.md §3, §6, §7): executes request packets and
+ * Responder (rc-protocol §3, §6, §7): executes request packets and
  * sends ACKs, NAKs, READ responses and atomic ACKs. Runs on the receiving
  * thread (progress thread or an inline poller) under qp->r_lock, one packet
  * at a time in arrival order. Status choices for local completions follow
@@ -32,7 +32,7 @@ static inline enum resp_res rkey_nak(enum rvt_rkey_res r)
 	return r == RVT_RKEY_INV ? RESP_NAK_INV : RESP_NAK_ACCESS;
 }
 
-/* What the responder of a connected QP replies to (port 4791, §1.2). */
+/* What the responder of a connected QP replies to (port 4791, roce-wire §1.2). */
 static inline const struct urvt_av *peer_av(struct rvt_qp *qp)
 {
 	return &qp->remote_av;
@@ -59,7 +59,8 @@ static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn
 	urvt_build_finish(qp, q, p, h, peer_av(qp));
 }
 
-/* ACKNOWLEDGE with syndrome syn for psn (§3.10; rxe send_ack). Caller holds r_lock. */
+/* ACKNOWLEDGE with syndrome syn for psn (rc-protocol §3.10; rxe send_ack).
+ * Caller holds r_lock. */
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn)
 {
 	ack_pkt(qp, URVT_OP_RC_ACKNOWLEDGE, syn, psn, 0);
@@ -97,9 +98,9 @@ static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
 }
 
 /*
- * §3.9 READ responses for len bytes at src (NULL when len is 0), first PSN
- * psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its first
- * PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
+ * rc-protocol §3.9 READ responses for len bytes at src (NULL when len is 0),
+ * first PSN psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its
+ * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
  */
 static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
 			 bool restart)
@@ -191,7 +192,7 @@ static int take_rwqe(struct rvt_qp *qp, bool wr_id_only)
 	return ret;
 }
 
-/* §3.5 payload length of SEND/WRITE packets by position. */
+/* rc-protocol §3.5 payload length of SEND/WRITE packets by position. */
 static bool len_ok(const struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	uint32_t m = pkt->mask;
@@ -250,7 +251,8 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 	struct rvt_sge_state ss;
 	uint32_t left;
 
-	/* §3.3; before the receive WQE: a forbidden WRITE never waits for one */
+	/* rc-protocol §3.3, before the receive WQE: a forbidden WRITE never
+	 * waits for one */
 	if (!(qp->qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
 		return RESP_NAK_INV;
 	/* WRITE WITH IMMEDIATE needs its receive WQE before anything moves */
@@ -271,9 +273,11 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 				 IBV_ACCESS_REMOTE_WRITE);
 		if (r != RVT_RKEY_OK)
 			return rkey_nak(r);
-		qp_tp(qp)->r_rdma_valid = pkt->reth.len != 0; /* §3.6: 0 bytes, no key */
+		/* rc-protocol §3.6: 0 bytes, no key */
+		qp_tp(qp)->r_rdma_valid = pkt->reth.len != 0;
 	}
-	/* §3.6: PMTU-sized packets while more than a PMTU remains, then the rest */
+	/* rc-protocol §3.6: PMTU-sized packets while more than a PMTU is left,
+	 * then the rest */
 	left = qp->r_rdma_sge.length;
 	if (left > qp->pmtu) {
 		if (pkt->paylen != qp->pmtu || (pkt->mask & URVT_END_MASK))
@@ -306,7 +310,7 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 	return RESP_OK;
 }
 
-/* A responder resource (§3.4): ring of max_dest_rd_atomic entries. */
+/* A responder resource (rc-protocol §3.4): ring of max_dest_rd_atomic entries. */
 static struct rvt_ack_entry *res_alloc(struct rvt_qp *qp)
 {
 	uint32_t n = qp->max_dest_rd_atomic;
@@ -386,7 +390,8 @@ static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	return RESP_OK;
 }
 
-/* §3.8 duplicates (RC): re-ACK, replay READ, resend the saved atomic result. */
+/* rc-protocol §3.8 duplicates (RC): re-ACK, replay READ, resend the saved
+ * atomic result. */
 static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	uint32_t n = qp->max_dest_rd_atomic;
@@ -439,7 +444,7 @@ static bool is_mid_write(uint8_t op)
 	return op == 0x06 || op == 0x07; /* WRITE_FIRST, WRITE_MIDDLE */
 }
 
-/* §3.2: is pkt allowed after the previous accepted opcode? */
+/* rc-protocol §3.2: is pkt allowed after the previous accepted opcode? */
 static bool seq_ok(uint8_t prev, const struct urvt_pkt *pkt)
 {
 	uint32_t m = pkt->mask;
@@ -491,7 +496,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	enum resp_res res;
 	bool lastwqe = false;
 
-	/* §3.1 PSN check */
+	/* rc-protocol §3.1 PSN check */
 	if (diff > 0) {
 		qp_count(qp, URVT_CTR_SEQ_ERRORS, 1);
 		if (!qp->r_sent_nak) {
@@ -505,7 +510,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		return false;
 	}
 	qp->r_sent_nak = false;
-	/* §3.2 opcode sequence */
+	/* rc-protocol §3.2 opcode sequence */
 	if (!seq_ok(qp->r_state, pkt))
 		return rc_fail(qp, pkt, RESP_NAK_INV);
 
@@ -524,7 +529,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	case RESP_OK:
 		break;
 	case RESP_RNR:
-		/* §3.4: nothing changes; the requester resends this PSN */
+		/* rc-protocol §3.4: nothing changes; the requester resends this PSN */
 		urvt_send_ack(qp, urvt_aeth_syn_rnr(qp->min_rnr_timer), pkt->psn);
 		return lastwqe;
 	default:
@@ -534,13 +539,14 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK))
 		return lastwqe; /* answered by their responses */
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
-	/* §3.10: ACK only what asks for it (coalescing) */
+	/* rc-protocol §3.10: ACK only what asks for it (coalescing) */
 	if (pkt->ackreq)
 		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt->psn);
 	return lastwqe;
 }
 
-/* UC: forget a partially received message (§6); the WQE is kept for reuse. */
+/* UC: forget a partially received message (rc-protocol §6); the WQE is
+ * kept for reuse. */
 static void uc_reset_msg(struct rvt_qp *qp)
 {
 	if (qp->r_wrid_valid) {
@@ -557,8 +563,8 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	bool lastwqe = false;
 
 	if (qp->r_drop_msg || pkt->psn != qp->r_psn || !seq_ok(qp->r_state, pkt)) {
-		/* §6: a gap or a sequence error loses the rest of the message;
-		 * a FIRST/ONLY starts a new one (the expected PSN resyncs) */
+		/* rc-protocol §6: a gap or a sequence error loses the rest of the
+		 * message; a FIRST/ONLY starts a new one (the expected PSN resyncs) */
 		if (pkt->psn != qp->r_psn && !qp->r_drop_msg)
 			qp_count(qp, URVT_CTR_SEQ_ERRORS, 1);
 		uc_reset_msg(qp);
@@ -586,7 +592,7 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	case RESP_INV_FAIL:
 		return rvt_error_qp_locked(qp, IBV_WC_REM_INV_REQ_ERR) || lastwqe;
 	default:
-		/* UC never NAKs: drop the message (§6) */
+		/* UC never NAKs: drop the message (rc-protocol §6) */
 		uc_reset_msg(qp);
 		qp->r_drop_msg = !(pkt->mask & URVT_END_MASK);
 		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
@@ -594,7 +600,7 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	}
 }
 
-/* §7 UD receive: GRH image + payload into one receive WQE. */
+/* rc-protocol §7 UD receive: GRH image + payload into one receive WQE. */
 static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
 	uint8_t grh[URVT_GRH_BYTES];

@@ -12,17 +12,17 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 2
+#define URVT_STATS_VERSION 3
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
 enum urvt_tp_drop {
-	URVT_TDROP_BAD_STATE = URVT_DROP_NUM, /* QP state does not accept it (§3) */
+	URVT_TDROP_BAD_STATE = URVT_DROP_NUM, /* QP state does not accept it (rc-protocol §3) */
 	URVT_TDROP_NO_BUF,                    /* packet pool exhausted */
 	URVT_TDROP_RXQ_FULL,                  /* completer queue of the QP full */
 	URVT_TDROP_OVERSIZE,                  /* datagram larger than a packet buffer */
 	URVT_TDROP_MCAST,                     /* multicast QPN: not supported */
-	URVT_TDROP_STALE_RESP,                /* response with no WQE waiting for it (§4 step 1) */
+	URVT_TDROP_STALE_RESP,                /* no WQE waits for it (rc-protocol §4 step 1) */
 	URVT_TDROP_BAD_RESP,                  /* response out of sequence / wrong PSN */
 	URVT_TDROP_RESP_SILENT,               /* responder silent drops (UC/UD rules, dup READ unknown) */
 	URVT_TDROP_NUM
@@ -33,7 +33,7 @@ enum urvt_ctr {
 	URVT_CTR_TX_BYTES,
 	URVT_CTR_RX_PKTS,
 	URVT_CTR_RX_BYTES,
-	URVT_CTR_TX_ERRORS,          /* sendmmsg failures (packets lost locally) */
+	URVT_CTR_TX_ERRORS,          /* packets a link could not take (lost locally) */
 	URVT_CTR_RETRANSMITS,        /* request packets sent again after a rewind */
 	URVT_CTR_TIMEOUTS,           /* retransmit timer expiries that rewound */
 	URVT_CTR_PROBES,             /* tail-loss probes (one packet resent early) */
@@ -58,6 +58,10 @@ enum urvt_ctr {
 	URVT_CTR_FAULT_REORDER,
 	URVT_CTR_FAULT_CORRUPT,
 	URVT_CTR_FAULT_DELAY,
+	URVT_CTR_UDP_TX_PKTS,        /* per link: what each one carried */
+	URVT_CTR_UDP_RX_PKTS,
+	URVT_CTR_SHM_TX_PKTS,
+	URVT_CTR_SHM_RX_PKTS,
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

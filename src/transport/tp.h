@@ -1,8 +1,9 @@
 /*
- * The RoCEv2 transport: internal interfaces between net.c (sockets, packet
- * pool, transmit queues, receive loop), recv.c (classification), req.c
- * (requester), comp.c (completer) and resp.c (responder). See
- * docs/transport.md for the threading model.
+ * The RoCEv2 transport: internal interfaces between its parts (net.c the
+ * device state, pool.c packet buffers, counters.c, tx.c transmit queues,
+ * rx.c receive batches, poll.c who receives, recv.c classification,
+ * engine.c the send engine, req.c requester, comp.c completer, resp.c
+ * responder). See docs/transport.md for the threading model.
  */
 #ifndef URVT_TRANSPORT_TP_H
 #define URVT_TRANSPORT_TP_H
@@ -15,13 +16,13 @@
 #include <string.h>
 
 #include "core/rvt.h"
+#include "link/link.h"
 #include "transport/stats.h"
 #include "transport/tp_qp.h"
 #include "wire/hdr.h"
 #include "wire/ip.h"
 
 struct urvt_pcap;
-struct urvt_fault;
 
 /* Largest UDP payload a packet buffer holds: PMTU 4096 + headers + pad + ICRC. */
 #define URVT_PKT_MAX (4096 + 64)
@@ -37,36 +38,45 @@ struct urvt_pktbuf {
 
 /* Send WQE flags owned by the transport (bits 8+ of wqe_flags; post clears them). */
 enum {
-	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (§2.1 pending) */
-	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (§2.2) */
+	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (rc-protocol §2.1 pending) */
+	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (rc-protocol §2.2) */
 };
 
 /* Per-QP completer queue bound. */
 #define URVT_RXQ_MAX 1024
-/* §2.2: RXE_MAX_UNACKED_PSNS */
+/* rc-protocol §2.2: RXE_MAX_UNACKED_PSNS */
 #define URVT_MAX_UNACKED_PSNS 128
-/* §2.3 / roce-wire §10: rxe asks for an ACK every 64 packets
+/* rc-protocol §2.3 / roce-wire §10: rxe asks for an ACK every 64 packets
  * (RXE_MAX_PKT_PER_ACK); urvt every 32 and on the packet that fills the
  * window, so one lost ACK does not stall a full window until the timeout. */
 #define URVT_MAX_PKT_PER_ACK 32
 
 /*
- * Transmit queue: packets built back to back in one buffer, sent with one
- * sendmmsg (consecutive equal-size packets to one peer as one UDP GSO
- * send). One per thread (TLS), so engines on different threads never share.
+ * Transmit queue: packets built back to back in one buffer, handed to the
+ * link in one urvt_link_send (the UDP link sends consecutive equal-size
+ * packets to one peer as one GSO send). One per thread (TLS), so engines
+ * on different threads never share.
  */
 #define URVT_TXQ_BYTES (256 * 1024)
 #define URVT_TXQ_PKTS 128
-union urvt_sockaddr {
-	struct sockaddr sa;
-	struct sockaddr_in in4;
-	struct sockaddr_in6 in6;
+
+/* Datagrams one receive batch takes from a link. */
+#define URVT_RX_BATCH 32
+
+/* The device's links, in the order a destination tries them (av_resolve):
+ * the same-host shared-memory link first, UDP for everything else. */
+enum urvt_link_id {
+	URVT_LINK_UDP,                    /* always there; av->route 0 */
+	URVT_LINK_SHM,                    /* optional; av->route 1 + peer */
+	URVT_LINKS
 };
 
 struct urvt_txpkt {
 	uint32_t off, len;
-	union urvt_sockaddr dst;
+	union urvt_link_addr dst;
+	uint8_t link;                     /* enum urvt_link_id */
 	struct urvt_stats_qp *qs;
+	uint8_t dgid[16];                 /* for URVT_PCAP only */
 };
 
 struct urvt_txq {
@@ -78,9 +88,7 @@ struct urvt_txq {
 /* The device's transport (rdi->transport_priv). */
 struct urvt_net {
 	struct rvt_dev_info *rdi;
-	int fd;                           /* the link's socket (attach.c) */
-	bool v4;
-	bool gso;                         /* UDP_SEGMENT usable */
+	struct urvt_link *links[URVT_LINKS]; /* opened by attach.c, closed after us */
 	struct urvt_ipinfo ip_tmpl;       /* our side of what we send: sgid, ports */
 
 	/* packet pool: a free stack under pool_lock */
@@ -93,11 +101,11 @@ struct urvt_net {
 
 	/* the receive side: one thread at a time (rx_lock) */
 	pthread_mutex_t rx_lock;
-	struct urvt_rx *rx;
+	struct urvt_link_rx *rx;          /* URVT_RX_BATCH slots */
 	/* RDMA WRITEs that complete nothing (recv.c; written under rx_lock) */
 	_Atomic uint32_t rx_mem_writes;   /* last packets of such messages */
 	_Atomic uint32_t rx_mem_pkts;     /* their other packets */
-	/* application pollers (net.c "Who receives"); written by the
+	/* application pollers (poll.c "Who receives"); written by the
 	 * application's threads without read-modify-writes: a lost update
 	 * only delays a heuristic */
 	struct {
@@ -112,23 +120,17 @@ struct urvt_net {
 		_Atomic uint32_t app_linger_rest; /* returns since lingering was given up */
 	} __attribute__((aligned(64)));
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
-	_Atomic bool aside;               /* the progress thread is not watching fd */
+	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
 	struct urvt_timer watchdog;
 
 	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
 	bool shm_mapped;
-	char shm_path[64];
+	char shm_path[256];
+	bool stats_keep;                  /* URVT_STATS_FILE: the file stays */
 
 	struct urvt_pcap *pcap;
-	struct urvt_fault *fault;
-	/* Tests and fuzzers: when set, every packet the transport sends goes
-	 * here instead of to the socket (after counters and pcap, before
-	 * fault injection and GSO). NULL in normal operation. */
-	void (*tx_sink)(void *arg, const uint8_t *buf, uint32_t len,
-			const union urvt_sockaddr *dst);
-	void *tx_sink_arg;
 
 	/* progress-thread barrier for teardown */
 	pthread_mutex_t bar_lock;
@@ -163,68 +165,81 @@ static inline void qp_count(struct rvt_qp *qp, enum urvt_ctr c, uint64_t n)
 	tp_count(qp_net(qp), urvt_qp_stats(qp), c, n);
 }
 void urvt_stats_release(struct urvt_net *net, struct rvt_qp *qp);
+/* counters.c: the counters file (or a private copy); 0 or -ENOMEM. */
+int urvt_stats_init(struct urvt_net *net);
+void urvt_stats_fini(struct urvt_net *net);
 
-/* ---- net.c ---- */
+/* ---- pool.c ---- */
+int urvt_pool_init(struct urvt_net *net);
+void urvt_pool_fini(struct urvt_net *net);
 struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net);
 void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b);
 void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
 
+/* ---- tx.c ---- */
 /* This thread's transmit queue (allocated on first use; NULL if out of memory). */
 struct urvt_txq *urvt_txq_get(void);
+/* This thread's transmit queue if it has one. */
+struct urvt_txq *urvt_txq_peek(void);
 /*
  * Room for one packet of up to maxlen bytes; flushes first when full.
  * Fill it, then urvt_txq_commit with the final length.
  */
 uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen);
-void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_sockaddr *dst,
-		     struct urvt_stats_qp *qs);
+void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
+		     enum urvt_link_id link, struct urvt_stats_qp *qs);
+/* core->av_resolve: the shm link if it reaches the GID, else UDP. */
+void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */
 void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q);
 /* This thread is inside a receive batch. */
 bool urvt_in_rx(void);
-/* Send raw datagrams now (fault release, no fault injection). */
-void urvt_net_sendto(struct urvt_net *net, const uint8_t *buf, uint32_t len,
-		     const union urvt_sockaddr *dst);
+/* Mark the start of a receive batch (returns the previous mark) and its end. */
+bool urvt_rx_enter(void);
+void urvt_rx_leave(bool was);
 
 /* IP info of a packet we send to dst (for the ICRC): ID 0 + DF, port 4791 both ways. */
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip);
 
-/* The link address of an AV's destination: its GID as an IPv4 (v4-mapped)
- * or IPv6 address, port 4791. A few stores per packet, no lookup. */
-static inline void urvt_av_link_addr(const struct urvt_av *av, union urvt_sockaddr *sa)
-{
-	const uint8_t *g = av->attr.grh.dgid.raw;
-	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
-	if (!memcmp(g, v4prefix, 12)) {
-		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
-						.sin_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in4.sin_addr, g + 12, 4);
-	} else {
-		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
-						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in6.sin6_addr, g, 16);
-	}
-}
-
-/* Pull up to one batch from the socket (caller holds rx_lock). Returns packets read. */
+/* ---- rx.c (caller holds rx_lock) ---- */
+/* Take one batch from each link (all: every link; else the ones whose
+ * empty poll costs no system call) and process it; returns the datagrams read. */
 int urvt_net_rx_batch(struct urvt_net *net);
+int urvt_net_rx_links(struct urvt_net *net, bool all);
+/* Batches until the links are empty, at most 64. */
+void urvt_net_rx_drain(struct urvt_net *net);
+
+/* ---- poll.c ---- */
+/* The progress thread starts / stops watching the link (create, destroy). */
+int urvt_net_watch_start(struct urvt_net *net);
+void urvt_net_watch_stop(struct urvt_net *net);
+
+/* ---- net.c ---- */
+/* Tests and fuzzers: put another link (a test double) in place of the UDP
+ * link attach opened, before any traffic; returns the old one, which the
+ * caller now owns. */
+struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link);
 
 /* ---- recv.c ---- */
 /*
  * Classify and dispatch one received packet (a UDP payload, or one segment
  * of a GRO train). ip holds the addresses (ID unknown for IPv4; the
- * recovered one is stored). Requests run here; responses are copied to a
- * pool buffer for the QP's completer.
+ * recovered one is stored); flags URVT_RX_*. Requests run here; responses
+ * are copied to a pool buffer for the QP's completer.
  */
+enum {
+	URVT_RX_NO_ICRC = 1 << 0,         /* from a lossless link: it carries no ICRC */
+	URVT_RX_SHARED = 1 << 1,          /* data is shared memory (link.h urvt_link_rx.shared) */
+};
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip);
+		   struct urvt_ipinfo *ip, unsigned flags);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
-/* Restart sending at the oldest unretired WQE from comp_psn (§4.3 rewind). */
+/* Restart sending at the oldest unretired WQE from comp_psn (rc-protocol §4.3 rewind). */
 void urvt_req_rewind(struct rvt_qp *qp);
 /* Tail-loss probe: resend the oldest unacknowledged packet with AckReq. */
 void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q);
@@ -239,10 +254,16 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b);
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q);
 void urvt_comp_flush(struct rvt_qp *qp);
-/* The engine entry point (transport->do_send). */
+/* Arm the retransmit timer if anything is unacknowledged and it is not armed. */
+void urvt_comp_arm_timer(struct rvt_qp *qp);
+
+/* ---- engine.c ---- */
+/* The engine entry point (transport->do_send): completer, timers, requester. */
 void urvt_tp_do_send(struct rvt_qp *qp);
 void urvt_tp_retry_timeout(struct rvt_qp *qp);
 void urvt_tp_qp_reset(struct rvt_qp *qp);
+/* Drop the responses queued for the completer. */
+void urvt_rxq_drop(struct rvt_qp *qp);
 /* Hand a response to the QP's completer and kick the engine (recv.c). */
 void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 		       bool *consumed);

@@ -43,8 +43,8 @@ struct urvt_tp_qp {
 		bool probe_sent;          /* a tail-loss probe went out since progress */
 		bool probing;             /* urvt_req_run sends one AckReq packet */
 		bool stalled;             /* the requester waits for ACKs (window, credits) */
-		uint8_t comp_opcode;      /* last READ response opcode accepted (§4) */
-		uint32_t comp_psn;        /* oldest unacknowledged PSN (comp.psn, §1) */
+		uint8_t comp_opcode;      /* last READ response taken (rc-protocol §4) */
+		uint32_t comp_psn;        /* oldest unacked PSN (rc-protocol §1 comp.psn) */
 		uint32_t psn_hi;          /* highest PSN sent + 1 (never rewound) */
 		uint32_t rewind_psn;
 		uint32_t cur_idx;         /* slot the gather cursor belongs to */

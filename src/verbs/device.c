@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/rvt_api.h"
-#include "link/udp.h"
 #include "transport/net.h"
 #include "verbs/open_at.h"
 #include "verbs/ops.h"
@@ -117,9 +116,10 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
-/* ibv_open_device; want: the address the device must have (NULL: any). */
-static struct ibv_context *open_device(struct ibv_device *device, const struct urvt_udp_addr *want)
+/* ibv_open_device; want: the GID (address) the device must have (NULL: any). */
+static struct ibv_context *open_device(struct ibv_device *device, const union ibv_gid *want)
 {
+	char addr[INET6_ADDRSTRLEN] = "";
 	struct urvt_context *uctx;
 	struct ibv_context *ctx;
 	struct rvt_dev_info *rdi;
@@ -129,6 +129,12 @@ static struct ibv_context *open_device(struct ibv_device *device, const struct u
 		errno = ENODEV;
 		return NULL;
 	}
+	if (want) {
+		static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		bool v4 = !memcmp(want->raw, v4prefix, 12);
+
+		inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? &want->raw[12] : want->raw, addr, sizeof(addr));
+	}
 	uctx = calloc(1, sizeof(*uctx));
 	if (!uctx) {
 		errno = ENOMEM;
@@ -137,13 +143,13 @@ static struct ibv_context *open_device(struct ibv_device *device, const struct u
 	/* The composition root (docs/architecture.md): the core device, with
 	 * the RoCEv2/UDP transport attached to it, bound to want if it is
 	 * made now. */
-	urvt_transport_want(want);
+	urvt_transport_want(want ? addr : NULL);
 	rdi = rvt_dev_get(urvt_transport_attach, &ret);
 	urvt_transport_want(NULL);
 	if (!rdi)
 		goto err_free;
-	/* it existed already: with that address? */
-	if (want && memcmp(rdi->gid.raw, &want->addr6, sizeof(rdi->gid.raw))) {
+	/* it existed already, or URVT_ADDR / URVT_NETDEV chose: that address? */
+	if (want && memcmp(rdi->gid.raw, want->raw, sizeof(rdi->gid.raw))) {
 		ret = -EADDRNOTAVAIL;
 		goto err_put_dev;
 	}
@@ -184,7 +190,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data)
 {
 	const struct urvt_open_attr *a = private_data;
-	struct urvt_udp_addr want;
+	union ibv_gid want;
 
 	if (!a || a->magic != URVT_OPEN_ATTR_MAGIC) {
 		errno = EOPNOTSUPP; /* a provider's attributes: not an urvt device */
@@ -195,13 +201,11 @@ struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private
 	case AF_UNSPEC:
 		return open_device(device, NULL);
 	case AF_INET:
-		want.family = AF_INET;
-		want.addr6.s6_addr[10] = want.addr6.s6_addr[11] = 0xff;
-		memcpy(&want.addr6.s6_addr[12], &((const struct sockaddr_in *)&a->addr)->sin_addr, 4);
+		want.raw[10] = want.raw[11] = 0xff;
+		memcpy(&want.raw[12], &((const struct sockaddr_in *)&a->addr)->sin_addr, 4);
 		break;
 	case AF_INET6:
-		want.addr6 = ((const struct sockaddr_in6 *)&a->addr)->sin6_addr;
-		want.family = IN6_IS_ADDR_V4MAPPED(&want.addr6) ? AF_INET : AF_INET6;
+		memcpy(want.raw, &((const struct sockaddr_in6 *)&a->addr)->sin6_addr, 16);
 		break;
 	default:
 		errno = EAFNOSUPPORT;

@@ -407,7 +407,7 @@ int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t siz
 }
 
 /* ------------------------------------------------------------------ */
-/* L2 address resolution                                              */
+/* Link-layer (MAC) address resolution                                */
 /* ------------------------------------------------------------------ */
 
 /*
@@ -415,7 +415,7 @@ int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t siz
  * destination GID, for providers that build Ethernet headers themselves.
  * urvt sends RoCEv2 through UDP sockets and never writes an Ethernet
  * header, so no real MAC exists or matters. Rather than fail code that
- * only wants "some L2 address" for an AH, answer a stable fake: a locally
+ * only wants "some MAC address" for an AH, answer a stable fake: a locally
  * administered unicast MAC 02:00:xx:xx:xx:xx from the GID's last 4 bytes
  * (the IPv4 address for IPv4-mapped GIDs), and VLAN id 0xffff (none). The
  * source GID is checked as rdma-core does; errors are negative errno.

@@ -4,12 +4,12 @@
  *
  * A builder starts a struct ibv_send_wr in the QP's staging area, the
  * setters fill it in, and it is handed to rvt_post_batch_add - the checks
- * of ibv_post_send, W1-W11 in their order - when the next builder or
- * ibv_wr_complete comes. That makes the setters order-free (UD programs call
- * set_ud_addr before or after the data setter) and keeps one implementation
- * of the checks. The staging area is allocated with the QP, so nothing on
- * this path allocates or makes a system call (the send engine that
- * wr_complete kicks is post_send's, unchanged).
+ * of ibv_post_send, qp-semantics §2.2 W1-W11 in their order - when the next
+ * builder or ibv_wr_complete comes. That makes the setters order-free (UD
+ * programs call set_ud_addr before or after the data setter) and keeps one
+ * implementation of the checks. The staging area is allocated with the QP,
+ * so nothing on this path allocates or makes a system call (the send engine
+ * that wr_complete kicks is post_send's, unchanged).
  *
  * Errors: the builders and setters cannot report, so the first failure is
  * kept in the batch and returned by ibv_wr_complete, which then posts
@@ -34,7 +34,7 @@ struct urvt_wr_ctx {
 };
 
 /* Supported send_ops_flags per QP type: the operation table of
- * qp-semantics.md §2.3 (no SEND_WITH_INV on UC: rdmavt refuses it). */
+ * qp-semantics §2.3 (no SEND_WITH_INV on UC: rdmavt refuses it). */
 #define OPS_UD ((uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))
 #define OPS_UC (OPS_UD | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
 		IBV_QP_EX_WITH_LOCAL_INV)
@@ -324,9 +324,9 @@ static void x_set_inline_data(struct ibv_qp_ex *ibqpx, void *addr, size_t length
 
 /*
  * send_ops_flags naming an operation urvt cannot post on this QP type
- * (unknown bits, BIND_MW, TSO, ATOMIC_WRITE, FLUSH, or one that §2.3 does
- * not allow for the type, e.g. RDMA_READ on UC): EOPNOTSUPP, as rxe answers
- * both cases.
+ * (unknown bits, BIND_MW, TSO, ATOMIC_WRITE, FLUSH, or one that
+ * qp-semantics §2.3 does not allow for the type, e.g. RDMA_READ on UC):
+ * EOPNOTSUPP, as rxe answers both cases.
  */
 int urvt_qp_ex_check(const struct ibv_qp_init_attr_ex *attr)
 {

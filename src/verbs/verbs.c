@@ -593,7 +593,7 @@ int ibv_destroy_ah(struct ibv_ah *ah)
 
 /*
  * The reply address of a UD receive: the GRH image holds the sender's IP
- * header (roce-wire.md §11). IPv4: 20 zero bytes then the IPv4 header;
+ * header (roce-wire §11). IPv4: 20 zero bytes then the IPv4 header;
  * IPv6: the IPv6 header.
  */
 int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,

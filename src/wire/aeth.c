@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
 #include "wire/aeth.h"
 
-/* roce-wire.md §8 */
+/* roce-wire §8 */
 const uint32_t urvt_credit_table[32] = {
 	0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
 	256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
 	URVT_CREDITS_UNLIMITED,
 };
 
-/* qp-semantics.md §9.1 in µs; 0x19 is 61.44 ms (rxe's 61.41 is a typo). */
+/* qp-semantics §9.1 in µs; 0x19 is 61.44 ms (rxe's 61.41 is a typo). */
 const uint32_t urvt_rnr_timer_us[32] = {
 	655360, 10, 20, 30, 40, 60, 80, 120,
 	160, 240, 320, 480, 640, 960, 1280, 1920,

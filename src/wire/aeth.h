@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* AETH syndrome (roce-wire.md §8), credit and RNR timer tables (qp-semantics.md §9.1). */
+/* AETH syndrome (roce-wire §8), credit and RNR timer tables (qp-semantics §9.1). */
 #ifndef URVT_WIRE_AETH_H
 #define URVT_WIRE_AETH_H
 
@@ -57,10 +57,10 @@ static inline uint32_t urvt_aeth_word(uint8_t syn, uint32_t msn)
 	return (uint32_t)syn << 24 | (msn & 0xffffff);
 }
 
-/* Credit code -> receive credits; [0x1f] = URVT_CREDITS_UNLIMITED (§8). */
+/* Credit code -> receive credits; [0x1f] = URVT_CREDITS_UNLIMITED (roce-wire §8). */
 extern const uint32_t urvt_credit_table[32];
 
-/* RNR timer code -> microseconds; 0x00 = 655.36 ms, 0x19 = 61.44 ms (qp-semantics.md §9.1). */
+/* RNR timer code -> microseconds; 0x00 = 655.36 ms, 0x19 = 61.44 ms (qp-semantics §9.1). */
 extern const uint32_t urvt_rnr_timer_us[32];
 
 /* RNR timer code -> nanoseconds, for a timer's deadline. */

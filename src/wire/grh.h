@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The 40-byte GRH image placed before the payload of UD receives (roce-wire.md §11). */
+/* The 40-byte GRH image placed before the payload of UD receives (roce-wire §11). */
 #ifndef URVT_WIRE_GRH_H
 #define URVT_WIRE_GRH_H
 

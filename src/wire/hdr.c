@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Packet parser and header builder, both driven by urvt_opcode[] (roce-wire.md §2-§5). */
+/* Packet parser and header builder, both driven by urvt_opcode[] (roce-wire §2-§5). */
 #include <string.h>
 
 #include "wire/hdr.h"
@@ -15,7 +15,7 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
 	uint8_t op = bth_opcode(p);
 	const struct urvt_opcode_info *info = &urvt_opcode[op];
 
-	/* rxe drops TVer != 0 (§2) */
+	/* rxe drops TVer != 0 (roce-wire §2) */
 	if (bth_tver(p) != 0)
 		return -URVT_DROP_BAD_TVER;
 	if (!info->mask)
@@ -25,7 +25,7 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
 		return -URVT_DROP_BAD_LENGTH;
 	if (len < (size_t)info->length + URVT_ICRC_BYTES)
 		return -URVT_DROP_TRUNCATED;
-	/* headers are whole words and payload + pad is too (§5) */
+	/* headers are whole words and payload + pad is too (roce-wire §5) */
 	if (len & 3)
 		return -URVT_DROP_BAD_LENGTH;
 
@@ -34,8 +34,9 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
 	uint8_t pad = bth_pad(p);
 
 	if (!(mask & URVT_PAYLOAD_MASK)) {
+		/* roce-wire §5: no-payload opcodes have PadCnt 0 */
 		if (pad)
-			return -URVT_DROP_BAD_PAD; /* §5: no-payload opcodes have PadCnt 0 */
+			return -URVT_DROP_BAD_PAD;
 		if (data)
 			return -URVT_DROP_BAD_LENGTH;
 	} else if (pad > data) {
@@ -44,7 +45,7 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
 
 	out->pkey = bth_pkey(p);
 	if (!urvt_pkey_valid(out->pkey))
-		return -URVT_DROP_BAD_PKEY; /* §7: low 15 bits zero is invalid */
+		return -URVT_DROP_BAD_PKEY; /* roce-wire §7: low 15 bits zero is invalid */
 
 	out->opcode = op;
 	out->padcnt = pad;
@@ -107,7 +108,7 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 
 	if (!mask || cap < info->length)
 		return 0;
-	/* BTH in one pass; reserved bits are sent as 0 (§2) */
+	/* BTH in one pass; reserved bits are sent as 0 (roce-wire §2) */
 	uint8_t pad = (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0;
 	buf[0] = f->opcode;
 	buf[1] = (uint8_t)((f->se ? URVT_BTH_SE : 0) | (f->mig ? URVT_BTH_MIG : 0) |
@@ -149,12 +150,14 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 		immdt_set_imm(buf + info->offset[URVT_IMMDT], f->immdt);
 	if (mask & URVT_IETH_MASK)
 		ieth_set_rkey(buf + info->offset[URVT_IETH], f->ieth_rkey);
-	if (mask & URVT_CNPRSV_MASK)
-		memset(buf + info->offset[URVT_CNPRSV], 0, URVT_CNPRSV_BYTES); /* §4.4 */
+	if (mask & URVT_CNPRSV_MASK) /* roce-wire §4.4 */
+		memset(buf + info->offset[URVT_CNPRSV], 0, URVT_CNPRSV_BYTES);
 	return info->length;
 }
 
-size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip)
+/* The pad and the final length of a packet whose headers and payload are
+ * buf[0, len), or 0 if they do not agree or it would not fit. */
+static size_t finish_layout(uint8_t *buf, size_t cap, size_t len, bool v4, uint8_t *pad_out)
 {
 	if (len < URVT_BTH_BYTES)
 		return 0;
@@ -169,10 +172,30 @@ size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_i
 		return 0;
 	size_t total = len + pad + URVT_ICRC_BYTES;
 	/* the IPv4 total length / UDP length must fit 16 bits */
-	size_t max = 0xffff - URVT_UDP_HDR_BYTES - (urvt_ipinfo_is_v4(ip) ? URVT_IPV4_HDR_BYTES : 0);
+	size_t max = 0xffff - URVT_UDP_HDR_BYTES - (v4 ? URVT_IPV4_HDR_BYTES : 0);
 	if (cap < total || total > max)
 		return 0;
-	memset(buf + len, 0, pad); /* pad bytes are zero and ICRC-covered (§5) */
-	urvt_icrc_put(buf + len + pad, urvt_icrc(ip, buf, len + pad));
+	memset(buf + len, 0, pad); /* pad bytes are zero and ICRC-covered (roce-wire §5) */
+	*pad_out = pad;
+	return total;
+}
+
+size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip)
+{
+	uint8_t pad;
+	size_t total = finish_layout(buf, cap, len, urvt_ipinfo_is_v4(ip), &pad);
+
+	if (total)
+		urvt_icrc_put(buf + len + pad, urvt_icrc(ip, buf, len + pad));
+	return total;
+}
+
+size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len)
+{
+	uint8_t pad;
+	size_t total = finish_layout(buf, cap, len, true, &pad);
+
+	if (total)
+		urvt_icrc_put(buf + len + pad, 0);
 	return total;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * BTH and extended transport headers: big-endian field accessors, a parsed
- * packet view, the parser and the header builder (roce-wire.md §2-§5).
+ * packet view, the parser and the header builder (roce-wire §2-§5).
  *
  * "Packet" here is the UDP payload: BTH .. payload, pad, ICRC.
  */
@@ -15,8 +15,8 @@
 #include "wire/drop.h"
 #include "wire/opcode.h"
 
-#define URVT_ROCE_UDP_PORT 4791 /* roce-wire.md §1.2 */
-#define URVT_DEFAULT_PKEY 0xffff /* roce-wire.md §7 */
+#define URVT_ROCE_UDP_PORT 4791 /* roce-wire §1.2 */
+#define URVT_DEFAULT_PKEY 0xffff /* roce-wire §7 */
 #define URVT_GSI_QPN 1u /* IBTA: QP1 is the General Services Interface QP */
 #define URVT_GSI_QKEY 0x80010000u /* its well-known Q_Key */
 #define URVT_QPN_MASK 0xffffffu
@@ -71,7 +71,7 @@ static inline void urvt_put_be64(uint8_t *p, uint64_t v)
 	urvt_put_be32(p + 4, (uint32_t)v);
 }
 
-/* ---- BTH, roce-wire.md §2 ---- */
+/* ---- BTH, roce-wire §2 ---- */
 
 #define URVT_BTH_SE 0x80
 #define URVT_BTH_MIG 0x40
@@ -107,7 +107,7 @@ static inline void bth_set_qpn(uint8_t *bth, uint32_t qpn) { urvt_put_be24(bth +
 
 static inline void bth_set_psn(uint8_t *bth, uint32_t psn) { urvt_put_be24(bth + 9, psn); }
 
-/* ---- extended headers, roce-wire.md §3; p points at the header itself ---- */
+/* ---- extended headers, roce-wire §3; p points at the header itself ---- */
 
 static inline uint64_t reth_va(const uint8_t *p) { return urvt_get_be64(p); }
 static inline uint32_t reth_rkey(const uint8_t *p) { return urvt_get_be32(p + 8); }
@@ -144,7 +144,7 @@ static inline void deth_set_sqp(uint8_t *p, uint32_t qpn)
 }
 
 /* ImmDt is opaque; we carry it as the big-endian number on the wire, so
- * ibv imm_data (__be32) == htobe32(immdt) (roce-wire.md §3). */
+ * ibv imm_data (__be32) == htobe32(immdt) (roce-wire §3). */
 static inline uint32_t immdt_imm(const uint8_t *p) { return urvt_get_be32(p); }
 static inline void immdt_set_imm(uint8_t *p, uint32_t imm) { urvt_put_be32(p, imm); }
 
@@ -154,13 +154,13 @@ static inline void ieth_set_rkey(uint8_t *p, uint32_t rkey) { urvt_put_be32(p, r
 static inline uint32_t feth_val(const uint8_t *p) { return urvt_get_be32(p); }
 static inline void feth_set_val(uint8_t *p, uint32_t v) { urvt_put_be32(p, v); }
 
-/* PadCnt for a payload length (roce-wire.md §5). */
+/* PadCnt for a payload length (roce-wire §5). */
 static inline uint8_t urvt_pad_for(uint32_t paylen)
 {
 	return (uint8_t)(-paylen & 3u);
 }
 
-/* ---- P_Key, roce-wire.md §7 ---- */
+/* ---- P_Key, roce-wire §7 ---- */
 
 /* A key whose low 15 bits are zero is invalid. */
 static inline bool urvt_pkey_valid(uint16_t pkey)
@@ -237,12 +237,12 @@ struct urvt_pkt {
 	uint32_t len;		/* whole UDP payload including pad and ICRC */
 	const uint8_t *bth;	/* start of the packet */
 	const uint8_t *payload; /* bth + hdr_len */
-	uint32_t icrc;		/* ICRC value as received (little-endian on the wire, §9) */
+	uint32_t icrc;		/* ICRC value as received (LE on the wire, roce-wire §9) */
 };
 
 /*
  * Start a packet to build: the BTH fields every packet a QP sends sets
- * (the default P_Key, §7), everything else zero for the caller to fill.
+ * (the default P_Key, roce-wire §7), everything else zero for the caller to fill.
  */
 static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t dest_qpn,
 				 uint32_t psn)
@@ -256,7 +256,7 @@ static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t de
  * enum urvt_wire_drop. Bounds-checked: never reads outside [p, p + len).
  * Does NOT check the ICRC (wire/icrc.h), the P_Key against a QP
  * (urvt_pkey_match) or the opcode against a QP type
- * (urvt_opcode_chk_transport). It does reject invalid P_Keys (§7).
+ * (urvt_opcode_chk_transport). It does reject invalid P_Keys (roce-wire §7).
  */
 int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
 
@@ -267,15 +267,22 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
  */
 size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f);
 
+/* No opcode's BTH + extended headers are longer (BTH + AtomicETH: 40). */
+#define URVT_HDR_MAX 64
+
 struct urvt_ipinfo; /* wire/ip.h */
 
 /*
  * Finish a packet whose BTH, headers and payload occupy buf[0, len): write
  * the PadCnt zero bytes and the ICRC for the IP/UDP headers described by ip
- * (roce-wire.md §5, §9). PadCnt is read from the BTH. Returns the final UDP
+ * (roce-wire §5, §9). PadCnt is read from the BTH. Returns the final UDP
  * payload length (len + pad + 4) or 0 when cap is too small or the BTH PadCnt
  * does not match the payload length implied by len.
  */
 size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip);
+
+/* The same for a lossless link that carries no ICRC check (link/link.h):
+ * pad as above, the ICRC field zero. */
+size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len);
 
 #endif /* URVT_WIRE_HDR_H */

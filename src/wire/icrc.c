@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * ICRC (roce-wire.md §9): CRC-32 (IEEE, as zlib crc32) over
+ * ICRC (roce-wire §9): CRC-32 (IEEE, as zlib crc32) over
  *   8 x 0xFF | IP header (TOS/TTL/checksum or TC/FL/hop limit = 1s) |
  *   UDP header (checksum = 1s) | BTH (byte 4 = 0xFF) | rest, ICRC excluded.
  * The masked headers are copied to a small stack buffer; the rest of the
@@ -35,7 +35,7 @@ const char *urvt_icrc_backend(void)
 	return CRC_BACKEND;
 }
 
-#define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (§9 step 1) */
+#define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (roce-wire §9 step 1) */
 #define PREFIX_MAX (LRH_STANDIN + URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES + URVT_BTH_BYTES)
 
 /*
@@ -48,14 +48,14 @@ static uint32_t icrc_finish(uint8_t *buf, size_t hlen, const uint8_t *bth, size_
 
 	memcpy(buf + hlen, bth, b);
 	if (b > 4)
-		buf[hlen + 4] = 0xff; /* FECN, BECN, resv6 (§9 step 4) */
+		buf[hlen + 4] = 0xff; /* FECN, BECN, resv6 (roce-wire §9 step 4) */
 	uint32_t crc = crc_update(0, buf, hlen + b);
 	return crc_update(crc, bth + b, len - b);
 }
 
 static void mask_udp(uint8_t *udp)
 {
-	udp[6] = 0xff; /* checksum (§9 step 3) */
+	udp[6] = 0xff; /* checksum (roce-wire §9 step 3) */
 	udp[7] = 0xff;
 }
 
@@ -103,7 +103,7 @@ static size_t put_udp(uint8_t *buf, size_t off, uint16_t sport, uint16_t dport, 
 
 	urvt_put_be16(udp, sport);
 	urvt_put_be16(udp + 2, dport);
-	/* UDP length covers the ICRC too (§1) */
+	/* UDP length covers the ICRC too (roce-wire §1) */
 	urvt_put_be16(udp + 4, (uint16_t)(URVT_UDP_HDR_BYTES + len + URVT_ICRC_BYTES));
 	mask_udp(udp);
 	return off + URVT_UDP_HDR_BYTES;
@@ -146,7 +146,7 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 	uint8_t *ip = buf + LRH_STANDIN;
 
 	memset(buf, 0xff, LRH_STANDIN);
-	/* version 6; traffic class and flow label masked to ones (§9 step 2) */
+	/* version 6; traffic class and flow label masked to ones (roce-wire §9 step 2) */
 	ip[0] = 0x6f;
 	ip[1] = 0xff;
 	ip[2] = 0xff;
@@ -248,7 +248,7 @@ uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
 }
 
 /*
- * roce-wire.md §1.3. Let D = received ICRC ^ ICRC(ID=0, DF=1). For two
+ * roce-wire §1.3. Let D = received ICRC ^ ICRC(ID=0, DF=1). For two
  * equal-length inputs the init/final XORs cancel, so D is the raw
  * (zero-init) CRC of the difference of the inputs, which is non-zero only in
  * the 3-byte window W = [ID hi, ID lo, flags hi] at CRC-input offset 12.

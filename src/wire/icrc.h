@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Invariant CRC (roce-wire.md §9) and the IPv4 "unknown Identification"
- * verifier (§1.3, docs/wire.md).
+ * Invariant CRC (roce-wire §9) and the IPv4 "unknown Identification"
+ * verifier (roce-wire §1.3, docs/wire.md).
  *
  * Lengths: unless a name says "with_icrc", len covers the CRC input after
  * the IP/UDP headers, i.e. BTH .. pad, the 4 ICRC bytes EXCLUDED.
@@ -34,8 +34,8 @@ static inline uint32_t urvt_icrc_get(const uint8_t *p)
  * ICRC of a full IP packet (IPv4 IHL 5 or IPv6, then UDP, BTH ...): ip_pkt
  * points at the IP header, len covers IP header .. pad (ICRC excluded).
  * Header fields are used as they are in the packet (total length, ID, flags,
- * UDP length), masked per §9. Returns 0 for an IP version other than 4/6 or
- * len shorter than the IP + UDP headers (never reads past len).
+ * UDP length), masked per roce-wire §9. Returns 0 for an IP version other
+ * than 4/6 or len shorter than the IP + UDP headers (never reads past len).
  */
 uint32_t urvt_icrc_ip(const uint8_t *ip_pkt, size_t len);
 

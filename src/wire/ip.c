@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* IP/UDP header synthesis and parsing around RoCEv2 (roce-wire.md §1, §12). */
+/* IP/UDP header synthesis and parsing around RoCEv2 (roce-wire §1, §12). */
 #include <string.h>
 
 #include "wire/drop.h"
@@ -67,7 +67,7 @@ size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t 
 		hl = URVT_IPV4_HDR_BYTES;
 		if (hl + udp_len > 0xffff)
 			return 0;
-		out[0] = 0x45; /* version 4, IHL 5: no options (§1) */
+		out[0] = 0x45; /* version 4, IHL 5: no options (roce-wire §1) */
 		out[1] = ip->tclass;
 		urvt_put_be16(out + 2, (uint16_t)(hl + udp_len));
 		urvt_put_be16(out + 4, ip->ip_id);
@@ -83,7 +83,7 @@ size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t 
 			return 0;
 		urvt_put_be32(out, 6u << 28 | (uint32_t)ip->tclass << 20 | (ip->flow_label & 0xfffff));
 		urvt_put_be16(out + 4, (uint16_t)udp_len);
-		out[6] = 17; /* next header UDP, no extension headers (§1) */
+		out[6] = 17; /* next header UDP, no extension headers (roce-wire §1) */
 		out[7] = ip->hop_limit;
 		memcpy(out + 8, ip->sgid, 16);
 		memcpy(out + 24, ip->dgid, 16);
@@ -91,7 +91,7 @@ size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t 
 	urvt_put_be16(out + hl, ip->sport);
 	urvt_put_be16(out + hl + 2, ip->dport);
 	urvt_put_be16(out + hl + 4, (uint16_t)udp_len);
-	urvt_put_be16(out + hl + 6, 0); /* rxe sends 0 (§1.2) */
+	urvt_put_be16(out + hl + 6, 0); /* rxe sends 0 (roce-wire §1.2) */
 	return hl + URVT_UDP_HDR_BYTES;
 }
 
@@ -108,7 +108,7 @@ int urvt_ip_parse(const uint8_t *pkt, size_t len, struct urvt_ipinfo *ip,
 	case 4: {
 		if (len < URVT_IPV4_HDR_BYTES)
 			return -URVT_DROP_TRUNCATED;
-		if (pkt[0] != 0x45 || pkt[9] != 17) /* options / not UDP: unsupported (§1) */
+		if (pkt[0] != 0x45 || pkt[9] != 17) /* options, not UDP (roce-wire §1) */
 			return -URVT_DROP_BAD_IP;
 		uint16_t frag = urvt_get_be16(pkt + 6);
 		if (frag & 0x3fff) /* MF or an offset: a fragment */

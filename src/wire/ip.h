@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The IP and UDP headers around a RoCEv2 packet (roce-wire.md §1, §12):
+ * The IP and UDP headers around a RoCEv2 packet (roce-wire §1, §12):
  * what a sender or receiver knows of them, and how to synthesise / parse
  * them for the ICRC, the UD GRH image and pcap traces.
  */
@@ -18,8 +18,8 @@
 
 /*
  * Addressing of one packet. Addresses are RoCEv2 GIDs (16 bytes, network
- * order); IPv4 is the IPv4-mapped form ::ffff:a.b.c.d (§12), which selects
- * IPv4 everywhere. Ports are host order.
+ * order); IPv4 is the IPv4-mapped form ::ffff:a.b.c.d (roce-wire §12),
+ * which selects IPv4 everywhere. Ports are host order.
  */
 struct urvt_ipinfo {
 	uint8_t sgid[16];
@@ -29,7 +29,7 @@ struct urvt_ipinfo {
 	uint8_t tclass;	     /* IPv4 TOS / IPv6 traffic class; ICRC-masked */
 	uint8_t hop_limit;   /* TTL / hop limit; ICRC-masked */
 	uint32_t flow_label; /* IPv6 only; ICRC-masked */
-	uint16_t ip_id;	     /* IPv4 only; covered by the ICRC (§1.3) */
+	uint16_t ip_id;	     /* IPv4 only; covered by the ICRC (roce-wire §1.3) */
 	bool df;	     /* IPv4 only; covered by the ICRC */
 };
 
@@ -64,16 +64,16 @@ uint16_t urvt_ipv4_csum(const uint8_t hdr[URVT_IPV4_HDR_BYTES]);
 
 /*
  * Write the IP header (20 or 40 bytes, correct IPv4 checksum) followed by
- * the UDP header (checksum 0, as rxe sends, §1.2) for a UDP payload of
- * roce_len bytes. Returns the bytes written (28 or 48), or 0 when the
+ * the UDP header (checksum 0, as rxe sends, roce-wire §1.2) for a UDP
+ * payload of roce_len bytes. Returns the bytes written (28 or 48), or 0 when the
  * lengths do not fit the 16-bit length fields.
  */
 size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t roce_len);
 
 /*
  * Parse an IP packet (IPv4 without options or IPv6 without extension
- * headers, UDP; §1). Fills ip (including ID, DF, TOS, TTL, flow label) and
- * the UDP payload span. The UDP payload length is taken from the UDP header,
+ * headers, UDP; roce-wire §1). Fills ip (including ID, DF, TOS, TTL, flow
+ * label) and the UDP payload span. The UDP payload length is taken from the UDP header,
  * which must fit in the IP length. Does not require port 4791.
  * Returns 0 or -URVT_DROP_BAD_IP / -URVT_DROP_BAD_UDP / -URVT_DROP_TRUNCATED.
  */

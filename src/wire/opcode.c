@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The opcode table (roce-wire.md §4); header order per §3. */
+/* The opcode table (roce-wire §4); header order per roce-wire §3. */
 #include "wire/opcode.h"
 #include "wire/drop.h"
 
@@ -54,7 +54,7 @@
 #define WRITE_IMM_DONE (URVT_IMMDT_MASK | URVT_RWR_MASK | URVT_COMP_MASK | URVT_SE_OK_MASK)
 #define READ_RESP (URVT_ACK_MASK | URVT_PAYLOAD_MASK)
 
-/* The SEND/WRITE family shared by RC and UC (roce-wire.md §4.1, §4.2). */
+/* The SEND/WRITE family shared by RC and UC (roce-wire §4.1, §4.2). */
 #define SEND_WRITE_OPS(base, pfx)                                                          \
 	OP((base) + 0x00, pfx "_SEND_FIRST", SEND | P_FIRST),                              \
 	OP((base) + 0x01, pfx "_SEND_MIDDLE", SEND | P_MIDDLE),                            \
@@ -74,14 +74,14 @@
 	   WRITE | URVT_RETH_MASK | WRITE_IMM_DONE | P_ONLY)
 
 const struct urvt_opcode_info urvt_opcode[256] = {
-	/* RC, roce-wire.md §4.1 */
+	/* RC, roce-wire §4.1 */
 	SEND_WRITE_OPS(0x00, "RC"),
 	OP(URVT_OP_RC_RDMA_READ_REQUEST, "RC_RDMA_READ_REQUEST",
 	   URVT_REQ_MASK | URVT_READ_MASK | URVT_RETH_MASK | P_ONLY),
 	OP(URVT_OP_RC_RDMA_READ_RESPONSE_FIRST, "RC_RDMA_READ_RESPONSE_FIRST",
 	   READ_RESP | URVT_AETH_MASK | P_FIRST),
 	OP(URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE, "RC_RDMA_READ_RESPONSE_MIDDLE",
-	   READ_RESP | P_MIDDLE), /* MIDDLE carries no AETH (§10) */
+	   READ_RESP | P_MIDDLE), /* MIDDLE carries no AETH (roce-wire §10) */
 	OP(URVT_OP_RC_RDMA_READ_RESPONSE_LAST, "RC_RDMA_READ_RESPONSE_LAST",
 	   READ_RESP | URVT_AETH_MASK | P_LAST),
 	OP(URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, "RC_RDMA_READ_RESPONSE_ONLY",
@@ -97,27 +97,27 @@ const struct urvt_opcode_info urvt_opcode[256] = {
 	   SEND | SEND_DONE | URVT_IETH_MASK | P_LAST),
 	OP(URVT_OP_RC_SEND_ONLY_WITH_INVALIDATE, "RC_SEND_ONLY_WITH_INVALIDATE",
 	   SEND | SEND_DONE | URVT_IETH_MASK | P_ONLY),
-	/* IBTA 1.5 optional operations; rxe >= 6.2 (§4.1) */
+	/* IBTA 1.5 optional operations; rxe >= 6.2 (roce-wire §4.1) */
 	OP(URVT_OP_RC_FLUSH, "RC_FLUSH",
 	   URVT_REQ_MASK | URVT_FLUSH_MASK | URVT_FETH_MASK | URVT_RETH_MASK | P_ONLY),
 	OP(URVT_OP_RC_ATOMIC_WRITE, "RC_ATOMIC_WRITE",
 	   URVT_REQ_MASK | URVT_ATOMIC_WRITE_MASK | URVT_RETH_MASK | URVT_PAYLOAD_MASK | P_ONLY),
 
-	/* UC, §4.2: SEND and RDMA WRITE only */
+	/* UC, roce-wire §4.2: SEND and RDMA WRITE only */
 	SEND_WRITE_OPS(0x20, "UC"),
 
-	/* UD, §4.3 */
+	/* UD, roce-wire §4.3 */
 	OP(URVT_OP_UD_SEND_ONLY, "UD_SEND_ONLY", SEND | SEND_DONE | URVT_DETH_MASK | P_ONLY),
 	OP(URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE, "UD_SEND_ONLY_WITH_IMMEDIATE",
 	   SEND | SEND_DONE | URVT_DETH_MASK | URVT_IMMDT_MASK | P_ONLY),
 
-	/* §4.4: BTH (BECN set) + 16 reserved bytes */
+	/* roce-wire §4.4: BTH (BECN set) + 16 reserved bytes */
 	OP(URVT_OP_CNP, "CNP", URVT_CNP_MASK | URVT_CNPRSV_MASK),
 };
 
 int urvt_opcode_chk_transport(uint8_t opcode, enum urvt_transport qp_transport)
 {
-	/* roce-wire.md §4.4: RC QPs take RC opcodes only, UC UC, UD/GSI UD. */
+	/* roce-wire §4.4: RC QPs take RC opcodes only, UC UC, UD/GSI UD. */
 	if (urvt_opcode_transport(opcode) != qp_transport || !urvt_opcode_valid(opcode))
 		return -URVT_DROP_QPT_MISMATCH;
 	return 0;

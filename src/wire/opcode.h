@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * RoCEv2 / IB transport opcode table (roce-wire.md §4).
+ * RoCEv2 / IB transport opcode table (roce-wire §4).
  *
  * One table, indexed by the BTH opcode byte, drives both the packet builder
  * and the parser: which extended headers follow the BTH and at which offset,
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Header types, in wire order (roce-wire.md §3: BTH, DETH, RETH, AtomicETH,
+/* Header types, in wire order (roce-wire §3: BTH, DETH, RETH, AtomicETH,
  * AETH, AtomicAckETH, ImmDt, IETH, payload; FLUSH puts FETH before RETH). */
 enum urvt_hdr_type {
 	URVT_BTH,
@@ -29,7 +29,7 @@ enum urvt_hdr_type {
 	URVT_NUM_HDR_TYPES
 };
 
-/* Header sizes in bytes (roce-wire.md §2, §3, §4.4). */
+/* Header sizes in bytes (roce-wire §2, §3, §4.4). */
 enum {
 	URVT_BTH_BYTES = 12,
 	URVT_FETH_BYTES = 4,
@@ -76,10 +76,10 @@ enum urvt_op_mask {
 	URVT_FLUSH_MASK = 1u << 25,	/* IBTA 1.5 FLUSH */
 	URVT_ATOMIC_WRITE_MASK = 1u << 26, /* IBTA 1.5 ATOMIC_WRITE */
 	URVT_CNP_MASK = 1u << 27,
-	URVT_SE_OK_MASK = 1u << 28,	/* SE may be set (roce-wire.md §2, §10) */
+	URVT_SE_OK_MASK = 1u << 28,	/* SE may be set (roce-wire §2, §10) */
 };
 
-/* Transport class = top three opcode bits (roce-wire.md §2). */
+/* Transport class = top three opcode bits (roce-wire §2). */
 enum urvt_transport {
 	URVT_TRANSPORT_RC = 0,
 	URVT_TRANSPORT_UC = 1,
@@ -88,7 +88,7 @@ enum urvt_transport {
 	URVT_TRANSPORT_CNP = 4,
 };
 
-/* Opcode values (roce-wire.md §4). */
+/* Opcode values (roce-wire §4). */
 enum urvt_opcode {
 	URVT_OP_RC_SEND_FIRST = 0x00,
 	URVT_OP_RC_SEND_MIDDLE = 0x01,
@@ -155,7 +155,7 @@ static inline bool urvt_opcode_valid(uint8_t opcode)
 }
 
 /*
- * Receive-path check (roce-wire.md §4.4): the opcode's transport must match
+ * Receive-path check (roce-wire §4.4): the opcode's transport must match
  * the QP's (RC QPs accept 0x00-0x1F, UC 0x20-0x3F, UD/GSI 0x60-0x7F).
  * Returns 0 or -URVT_DROP_QPT_MISMATCH (enum urvt_wire_drop in wire/hdr.h).
  */

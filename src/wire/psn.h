@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* 24-bit PSN and MSN arithmetic (roce-wire.md §6). */
+/* 24-bit PSN and MSN arithmetic (roce-wire §6). */
 #ifndef URVT_WIRE_PSN_H
 #define URVT_WIRE_PSN_H
 
@@ -11,8 +11,8 @@
 
 /*
  * <0 if a is before b, 0 if equal, >0 if a is after b, modulo 2^24 with a
- * half-window of 2^23 (§6: diff = (int32)((a - b) << 8)). Bits above 24 are
- * ignored. a exactly 2^23 away from b compares as "before".
+ * half-window of 2^23 (roce-wire §6: diff = (int32)((a - b) << 8)). Bits
+ * above 24 are ignored. a exactly 2^23 away from b compares as "before".
  */
 static inline int32_t urvt_psn_cmp(uint32_t a, uint32_t b)
 {

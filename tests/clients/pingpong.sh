@@ -3,16 +3,21 @@
 #
 # Runs an unmodified RDMA program pair (Debian's ibverbs-utils pingpongs)
 # over urvt: a server process and a client process, each through urvt-run.
-#   WHERE=host   both on this host, addresses 127.<100+SLOT>.0.1 and .0.2
-#   WHERE=netns  two network namespaces made here, joined by a veth pair,
-#                addresses 10.<SLOT>.0.1/24 and 10.<SLOT>.0.2/24 (only inside them)
+#   WHERE=host     both on this host, addresses 127.<100+SLOT>.0.1 and .0.2:
+#                  the shared-memory link carries it
+#   WHERE=hostudp  the same with URVT_SHM=0: UDP carries it
+#   WHERE=netns    two network namespaces made here, joined by a veth pair,
+#                  addresses 10.<SLOT>.0.1/24 and 10.<SLOT>.0.2/24 (only inside
+#                  them): UDP carries it (namespaces are hosts to the shm link)
 # SLOT (1..99) keeps parallel tests apart (addresses, TCP port, netns names).
-# Passes when both exit 0 and both print their "bytes in ... seconds" line.
+# Passes when both exit 0, both print their "bytes in ... seconds" line and
+# both sides' counters show every packet on the link WHERE says.
 set -u
 where=$1 slot=$2 prog=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
+. "$here/../lib/links.sh"
 port=$((18000 + slot))
 tmo=${PINGPONG_TIMEOUT:-60}
 out=$(mktemp -d)
@@ -42,12 +47,17 @@ if [ "$where" = netns ]; then
 	ip -n "$a" link set "va$slot" up
 	ip -n "$b" link set "vb$slot" up
 	saddr=10.$slot.0.1 caddr=10.$slot.0.2
-	sexec="ip netns exec $a env URVT_NETDEV=va$slot"
-	cexec="ip netns exec $b env URVT_NETDEV=vb$slot"
+	sexec="ip netns exec $a env URVT_NETDEV=va$slot $(links_env "$out" server)"
+	cexec="ip netns exec $b env URVT_NETDEV=vb$slot $(links_env "$out" client)"
+	link=udp
 else
 	saddr=127.$((100 + slot)).0.1 caddr=127.$((100 + slot)).0.2
-	sexec="env URVT_ADDR=$saddr"
-	cexec="env URVT_ADDR=$caddr"
+	sexec="env URVT_ADDR=$saddr $(links_env "$out" server)"
+	cexec="env URVT_ADDR=$caddr $(links_env "$out" client)"
+	link=shm
+	if [ "$where" = hostudp ]; then
+		sexec="$sexec URVT_SHM=0" cexec="$cexec URVT_SHM=0" link=udp
+	fi
 fi
 
 # shellcheck disable=SC2086
@@ -74,6 +84,10 @@ if [ "$src" -ne 0 ] || [ "$rc" -ne 0 ]; then
 fi
 if ! grep -q "bytes in .* seconds" "$out/server" || ! grep -q "bytes in .* seconds" "$out/client"; then
 	echo "FAIL: no 'bytes in ... seconds' line"
+	exit 1
+fi
+if ! links_check "$out" server "$link" || ! links_check "$out" client "$link"; then
+	echo "FAIL: the traffic did not go (only) over the $link link"
 	exit 1
 fi
 echo "PASS: $prog $*"

@@ -9,14 +9,18 @@
 #   server: PROG -F -d urvt0 -x 0 ARGS -p PORT
 #   client: PROG -F -d urvt0 -x 0 ARGS -p PORT SERVER_IP
 # SLOT (1..150) keeps parallel tests apart (addresses, TCP port).
-# Passes when both exit 0 and the client printed the results table (the
-# "#bytes" header followed by at least one data row); a server that prints a
-# table (the BW tests) must print a data row too.
+# PERFTEST_LINK=shm (default: the shared-memory link carries it) or udp
+# (URVT_SHM=0). Passes when both exit 0, the client printed the results
+# table (the "#bytes" header followed by at least one data row), a server
+# that prints a table (the BW tests) printed a data row too, and both sides'
+# counters show every packet on that link.
 set -u
 slot=$1 prog=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
+link=${PERFTEST_LINK:-shm}
+. "$here/../lib/links.sh"
 port=$((19000 + slot))
 tmo=${PERFTEST_TIMEOUT:-90}
 out=$(mktemp -d)
@@ -34,6 +38,8 @@ fi
 
 saddr=127.$((100 + slot)).0.1 caddr=127.$((100 + slot)).0.2
 common="-F -d urvt0 -x 0"
+shm=1
+[ "$link" = udp ] && shm=0
 
 # Another run of this suite (another build tree) may hold the slot's
 # addresses or port: wait for them to be free (bounded) rather than collide.
@@ -49,7 +55,7 @@ for i in $(seq 1 60); do
 done
 
 # shellcheck disable=SC2086
-URVT_ADDR=$saddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" >"$out/server" 2>&1 &
+URVT_SHM=$shm URVT_STATS_FILE=$out/stats.server URVT_ADDR=$saddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" >"$out/server" 2>&1 &
 spid=$!
 # The server listens on its TCP port once its resources are ready; give it a
 # moment, then retry the client while the connection is refused.
@@ -57,7 +63,7 @@ sleep 0.3
 rc=1
 for try in 1 2 3 4 5 6 7 8; do
 	# shellcheck disable=SC2086
-	URVT_ADDR=$caddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" "$saddr" \
+	URVT_SHM=$shm URVT_STATS_FILE=$out/stats.client URVT_ADDR=$caddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" "$saddr" \
 		>"$out/client" 2>&1
 	rc=$?
 	grep -q "Couldn't connect\|Unable to open file descriptor for socket connection" \
@@ -86,6 +92,10 @@ if ! has_table "$out/client"; then
 fi
 if grep -q "#bytes" "$out/server" && ! has_table "$out/server"; then
 	echo "FAIL: server printed a #bytes header but no data row"
+	exit 1
+fi
+if ! links_check "$out" server "$link" || ! links_check "$out" client "$link"; then
+	echo "FAIL: the traffic did not go (only) over the $link link"
 	exit 1
 fi
 echo "PASS: $prog $*"

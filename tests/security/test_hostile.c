@@ -8,7 +8,7 @@
  *
  * Table-driven: each row builds one packet for a fresh victim QP (RC, UC
  * or UD, in the state the row names, one receive posted) and asserts
- * exactly what the spec gives (rc-protocol.md §3, §3.11, roce-wire.md §7,
+ * exactly what the reference gives (rc-protocol §3, §3.11, roce-wire §7,
  * §12): the packet on the wire (opcode, AETH syndrome, PSN) or nothing, the
  * victim's first receive completion (or none), its QP state, the counter
  * that moved (read through the counters file /dev/shm/urvt.<pid>, as
@@ -426,9 +426,10 @@ static const struct attack attacks[] = {
 	{ "READ with a deregistered key", RC, RTS, 0, R_REQ, Q_VICTIM, 0, K_STALE, V_OFF, 0, 0, 16,
 	  0, .resp_op = ACK, .resp_syn = NAK_ACC, .resp_psn_off = 0, .wc = FL, .state_after = ERR,
 	  .c = URVT_CTR_NAK_SENT_ACCESS },
-	{ "zero-length READ with a bad key (no key check, §3.6)", RC, RTS, 0, R_REQ, Q_VICTIM, 0,
-	  K_ZERO, V_RAW, 0, 0xdead0000, 0, 0, .resp_op = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY,
-	  .resp_syn = 0x1f, .resp_psn_off = 0, .wc = NONE, .state_after = RTS,
+	{ "zero-length READ with a bad key (no key check, rc-protocol §3.6)", RC, RTS, 0, R_REQ,
+	  Q_VICTIM, 0, K_ZERO, V_RAW, 0, 0xdead0000, 0, 0,
+	  .resp_op = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, .resp_syn = 0x1f, .resp_psn_off = 0,
+	  .wc = NONE, .state_after = RTS,
 	  .c = URVT_CTR_TX_PKTS },
 	{ "zero-length WRITE with a bad key", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_STALE, V_RAW, 0,
 	  0xdead0000, 0, 0, .resp_op = ACK, .resp_syn = 0x1f, .resp_psn_off = 0, .wc = NONE,

@@ -2,10 +2,10 @@
  * The protocol engines against a scripted peer: the device's QPs talk to a
  * plain UDP socket in this test ("the peer", its own 127.x address, port
  * 4791) that sends hand-built packets (src/wire builders) and checks what
- * comes back, byte for byte where rc-protocol.md fixes it: responder
- * (RNR, PSN-sequence NAK once per gap, duplicates, ACK coalescing, READ
- * replay, atomic executed once, access NAK) and completer (coalesced ACK,
- * READ response data, NAKs, retry exhaustion), plus receive drops.
+ * comes back, byte for byte where docs/reference/rc-protocol.md fixes it:
+ * responder (RNR, PSN-sequence NAK once per gap, duplicates, ACK coalescing,
+ * READ replay, atomic executed once, access NAK) and completer (coalesced
+ * ACK, READ response data, NAKs, retry exhaustion), plus receive drops.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * Completion queues (qp-semantics.md §11, cq.c): create limits, capacity
+ * Completion queues (qp-semantics §11, cq.c): create limits, capacity
  * rounding, order, overflow, resize, notification and completion channels.
  */
 #include <setjmp.h>
@@ -180,7 +180,7 @@ static void test_overflow(void **state)
 	assert_int_equal(rvt_destroy_cq(cq), 0);
 }
 
-/* A producing QP whose send CQ overflows goes to ERR (§11, §13). */
+/* A producing QP whose send CQ overflows goes to ERR (qp-semantics §11, §13). */
 static void test_overflow_moves_qp_to_err(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev);
@@ -431,8 +431,8 @@ static void test_destroy_busy_shared(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
-/* Which entries count as solicited (§11): send CQEs iff failed, receive
- * flush CQEs always. */
+/* Which entries count as solicited (qp-semantics §11): send CQEs iff failed,
+ * receive flush CQEs always. */
 static void test_solicited_error_entries(void **state)
 {
 	int err = 0;

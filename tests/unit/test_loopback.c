@@ -1,5 +1,5 @@
 /*
- * Loopback execution (qp-semantics.md §7, §8, §10, §13, §5.4-§5.6): data
+ * Loopback execution (qp-semantics §7, §8, §10, §13, §5.4-§5.6): data
  * moved byte for byte by every RC/UC opcode and UD SEND between two QPs of
  * one context, the completion each side gets, every error outcome with the
  * status of both sides and their states, RNR timing and infinite retry,
@@ -594,7 +594,7 @@ static void test_zero_length(void **state)
 	pair_free(p, true);
 }
 
-/* §2.9: signaled WRs complete; unsignaled ones only with sq_sig_all. */
+/* qp-semantics §2.9: signaled WRs complete; unsignaled only with sq_sig_all. */
 static void test_signaling(void **state)
 {
 	(void)state;
@@ -629,7 +629,7 @@ static void test_signaling(void **state)
 }
 
 /* ---------------------------------------------------------------- */
-/* Error outcomes (§10, §13)                                          */
+/* Error outcomes (qp-semantics §10, §13)                           */
 /* ---------------------------------------------------------------- */
 
 /* Post [bad, good, good(unsignaled)] on a; check a's CQEs and states. */
@@ -715,8 +715,8 @@ static void test_rem_access_err(void **state)
 				wr.wr.rdma.rkey = 0;
 				break;
 			}
-			/* RC: both sides to ERR. UC: REM_ACCESS_ERR for the
-			 * sender but no sender error state (as coded, §10). */
+			/* RC: both sides to ERR. UC: REM_ACCESS_ERR for the sender
+			 * but no sender error state (as coded, qp-semantics §10). */
 			expect_requester_error(p, &wr, IBV_WC_REM_ACCESS_ERR, !uc);
 			/* responder: the WQE in progress (WRITE_WITH_IMM) gets
 			 * LOC_PROT_ERR, the rest are flushed */
@@ -757,7 +757,7 @@ static void test_rem_inv_req_err(void **state)
 			wr.wr.atomic.rkey = p->bmr->ibmr.rkey;
 			if (ops[i] == IBV_WR_ATOMIC_CMP_AND_SWP)
 				wr.wr.atomic.rkey = p->bmr->ibmr.rkey;
-			/* UC: the sender sees success (§10 "invalid", UC) */
+			/* UC: the sender sees success (qp-semantics §10 "invalid", UC) */
 			if (uc) {
 				ut_post_send(p->a, &wr);
 				expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
@@ -1052,7 +1052,7 @@ static void test_send_with_inv(void **state)
 	pair_free(p, true);
 }
 
-/* COMM_EST: the first request reaching a responder in RTR (§5.6). */
+/* COMM_EST: the first request reaching a responder in RTR (qp-semantics §5.6). */
 static void test_comm_est(void **state)
 {
 	struct pair *p = pair_new(IBV_QPT_RC);
@@ -1212,7 +1212,7 @@ static void test_ud_small_recv(void **state)
 }
 
 /* ---------------------------------------------------------------- */
-/* Reset and error flush rules (§5.4, §5.5)                          */
+/* Reset and error flush rules (qp-semantics §5.4, §5.5)            */
 /* ---------------------------------------------------------------- */
 static void test_reset_discards(void **state)
 {
@@ -1343,7 +1343,7 @@ static void test_misaligned_remote_atomic(void **state)
 /*
  * An MR whose iova and host address differ mod 8 (ibv_reg_mr_iova): an
  * 8-aligned iova names a misaligned host word. The target must be aligned
- * in memory, not only on the wire (rc-protocol.md §3, the responder
+ * in memory, not only on the wire (rc-protocol §3, the responder
  * table): invalid request, as the UDP responder answers
  * (tests/transport test_resp_atomic_iova), never a misaligned __atomic.
  */
@@ -1380,8 +1380,8 @@ static void test_atomic_iova_misaligned_host(void **state)
 	}
 }
 
-/* UD: the AH is snapshotted at post time (§2.2): destroying it after
- * posting does not affect the queued WR. */
+/* UD: the AH is snapshotted at post time (qp-semantics §2.2): destroying it
+ * after posting does not affect the queued WR. */
 static void test_ud_ah_snapshot(void **state)
 {
 	struct pair *p = pair_new(IBV_QPT_UD);
@@ -1441,7 +1441,7 @@ static void test_responder_cq_overflow(void **state)
 }
 
 /* A responder that goes to ERR flushes its own send queue (asynchronously,
- * §5.5 step 3), also a WQE waiting on an RNR timer. */
+ * qp-semantics §5.5 step 3), also a WQE waiting on an RNR timer. */
 static void test_error_flushes_responder_sq(void **state)
 {
 	struct pair_opts o = defaults;
@@ -1509,7 +1509,7 @@ static void test_rnr_then_err_or_destroy(void **state)
 }
 
 /* The same with the responder on an SRQ: ERR from a CQ overflow raises
- * LAST_WQE_REACHED like any other way into ERR (§5.5 step 7, §13). */
+ * LAST_WQE_REACHED like any other way into ERR (qp-semantics §5.5 step 7, §13). */
 static void test_responder_cq_overflow_srq(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev);

@@ -1,5 +1,5 @@
 /*
- * PDs, MRs and the key table (qp-semantics.md §2.6, mr.c): registration
+ * PDs, MRs and the key table (qp-semantics §2.6, mr.c): registration
  * rules, key properties, rvt_lkey_ok step by step, rvt_rkey_ok, iova
  * translation, rereg and the references WQEs hold.
  */
@@ -253,7 +253,7 @@ static void test_dereg_key_dead(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
-/* qp-semantics.md §2.6, every step. */
+/* qp-semantics §2.6, every step. */
 static void test_lkey_ok_steps(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev), *pd2 = ut_pd(&dev);

@@ -1,11 +1,11 @@
 /*
- * post_send / post_recv (qp-semantics.md §2, §3): L1 and W1-W11 with their
+ * post_send / post_recv (qp-semantics §2, §3): L1 and W1-W11 with their
  * errno and bad_wr, the operation table per QP type, queue capacity, local
  * operations, inline data, posting in SQD/ERR, and R1-R5.
  *
  * QPs are self-connected (dest QPN = own QPN). Checks that must not
  * execute anything are made in SQD, where accepted WRs are queued but not
- * started (§2.8); moving the QP to ERR then flushes them.
+ * started (qp-semantics §2.8); moving the QP to ERR then flushes them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -192,7 +192,7 @@ static void test_l1_state(void **state)
 	}
 }
 
-/* §2.3: which opcode each QP type may post (W2, W3). */
+/* qp-semantics §2.3: which opcode each QP type may post (W2, W3). */
 static void test_opcode_table(void **state)
 {
 	static const enum ibv_qp_type types[] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
@@ -538,7 +538,7 @@ static void test_sq_full(void **state)
 	}
 }
 
-/* SQD holds new WRs; SQD -> RTS runs them (§2.8). */
+/* SQD holds new WRs; SQD -> RTS runs them (qp-semantics §2.8). */
 static void test_sqd_holds(void **state)
 {
 	struct rvt_qp *qp = qp_new(IBV_QPT_RC, NULL, false);
@@ -606,7 +606,7 @@ static void test_post_in_err(void **state)
 	qp_done(qp);
 }
 
-/* §2.5 LOCAL_INV: immediate (signaled or not) or queued (FENCE). */
+/* qp-semantics §2.5 LOCAL_INV: immediate (signaled or not) or queued (FENCE). */
 static void test_local_inv(void **state)
 {
 	struct rvt_qp *qp = qp_new(IBV_QPT_RC, NULL, false);
@@ -819,8 +819,8 @@ static void test_post_recv(void **state)
 	qp_done(qp);
 }
 
-/* §2.5: while a local operation is pending, later ones queue behind it
- * even without FENCE, and run in order. */
+/* qp-semantics §2.5: while a local operation is pending, later ones queue
+ * behind it even without FENCE, and run in order. */
 static void test_local_inv_pending_queues(void **state)
 {
 	struct rvt_qp *qp = qp_new(IBV_QPT_RC, NULL, false);

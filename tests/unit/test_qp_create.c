@@ -1,5 +1,5 @@
 /*
- * QP creation (qp-semantics.md §4.1-§4.3): the checks C1-C9 with their
+ * QP creation (qp-semantics §4.1-§4.3): the checks C1-C9 with their
  * errno and order, the caps reported, and QPN numbering (also on the
  * allocator itself: wrap-around and exhaustion).
  */
@@ -126,7 +126,7 @@ static void test_each_check(void **state)
 	}
 }
 
-/* The first failing check in §4.1 order decides the errno. */
+/* The first failing check in qp-semantics §4.1 order decides the errno. */
 static void test_check_order(void **state)
 {
 	static const struct {
@@ -311,7 +311,7 @@ static void test_caps_reported(void **state)
 	}
 }
 
-/* §4.2: initial attribute values after create. */
+/* qp-semantics §4.2: initial attribute values after create. */
 static void test_initial_values(void **state)
 {
 	struct ibv_qp_init_attr_ex a;
@@ -377,7 +377,7 @@ static void test_qpn_numbering(void **state)
 			assert_int_equal(rvt_destroy_qp(q[i]), 0);
 }
 
-/* The allocator itself (§4.3): round robin, wrap past 2^24, exhaustion. */
+/* The allocator (qp-semantics §4.3): round robin, wrap past 2^24, exhaustion. */
 static void test_qpn_allocator(void **state)
 {
 	struct rvt_qpn_table *t = calloc(1, sizeof(*t));

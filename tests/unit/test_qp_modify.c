@@ -1,10 +1,10 @@
 /*
- * Modify QP (qp-semantics.md §5): the whole state-transition table of §5.2
- * for RC, UC and UD, driven from a table written here from the spec (not
- * from the core's): first against rvt_modify_qp_is_ok for every (cur, next,
- * type, bit), then through rvt_modify_qp on real QPs in every reachable
- * state. Then the extra value checks of §5.1 step 5, RATE_LIMIT, the
- * CUR_STATE rule, and what query_qp reports back.
+ * Modify QP (qp-semantics §5): the whole state-transition table of
+ * qp-semantics §5.2 for RC, UC and UD, driven from a table written here from
+ * the reference (not from the core's): first against rvt_modify_qp_is_ok for
+ * every (cur, next, type, bit), then through rvt_modify_qp on real QPs in
+ * every reachable state. Then the extra value checks of qp-semantics §5.1
+ * step 5, RATE_LIMIT, the CUR_STATE rule, and what query_qp reports back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,7 +43,7 @@ static int teardown(void **state)
 }
 
 /* ---------------------------------------------------------------- */
-/* The expected table, from qp-semantics.md §5.2                     */
+/* The expected table, from qp-semantics §5.2                       */
 /* ---------------------------------------------------------------- */
 #define STATE IBV_QP_STATE
 #define CUR IBV_QP_CUR_STATE
@@ -384,7 +384,7 @@ static void test_cur_state_rule(void **state)
 }
 
 /* ---------------------------------------------------------------- */
-/* 3. §5.1 step 5: value checks                                      */
+/* 3. qp-semantics §5.1 step 5: value checks                        */
 /* ---------------------------------------------------------------- */
 enum { FLD_MINRNR, FLD_RETRY, FLD_RNR, FLD_MTU, FLD_PKEY, FLD_PORT, FLD_DQPN, FLD_MAXDEST,
        FLD_MAXRD, FLD_AV_NOGRH, FLD_AV_PORT, FLD_AV_MCAST, FLD_AV_SGID, FLD_ALT, FLD_ACC,
@@ -545,7 +545,8 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(q.qp_state, IBV_QPS_INIT);
 	assert_int_equal(q.qp_access_flags, IBV_ACCESS_REMOTE_READ);
 	assert_int_equal(q.port_num, 1);
-	/* §5.1: rdmavt stores access flags as given, unknown bits included */
+	/* qp-semantics §5.1: rdmavt stores access flags as given, unknown bits
+	 * included */
 	a.qp_access_flags = IBV_ACCESS_REMOTE_READ | 0x4000;
 	assert_int_equal(rvt_modify_qp(qp, &a, STATE | IBV_QP_ACCESS_FLAGS), 0);
 	assert_int_equal(rvt_query_qp(qp, &q, 0, NULL), 0);
@@ -606,8 +607,9 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(q.qp_state, IBV_QPS_SQD);
 	assert_int_equal(q.min_rnr_timer, 3);
 	assert_int_equal(q.timeout, 9);
-	/* TIMEOUT is not validated (§5.1): above 31 it is accepted, clamped
-	 * for the timer only, and query reports the configured value (§6.2) */
+	/* TIMEOUT is not validated (qp-semantics §5.1): above 31 it is accepted,
+	 * clamped for the timer only, and query reports the configured value
+	 * (qp-semantics §6.2) */
 	a.timeout = 40;
 	assert_int_equal(rvt_modify_qp(qp, &a, STATE | TMO), 0);
 	assert_int_equal(rvt_query_qp(qp, &q, 0, NULL), 0);
@@ -617,7 +619,7 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(rvt_modify_qp(qp, &a, STATE | TMO), 0);
 	assert_int_equal(qp->timeout_ns, 0);
 
-	/* RESET puts the §4.2 values back */
+	/* RESET puts the qp-semantics §4.2 values back */
 	ut_modify_state(qp, IBV_QPS_RESET);
 	assert_int_equal(rvt_query_qp(qp, &q, 0, NULL), 0);
 	assert_int_equal(q.qp_state, IBV_QPS_RESET);
@@ -648,7 +650,7 @@ static void test_query_after_modify(void **state)
 	assert_int_equal(rvt_destroy_qp(qp), 0);
 }
 
-/* sq_psn reports the PSN the next posted WR will get (§6.2). */
+/* sq_psn reports the PSN the next posted WR will get (qp-semantics §6.2). */
 static void test_query_sq_psn_after_post(void **state)
 {
 	struct rvt_qp *qp = qp_new(UC);

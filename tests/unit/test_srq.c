@@ -1,5 +1,5 @@
 /*
- * Shared receive queues (qp-semantics.md §3.2, §7 step 7, §12, srq.c):
+ * Shared receive queues (qp-semantics §3.2, §7 step 7, qp-semantics §12, srq.c):
  * create limits, posting, modify (limit, resize), query and the limit event.
  * WQEs are consumed through a self-connected RC QP so the order the SRQ
  * hands them out is observed, not assumed.

@@ -919,8 +919,9 @@ static void test_requester_err_while_posting(void **state)
 }
 
 /* ---------------------------------------------------------------- */
-/* Destroying a QP while the progress thread flushes its send queue     */
-/* (§6.1: destroy is legal in any state, even with work in flight).     */
+/* Destroying a QP while the progress thread flushes its send queue */
+/* (qp-semantics §6.1: destroy is legal in any state, even with     */
+/* work in flight).                                                 */
 /* ---------------------------------------------------------------- */
 static void *destroy_thread(void *arg)
 {
@@ -956,7 +957,7 @@ static void test_destroy_during_async_flush(void **state)
 	 * White box: hold b's CQ producer lock, so that the flush of b's send
 	 * queue stops inside its first rvt_cq_enter. A WRITE from a with a key
 	 * that does not exist puts b in ERR from a's engine, which leaves the
-	 * flush of b's queue to the progress thread (§5.5 step 3).
+	 * flush of b's queue to the progress thread (qp-semantics §5.5 step 3).
 	 */
 	urvt_spin_lock(&cb->p_lock);
 	rd.wr.rdma.remote_addr = 64;

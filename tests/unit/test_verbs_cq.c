@@ -208,7 +208,7 @@ static void test_errno_edge(void **state)
 	ia.cap.max_send_wr = 1;
 	qp = ibv_create_qp(pd, &ia);
 	assert_non_null(qp);
-	/* L1: RESET refuses with a positive errno and bad_wr set */
+	/* L1 (qp-semantics §2.2): RESET refuses with a positive errno and bad_wr set */
 	assert_int_equal(ibv_post_send(qp, &wr, &bad), EINVAL);
 	assert_ptr_equal(bad, &wr);
 	assert_int_equal(ibv_dealloc_pd(pd), EBUSY);

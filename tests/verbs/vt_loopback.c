@@ -360,7 +360,7 @@ static void test_ud(uint32_t len)
 		expect_wc(r, 0x99, IBV_WC_RECV, len + 40, what);
 		if (!(r->wc_flags & IBV_WC_GRH) || r->src_qp != a->qp_num)
 			fail("%s: GRH flag / src_qp", what);
-		/* GRH image: 20 zero bytes, then the IPv4 header (roce-wire.md §11) */
+		/* GRH image: 20 zero bytes, then the IPv4 header (roce-wire §11) */
 		for (int i = 0; i < 20; i++)
 			if (dst[i])
 				fail("%s: GRH byte %d", what, i);

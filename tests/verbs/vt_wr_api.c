@@ -845,7 +845,7 @@ static void test_errors(struct ibv_qp *a, struct ibv_qp *b, const char *tn)
 	build(qx, &badl);
 	CHECK(ibv_wr_complete(qx) == EOPNOTSUPP, "%s: bind_mw then bad lkey", what);
 	if (rc) {
-		/* atomic on a misaligned local buffer (W5) */
+		/* atomic on a misaligned local buffer (qp-semantics §2.2 W5) */
 		w[0] = (struct wrspec){ .op = IBV_WR_ATOMIC_FETCH_AND_ADD, .wr_id = 0xe02,
 					.flags = IBV_SEND_SIGNALED, .data = D_SGE,
 					.buf = (uint8_t *)target + 68, .len = 8, .pieces = 1,

@@ -64,7 +64,7 @@ static int check_packet(const char *fname, int idx, const uint8_t *ipkt, size_t 
 		FAIL("%s #%d: parse: %s\n", fname, idx, urvt_wire_drop_str(rc));
 		return fails;
 	}
-	/* ICRC with the full header as captured (§9) */
+	/* ICRC with the full header as captured (roce-wire §9) */
 	size_t iplen = (size_t)(roce - ipkt) + rlen;
 	if (urvt_icrc_ip(ipkt, iplen - 4) != p->icrc)
 		FAIL("%s #%d: ICRC (captured header) mismatch\n", fname, idx);

@@ -23,7 +23,7 @@
 #define ONE 0x80000000u /* x^0, reflected */
 #define X 0x40000000u	/* x^1 */
 
-/* rxe's formulation (roce-wire.md §9): register 0xDEBB20E3, no 0xFF prefix, invert. */
+/* rxe's formulation (roce-wire §9): register 0xDEBB20E3, no 0xFF prefix, invert. */
 static uint32_t ref_crc_rxe(const uint8_t *p, size_t n)
 {
 	uint32_t c = 0xdebb20e3u;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* PSN/MSN arithmetic (roce-wire.md §6) and AETH syndrome/tables (§8, qp-semantics.md §9.1). */
+/* PSN/MSN arithmetic (roce-wire §6) and AETH syndrome/tables (roce-wire §8,
+ * qp-semantics §9.1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,7 +67,7 @@ static void test_psn_arith(void **state)
 static void test_aeth_syndrome(void **state)
 {
 	(void)state;
-	/* bytes from the vectors (test-vectors.md V8-V10) */
+	/* bytes from the vectors (test-vectors §4, V8-V10) */
 	assert_int_equal(urvt_aeth_syn_ack(URVT_AETH_CREDIT_INVALID), 0x1f);
 	assert_int_equal(urvt_aeth_syn_rnr(0x0e), 0x2e);
 	assert_int_equal(urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), 0x60);

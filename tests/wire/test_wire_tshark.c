@@ -168,9 +168,9 @@ static void check_line(int i, char **col)
 	EIF(m & URVT_DETH_MASK, "0x%08x", f->deth.sqp);
 	EIF(m & URVT_IMMDT_MASK, "%08x", f->immdt);
 	EIF(m & URVT_IETH_MASK, "%08x", f->ieth_rkey);
-	/* tshark's Data length includes the pad bytes (roce-wire.md §5) */
+	/* tshark's Data length includes the pad bytes (roce-wire §5) */
 	EIF(m & URVT_PAYLOAD_MASK, "%u", f->paylen + urvt_pad_for(f->paylen));
-	/* it shows the 4 ICRC wire bytes read big-endian (§9) */
+	/* it shows the 4 ICRC wire bytes read big-endian (roce-wire §9) */
 	E("0x%08x", __builtin_bswap32(s->icrc));
 #undef E
 #undef EIF

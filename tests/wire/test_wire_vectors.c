@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Known-answer tests against the 18 independent vectors (test-vectors.md). */
+/* Known-answer tests against the 18 independent vectors (test-vectors §4). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,7 +57,7 @@ static size_t ip_hl(const struct rv_vector *v)
 	return v->ip_version == 4 ? URVT_IPV4_HDR_BYTES : URVT_IPV6_HDR_BYTES;
 }
 
-/* Encoder: decoded fields -> exact bytes (test-vectors.md use 1). */
+/* Encoder: decoded fields -> exact bytes (test-vectors §3 use 1). */
 static void test_encode(void **state)
 {
 	(void)state;
@@ -193,7 +193,8 @@ static const struct rv_vector *vec_by_name(const char *name)
 	return NULL;
 }
 
-/* Masking invariance (use 4): V18 vs V1, V15 vs the same packet with TC/FL/hop zeroed. */
+/* Masking invariance (test-vectors §3 use 4): V18 vs V1, V15 vs the same
+ * packet with TC/FL/hop zeroed. */
 static void test_masking(void **state)
 {
 	(void)state;
@@ -286,7 +287,7 @@ static void test_unknown_id(void **state)
 	assert_int_equal(n4, 16);
 }
 
-/* UD receive GRH image (roce-wire.md §11) from the UD vectors. */
+/* UD receive GRH image (roce-wire §11) from the UD vectors. */
 static void test_grh(void **state)
 {
 	(void)state;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Proof from a capture that the ICRC urvt puts on IPv4 packets is right for
- * the IP header the kernel really writes (docs/wire.md, roce-wire.md §1.3):
+ * the IP header the kernel really writes (docs/wire.md, roce-wire §1.3):
  * packets of every opcode are built with the encoder, sent from an
  * UNCONNECTED UDP socket with IP_PMTUDISC_DO on 127.0.0.1 while dumpcap
  * captures lo; each captured packet must have ID 0 + DF, its ICRC recomputed

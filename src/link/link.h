@@ -1,0 +1,137 @@
+/*
+ * The link interface: how the transport moves whole RoCEv2 packets (BTH to
+ * ICRC) between devices. One implementation per medium: the UDP socket
+ * (udp.c) now, a same-host shared-memory link later. A link knows nothing
+ * of QPs or of the packets' contents; the transport knows nothing of
+ * sockets. docs/architecture.md has the layers.
+ *
+ * Threading: send_batch may be called by several threads at once (each
+ * with its own packets); recv_batch by one thread at a time (the
+ * transport's rx_lock), and what it returns stays valid until that
+ * thread's next recv_batch.
+ */
+#ifndef URVT_LINK_LINK_H
+#define URVT_LINK_LINK_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "wire/ip.h"
+
+/* Where a datagram goes on a link (UDP: the peer's address, port 4791;
+ * shm: one of the link's peers). */
+union urvt_link_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in4;
+	struct sockaddr_in6 in6;
+	struct {
+		sa_family_t family;       /* AF_UNIX */
+		uint16_t peer;            /* the shm link's peer slot */
+	} shm;
+};
+
+/* One packet to send. */
+struct urvt_link_tx {
+	uint8_t *buf;                     /* writable: IPv4 GSO rewrites the ICRC */
+	uint32_t len;
+	const union urvt_link_addr *dst;
+	/* filled in by send_batch: */
+	uint16_t ip_id;                   /* the IPv4 ID it leaves with (0 unless GSO) */
+	uint8_t fault;                    /* URVT_FAULT_F_* the fault injector applied */
+};
+
+/* One received datagram (or a GRO train of equal-size packets). */
+struct urvt_link_rx {
+	const uint8_t *data;
+	uint32_t len;
+	uint32_t seg;                     /* train: packets of seg bytes, the last may be
+					     shorter; 0: one packet */
+	bool trunc;                       /* larger than the receive buffer: drop */
+	bool no_icrc;                     /* a lossless link's packet: no ICRC to check */
+	bool shared;                      /* data is memory the sender can still write:
+					     copy what is parsed, read it once */
+	struct urvt_ipinfo ip;            /* addresses as GIDs, ports, TOS/TTL; IPv4 ID unknown */
+};
+
+/* What the link bound: the device's address and its interface. */
+struct urvt_link_info {
+	int family;                       /* AF_INET or AF_INET6 */
+	struct in6_addr addr6;            /* the GID: IPv4 stored v4-mapped */
+	unsigned int ifindex;
+	char ifname[32];
+	int if_mtu;                       /* the interface's MTU; 0 if unknown */
+};
+
+struct urvt_link;
+
+struct urvt_link_ops {
+	const char *name;
+	/* Send n packets, in order. Never blocks for long; a packet the host
+	 * cannot take is lost (RC recovers it). Returns the number lost. */
+	unsigned (*send_batch)(struct urvt_link *l, struct urvt_link_tx *pkts, unsigned n);
+	/* Receive up to max datagrams without blocking; returns how many. */
+	int (*recv_batch)(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max);
+	/* Can this link reach the device whose GID this is? 0 and its link
+	 * address, or a negative errno (another link must carry it). May make
+	 * system calls: called when an address vector is set up, never per
+	 * packet. */
+	int (*resolve)(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out);
+	/* Optional: the caller stops polling and will sleep on wake_fd; make
+	 * sure wake_fd becomes readable when data comes (at once if some is
+	 * there already). */
+	void (*arm)(struct urvt_link *l);
+	/* Optional: wake_fd was readable; consume the wake-up. */
+	void (*ack_wake)(struct urvt_link *l);
+	/* Optional: ctl_fd is readable (progress thread): peers come and go. */
+	void (*service)(struct urvt_link *l);
+	/* Send what is held back (fault injection), release everything. */
+	void (*close)(struct urvt_link *l);
+};
+
+struct urvt_link {
+	const struct urvt_link_ops *ops;
+	struct urvt_link_info info;
+	int wake_fd;                      /* readable when recv_batch has data; -1: none */
+	int ctl_fd;                       /* watched always (service); -1: none */
+	bool faults;                      /* send_batch may set urvt_link_tx.fault */
+	bool lossless;                    /* nothing is lost, reordered or corrupted in transit */
+	bool cheap_poll;                  /* an empty recv_batch makes no system call */
+};
+
+static inline unsigned urvt_link_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)
+{
+	return l->ops->send_batch(l, p, n);
+}
+
+static inline int urvt_link_recv(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
+{
+	return l->ops->recv_batch(l, rx, max);
+}
+
+static inline int urvt_link_resolve(struct urvt_link *l, const uint8_t gid[16],
+				    union urvt_link_addr *out)
+{
+	return l->ops->resolve(l, gid, out);
+}
+
+static inline void urvt_link_arm(struct urvt_link *l)
+{
+	if (l->ops->arm)
+		l->ops->arm(l);
+}
+
+static inline void urvt_link_close(struct urvt_link *l)
+{
+	if (l)
+		l->ops->close(l);
+}
+
+static inline socklen_t urvt_link_addr_len(const union urvt_link_addr *a)
+{
+	return a->sa.sa_family == AF_INET ? sizeof(a->in4) :
+	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->shm);
+}
+
+#endif

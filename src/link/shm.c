@@ -1,0 +1,815 @@
+/*
+ * The shared-memory link (link/shm.h, docs/shm.md).
+ *
+ * A connection between devices A (who connected) and B is one memfd that A
+ * made: a header, then for each direction a control block and a ring of
+ * SHM_RING_BYTES. Direction 0 is A to B, 1 is B to A. A packet is one
+ * record: an 8-byte header (its length) and the packet, padded to 64
+ * bytes; a record never wraps: where the rest of the ring is too short, a
+ * WRAP record fills it. head and tail are free-running byte counts. Each
+ * ring has one producer process and one consumer process:
+ *
+ *   producer: write records at [head, head + n), store-release head (P1);
+ *             fence; if need_wake: clear it, write the consumer's doorbell.
+ *   consumer: load-acquire head (C1, pairs with P1), copy the packets out,
+ *             store-release tail (C2, pairs with the producer's
+ *             load-acquire of tail before it reuses the bytes).
+ *   arm:      set need_wake; fence; look at head again (a packet that came
+ *             in between is seen here or rings the doorbell).
+ *
+ * Several threads of the producing process may send to one peer: they
+ * take the peer's tx_lock, which lives in local memory, out of the peer's
+ * reach. The consumer side runs under the transport's rx_lock (one thread).
+ * Peers are added by resolve (any thread) and service (progress thread)
+ * under peers_lock and published with a release store of npeers; the hot
+ * paths read them without a lock. A peer slot is never reused while the
+ * link is open, so a stale index only finds a dead peer.
+ */
+#include "link/shm.h"
+#include "link/shm_proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/compiler.h"
+#include "base/timer.h"
+#include "wire/hdr.h"
+
+#define SHM_MAX_PEERS 256
+/* a full ring: wait this long for the consumer before the packets are lost */
+#define SHM_FULL_WAIT_NS 2000000
+
+/* GONE: the peer closed the connection (exited): what it sent before is
+ * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
+ * read or sent. */
+enum peer_state { PEER_FREE, PEER_HANDSHAKE, PEER_UP, PEER_GONE, PEER_DEAD };
+
+struct shm_peer {
+	_Atomic int state;
+	bool connector;                   /* we made the region (we are A) */
+	uint8_t gid[16];
+	int sock;
+	_Atomic int doorbell;             /* the peer's eventfd, -1 until known */
+	struct shm_region *region;
+	struct shm_ctrl *tx_ctrl, *rx_ctrl;
+	uint8_t *tx_ring, *rx_ring;
+	/* producers of this process */
+	urvt_spinlock_t tx_lock __cacheline_aligned;
+	uint32_t tx_head;
+	/* the consumer (rx_lock) */
+	uint32_t rx_tail __cacheline_aligned; /* consumed up to here */
+	uint32_t rx_released;             /* what tail says: packets up to rx_tail
+					     are in the caller's hands until the
+					     next recv_batch */
+};
+
+struct urvt_shm {
+	struct urvt_link link;
+	int listen_fd;
+	int epfd;                         /* ctl_fd: the listener and every connection */
+	int doorbell;                     /* wake_fd: our eventfd, which peers write */
+	uid_t uid;
+	pthread_mutex_t peers_lock;
+	_Atomic uint32_t npeers;
+	unsigned rx_next;                 /* round robin over peers (rx_lock) */
+	_Atomic uint32_t refused;
+	struct shm_peer peers[SHM_MAX_PEERS];
+};
+
+static struct urvt_shm *shm_of(struct urvt_link *l)
+{
+	return container_of(l, struct urvt_shm, link);
+}
+
+static bool peer_is_us(struct shm_peer *p, uid_t uid)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	return !getsockopt(p->sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) && cr.uid == uid;
+}
+
+static void ring_doorbell(int fd)
+{
+	uint64_t one = 1;
+
+	if (fd >= 0)
+		(void)!write(fd, &one, sizeof(one));
+}
+
+/* ------------------------------------------------------------------ */
+/* Peers                                                              */
+/* ------------------------------------------------------------------ */
+/* A free slot (peers_lock held), or NULL when all have been used. */
+static struct shm_peer *peer_new(struct urvt_shm *s)
+{
+	uint32_t n = atomic_load_explicit(&s->npeers, memory_order_relaxed);
+	struct shm_peer *p;
+
+	if (n == SHM_MAX_PEERS)
+		return NULL;
+	p = &s->peers[n];
+	memset(p, 0, sizeof(*p));
+	p->sock = -1;
+	atomic_store(&p->doorbell, -1);
+	return p;
+}
+
+/* Make p visible to the lock-free readers (peers_lock held). */
+static void peer_publish(struct urvt_shm *s, struct shm_peer *p)
+{
+	atomic_store_explicit(&s->npeers, (uint32_t)(p - s->peers) + 1, memory_order_release);
+}
+
+static void peer_map_dirs(struct shm_peer *p)
+{
+	int tx = p->connector ? 0 : 1;
+
+	p->tx_ctrl = &p->region->ctrl[tx];
+	p->rx_ctrl = &p->region->ctrl[!tx];
+	p->tx_ring = p->region->ring[tx];
+	p->rx_ring = p->region->ring[!tx];
+	p->tx_head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
+	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
+	p->rx_released = p->rx_tail;
+}
+
+/* The connection ends: to GONE (closed by the peer) or DEAD (it
+ * misbehaved). Its memory stays mapped until close (a sender may be in it,
+ * a GONE peer's last packets are still read). */
+static void peer_end(struct urvt_shm *s, struct shm_peer *p, enum peer_state to)
+{
+	int was = atomic_load(&p->state);
+
+	if (was == PEER_DEAD || (was == PEER_GONE && to == PEER_GONE))
+		return;
+	/* only an UP peer's ring was ever set up to be read */
+	atomic_store(&p->state, was == PEER_UP || was == PEER_GONE ? to : PEER_DEAD);
+	if (was != PEER_GONE && p->sock >= 0) {
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->sock, NULL);
+		shutdown(p->sock, SHUT_RDWR);
+	}
+}
+
+static void peer_kill(struct urvt_shm *s, struct shm_peer *p)
+{
+	peer_end(s, p, PEER_DEAD);
+}
+
+static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
+{
+	struct iovec iov = { .iov_base = (void *)m, .iov_len = sizeof(*m) };
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfds) {
+		struct cmsghdr *c;
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -EIO;
+}
+
+/* One message and up to two fds; fds beyond that are closed. Returns the
+ * number of fds (>= 0), or -1 on EOF, error or a malformed message. */
+static int recv_msg(int sock, struct shm_msg *m, int fds[2])
+{
+	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	ssize_t r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int n = 0;
+
+	if (r <= 0)
+		return -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (n < 2)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (r != (ssize_t)sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    m->magic != SHM_MAGIC || m->version != SHM_VERSION || m->ring_bytes != SHM_RING_BYTES ||
+	    m->pkt_max != SHM_PKT_MAX || m->region_bytes != sizeof(struct shm_region)) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return -1;
+	}
+	return n;
+}
+
+/* A region for a new connection: a sealed memfd (the peer can neither
+ * shrink it under us nor grow it) mapped here. */
+static int region_create(struct shm_region **out)
+{
+	size_t len = sizeof(struct shm_region);
+	int fd = memfd_create("urvt-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct shm_region *r;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	r = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r == MAP_FAILED) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	r->magic = SHM_MAGIC;
+	r->version = SHM_VERSION;
+	r->ring_bytes = SHM_RING_BYTES;
+	r->pkt_max = SHM_PKT_MAX;
+	/* both consumers start asleep: the first packet each way rings, the
+	 * consumer drains and arms from then on */
+	atomic_store(&r->ctrl[0].need_wake, 1);
+	atomic_store(&r->ctrl[1].need_wake, 1);
+	*out = r;
+	return fd;
+}
+
+/* Map a region a peer sent: only a sealed memfd of exactly our size. */
+static struct shm_region *region_map(int fd)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	struct stat st;
+	void *r;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0 || (seals & need) != need || fstat(fd, &st) ||
+	    (size_t)st.st_size != sizeof(struct shm_region))
+		return NULL;
+	r = mmap(NULL, sizeof(struct shm_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return r == MAP_FAILED ? NULL : r;
+}
+
+static void msg_init(struct shm_msg *m, uint32_t type, const uint8_t from[16],
+		     const uint8_t to[16])
+{
+	*m = (struct shm_msg){ .magic = SHM_MAGIC, .version = SHM_VERSION, .type = type,
+			       .ring_bytes = SHM_RING_BYTES, .pkt_max = SHM_PKT_MAX,
+			       .region_bytes = sizeof(struct shm_region) };
+	memcpy(m->from_gid, from, 16);
+	memcpy(m->to_gid, to, 16);
+}
+
+/* ------------------------------------------------------------------ */
+/* resolve: connect to the device with this GID if it is here         */
+/* ------------------------------------------------------------------ */
+static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_peer *p)
+{
+	struct sockaddr_un sun;
+	socklen_t len = shm_sock_name(&sun, s->uid, gid);
+	struct shm_msg m;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+	int fds[2], rfd, ret;
+
+	p->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (p->sock < 0)
+		return -errno;
+	if (connect(p->sock, (struct sockaddr *)&sun, len)) {
+		ret = -errno; /* no urvt device of ours with that GID in this namespace */
+		goto err_sock;
+	}
+	if (!peer_is_us(p, s->uid)) {
+		atomic_fetch_add(&s->refused, 1);
+		ret = -EPERM;
+		goto err_sock;
+	}
+	rfd = region_create(&p->region);
+	if (rfd < 0) {
+		ret = rfd;
+		goto err_sock;
+	}
+	memcpy(p->region->gid_a, &s->link.info.addr6, 16);
+	memcpy(p->region->gid_b, gid, 16);
+	p->connector = true;
+	memcpy(p->gid, gid, 16);
+	peer_map_dirs(p);
+	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, gid);
+	fds[0] = rfd;
+	fds[1] = s->doorbell;
+	ret = send_msg(p->sock, &m, fds, 2);
+	close(rfd);
+	if (ret)
+		goto err_map;
+	ev.data.ptr = p;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, p->sock, &ev)) {
+		ret = -errno;
+		goto err_map;
+	}
+	atomic_store(&p->state, PEER_UP);
+	return 0;
+err_map:
+	munmap(p->region, sizeof(*p->region));
+	p->region = NULL;
+err_sock:
+	close(p->sock);
+	p->sock = -1;
+	return ret;
+}
+
+static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+{
+	struct urvt_shm *s = shm_of(l);
+	struct shm_peer *p;
+	int ret = 0;
+
+	if (!memcmp(gid, &l->info.addr6, 16))
+		return -ENOENT; /* ourselves: the in-process path */
+	pthread_mutex_lock(&s->peers_lock);
+	for (uint32_t i = 0; i < atomic_load(&s->npeers); i++) {
+		p = &s->peers[i];
+		if (atomic_load(&p->state) == PEER_UP && !memcmp(p->gid, gid, 16)) {
+			out->shm.family = AF_UNIX;
+			out->shm.peer = (uint16_t)i;
+			goto out;
+		}
+	}
+	p = peer_new(s);
+	if (!p) {
+		ret = -ENOSPC;
+		goto out;
+	}
+	ret = connect_peer(s, gid, p);
+	if (!ret) {
+		peer_publish(s, p);
+		out->shm.family = AF_UNIX;
+		out->shm.peer = (uint16_t)(p - s->peers);
+	}
+out:
+	pthread_mutex_unlock(&s->peers_lock);
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* service: the listener and the connections (progress thread)        */
+/* ------------------------------------------------------------------ */
+static void accept_peers(struct urvt_shm *s)
+{
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+		struct shm_peer *p;
+
+		if (fd < 0)
+			return;
+		pthread_mutex_lock(&s->peers_lock);
+		p = peer_new(s);
+		if (p) {
+			p->sock = fd;
+			if (!peer_is_us(p, s->uid)) {
+				atomic_fetch_add(&s->refused, 1);
+				p = NULL;
+			}
+		}
+		if (p) {
+			ev.data.ptr = p;
+			if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev))
+				p = NULL;
+		}
+		if (p) {
+			atomic_store(&p->state, PEER_HANDSHAKE);
+			peer_publish(s, p);
+		} else {
+			close(fd);
+		}
+		pthread_mutex_unlock(&s->peers_lock);
+	}
+}
+
+/* B's side: the connector's HELLO with its region and doorbell. */
+static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_msg *m,
+		       int fds[2], int nfds)
+{
+	struct shm_msg ack;
+
+	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16))
+		goto bad;
+	p->region = region_map(fds[0]);
+	close(fds[0]);
+	fds[0] = -1;
+	if (!p->region || memcmp(p->region->gid_a, m->from_gid, 16) ||
+	    memcmp(p->region->gid_b, m->to_gid, 16))
+		goto bad;
+	memcpy(p->gid, m->from_gid, 16);
+	p->connector = false;
+	peer_map_dirs(p);
+	atomic_store(&p->doorbell, fds[1]);
+	fds[1] = -1;
+	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->from_gid);
+	if (send_msg(p->sock, &ack, &s->doorbell, 1))
+		goto bad;
+	atomic_store(&p->state, PEER_UP);
+	/* packets may be in the ring already: look at it */
+	ring_doorbell(s->doorbell);
+	return;
+bad:
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	atomic_fetch_add(&s->refused, 1);
+	peer_kill(s, p);
+}
+
+/* A's side: B's doorbell. A packet sent before it came may wait for it. */
+static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct shm_msg *m,
+			   int fds[2], int nfds)
+{
+	if (m->type != SHM_MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
+	    memcmp(m->from_gid, p->gid, 16)) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		peer_kill(s, p);
+		return;
+	}
+	atomic_store(&p->doorbell, fds[0]);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&p->tx_ctrl->need_wake) && atomic_exchange(&p->tx_ctrl->need_wake, 0))
+		ring_doorbell(fds[0]);
+}
+
+static void shm_service(struct urvt_link *l)
+{
+	struct urvt_shm *s = shm_of(l);
+	struct epoll_event ev[16];
+	int n = epoll_wait(s->epfd, ev, 16, 0);
+
+	for (int i = 0; i < n; i++) {
+		struct shm_peer *p = ev[i].data.ptr;
+		struct shm_msg m;
+		int fds[2] = { -1, -1 }, nfds;
+
+		if (!p) {
+			accept_peers(s);
+			continue;
+		}
+		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+			peer_end(s, p, PEER_GONE);
+			continue;
+		}
+		nfds = recv_msg(p->sock, &m, fds);
+		if (nfds < 0)
+			peer_kill(s, p);
+		else if (atomic_load(&p->state) == PEER_HANDSHAKE)
+			peer_hello(s, p, &m, fds, nfds);
+		else if (atomic_load(&p->state) == PEER_UP && p->connector)
+			peer_hello_ack(s, p, &m, fds, nfds);
+		else {
+			for (int k = 0; k < nfds; k++)
+				close(fds[k]);
+			peer_kill(s, p);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Data                                                               */
+/* ------------------------------------------------------------------ */
+/* p's ring has need free bytes (waits a little for the consumer: a
+ * lossless link holds back rather than drops). */
+static bool tx_room(struct shm_peer *p, uint32_t need)
+{
+	uint64_t deadline = 0;
+
+	for (unsigned spins = 0;; spins++) {
+		uint32_t tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
+		if (SHM_RING_BYTES - (p->tx_head - tail) >= need)
+			return true;
+		if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_UP)
+			return false;
+		if (!deadline)
+			deadline = urvt_now_ns() + SHM_FULL_WAIT_NS;
+		else if (urvt_now_ns() > deadline)
+			return false;
+		/* the consumer may share our CPU */
+		if (spins % 64 == 63)
+			sched_yield();
+		else
+			urvt_cpu_relax();
+	}
+}
+
+/* Append one record (tx_lock held); false if there is no room. */
+static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len)
+{
+	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
+	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_bytes(len);
+	struct shm_rec *r;
+
+	if (need > left) {
+		/* fill the end with a WRAP record, start again at 0 */
+		if (!tx_room(p, left + need))
+			return false;
+		((struct shm_rec *)(p->tx_ring + off))->len = SHM_REC_WRAP;
+		p->tx_head += left;
+		off = 0;
+	} else if (!tx_room(p, need)) {
+		return false;
+	}
+	r = (struct shm_rec *)(p->tx_ring + off);
+	memcpy(r->data, buf, len);
+	r->len = len;
+	p->tx_head += need;
+	return true;
+}
+
+/* Packets [0, n) all go to peer p. Returns the number lost. */
+static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
+{
+	unsigned sent = 0;
+	int db;
+
+	urvt_spin_lock(&p->tx_lock);
+	for (; sent < n; sent++)
+		if (pk[sent].len > SHM_PKT_MAX || !tx_rec(p, pk[sent].buf, pk[sent].len))
+			break;
+	/* P1: the records before head are written */
+	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);
+	urvt_spin_unlock(&p->tx_lock);
+	/* the consumer sets need_wake, then looks at head; we store head,
+	 * then look at need_wake: one of us sees the other */
+	atomic_thread_fence(memory_order_seq_cst);
+	/* no doorbell yet (HELLO_ACK not in): leave need_wake for
+	 * peer_hello_ack, which rings it when the doorbell comes */
+	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
+	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
+	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
+		ring_doorbell(db);
+	return n - sent;
+}
+
+static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, unsigned n)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	unsigned lost = 0;
+
+	for (unsigned i = 0; i < n;) {
+		uint16_t idx = pk[i].dst->shm.peer;
+		unsigned j = i + 1;
+		struct shm_peer *p;
+
+		pk[i].ip_id = 0;
+		pk[i].fault = 0;
+		while (j < n && pk[j].dst->shm.peer == idx) {
+			pk[j].ip_id = 0;
+			pk[j].fault = 0;
+			j++;
+		}
+		p = idx < npeers ? &s->peers[idx] : NULL;
+		if (p && atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP)
+			lost += tx_peer(p, pk + i, j - i);
+		else
+			lost += j - i;
+		i = j;
+	}
+	return lost;
+}
+
+/* Take up to max packets from p into rx: pointers into the ring (shared:
+ * the transport copies what it parses), released at the next recv_batch. */
+static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link_rx *rx,
+			unsigned max)
+{
+	/* C1: the records before head are complete */
+	uint32_t head = atomic_load_explicit(&p->rx_ctrl->head, memory_order_acquire);
+	uint32_t tail = p->rx_tail;
+	unsigned got = 0;
+
+	if (head == tail)
+		return 0;
+	if (head - tail > SHM_RING_BYTES || (head - tail) % SHM_REC_ALIGN) {
+		/* the peer wrote an impossible head: stop trusting it */
+		peer_kill(s, p);
+		return 0;
+	}
+	while (got < max && tail != head) {
+		uint32_t off = tail & (SHM_RING_BYTES - 1);
+		const struct shm_rec *rec = (const struct shm_rec *)(p->rx_ring + off);
+		uint32_t len = READ_ONCE(rec->len), need;
+		struct urvt_link_rx *r;
+
+		if (len == SHM_REC_WRAP) {
+			tail += SHM_RING_BYTES - off;
+			continue;
+		}
+		need = len && len <= SHM_PKT_MAX ? shm_rec_bytes(len) : 0;
+		if (!need || need > SHM_RING_BYTES - off || need > head - tail) {
+			/* a record we cannot delimit: nothing after it can be trusted */
+			peer_kill(s, p);
+			break;
+		}
+		r = &rx[got];
+		tail += need;
+		/* len was read once, here: the peer may keep writing the record */
+		*r = (struct urvt_link_rx){ .data = rec->data, .len = len, .no_icrc = true,
+					    .shared = true };
+		memcpy(r->ip.sgid, p->gid, 16);
+		memcpy(r->ip.dgid, &s->link.info.addr6, 16);
+		r->ip.sport = r->ip.dport = URVT_ROCE_UDP_PORT;
+		r->ip.hop_limit = 64;
+		r->ip.df = urvt_gid_is_v4(p->gid);
+		got++;
+	}
+	WRITE_ONCE(p->rx_tail, tail); /* arm reads it from any thread */
+	return got;
+}
+
+static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	unsigned got = 0;
+
+	/* C2: what the last batch handed out is done with: the producer may
+	 * reuse those bytes */
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (p->rx_released != p->rx_tail) {
+			p->rx_released = p->rx_tail;
+			atomic_store_explicit(&p->rx_ctrl->tail, p->rx_released,
+					      memory_order_release);
+		}
+	}
+	for (uint32_t k = 0; k < npeers && got < max; k++) {
+		struct shm_peer *p = &s->peers[(s->rx_next + k) % npeers];
+		int st = atomic_load_explicit(&p->state, memory_order_acquire);
+		if (st != PEER_UP && st != PEER_GONE)
+			continue;
+		got += rx_peer(s, p, rx + got, max - got);
+	}
+	if (npeers)
+		s->rx_next = (s->rx_next + 1) % npeers;
+	return (int)got;
+}
+
+static void shm_arm(struct urvt_link *l)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	bool pending = false;
+
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
+			continue;
+		atomic_store(&p->rx_ctrl->need_wake, 1);
+	}
+	atomic_thread_fence(memory_order_seq_cst);
+	for (uint32_t i = 0; i < npeers && !pending; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
+		    atomic_load_explicit(&p->rx_ctrl->head, memory_order_acquire) != READ_ONCE(p->rx_tail))
+			pending = true;
+	}
+	if (pending)
+		ring_doorbell(s->doorbell);
+}
+
+static void shm_ack_wake(struct urvt_link *l)
+{
+	uint64_t v;
+
+	(void)!read(shm_of(l)->doorbell, &v, sizeof(v));
+}
+
+/* ------------------------------------------------------------------ */
+/* Open / close                                                       */
+/* ------------------------------------------------------------------ */
+static void shm_close(struct urvt_link *l)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load(&s->npeers);
+
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (p->sock >= 0)
+			close(p->sock);
+		if (atomic_load(&p->doorbell) >= 0)
+			close(atomic_load(&p->doorbell));
+		if (p->region)
+			munmap(p->region, sizeof(*p->region));
+	}
+	close(s->listen_fd);
+	close(s->epfd);
+	close(s->doorbell);
+	pthread_mutex_destroy(&s->peers_lock);
+	munmap(s, sizeof(*s));
+}
+
+void urvt_shm_get_stats(struct urvt_link *l, struct urvt_shm_stats *st)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load(&s->npeers);
+
+	*st = (struct urvt_shm_stats){ .refused = atomic_load(&s->refused) };
+	for (uint32_t i = 0; i < npeers; i++) {
+		int state = atomic_load(&s->peers[i].state);
+		st->peers_up += state == PEER_UP;
+		st->peers_gone += state == PEER_GONE;
+		st->peers_dead += state == PEER_DEAD;
+	}
+}
+
+static const struct urvt_link_ops shm_ops = {
+	.name = "shm",
+	.send_batch = shm_send_batch,
+	.recv_batch = shm_recv_batch,
+	.resolve = shm_resolve,
+	.arm = shm_arm,
+	.ack_wake = shm_ack_wake,
+	.service = shm_service,
+	.close = shm_close,
+};
+
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
+{
+	/* mmap: the peer table is large and mostly untouched */
+	struct urvt_shm *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sockaddr_un sun;
+	socklen_t len;
+	int ret;
+
+	if (s == MAP_FAILED) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	s->listen_fd = s->epfd = s->doorbell = -1;
+	s->uid = geteuid();
+	memcpy(&s->link.info.addr6, gid, 16);
+	s->link.info.family = urvt_gid_is_v4(gid->s6_addr) ? AF_INET : AF_INET6;
+	pthread_mutex_init(&s->peers_lock, NULL);
+	s->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->listen_fd < 0 || s->epfd < 0 || s->doorbell < 0) {
+		ret = -errno;
+		goto err;
+	}
+	len = shm_sock_name(&sun, s->uid, gid->s6_addr);
+	if (bind(s->listen_fd, (struct sockaddr *)&sun, len) || listen(s->listen_fd, 64)) {
+		ret = -errno;
+		goto err;
+	}
+	ev.data.ptr = NULL; /* the listener */
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev)) {
+		ret = -errno;
+		goto err;
+	}
+	s->link.ops = &shm_ops;
+	s->link.wake_fd = s->doorbell;
+	s->link.ctl_fd = s->epfd;
+	s->link.lossless = true;
+	s->link.cheap_poll = true;
+	return &s->link;
+err:
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->doorbell >= 0)
+		close(s->doorbell);
+	pthread_mutex_destroy(&s->peers_lock);
+	munmap(s, sizeof(*s));
+	*err = ret;
+	return NULL;
+}

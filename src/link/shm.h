@@ -1,0 +1,37 @@
+/*
+ * The same-host shared-memory link (docs/shm.md): packets between urvt
+ * devices of processes of one user in one network namespace travel through
+ * rings in a shared memfd instead of the kernel's UDP stack.
+ *
+ * Each device listens on an abstract unix socket named after its uid and
+ * GID (abstract names are per network namespace, so namespaces stay apart,
+ * as hosts do). The first time a device resolves a GID it connects there;
+ * if a urvt device of the same uid answers, it creates a memfd with one
+ * ring per direction, seals it and hands it over with its doorbell eventfd
+ * (SCM_RIGHTS); the peer answers with its own doorbell. Anything else
+ * (no listener, another uid, rxe, another host or namespace) and the
+ * resolve fails: the transport sends over UDP. The link is lossless: no
+ * ICRC is computed or checked on it; every other check of the transport
+ * stays. Nothing a peer writes into the rings is trusted: lengths and
+ * indices are bounded, packets are copied out before they are parsed.
+ */
+#ifndef URVT_LINK_SHM_H
+#define URVT_LINK_SHM_H
+
+#include "link/link.h"
+
+/* Open the shm link of the device whose GID is gid (its UDP link's
+ * address). NULL and *err (a negative errno) if the name is taken or a
+ * system call fails; the device then runs on UDP alone. */
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err);
+
+/* What the link has seen, for urvt-stat and tests. */
+struct urvt_shm_stats {
+	uint32_t peers_up;                /* connected */
+	uint32_t peers_gone;              /* closed by the peer (it exited) */
+	uint32_t peers_dead;              /* dropped: it broke the protocol */
+	uint32_t refused;                 /* connections not taken (other uid, bad hello) */
+};
+void urvt_shm_get_stats(struct urvt_link *l, struct urvt_shm_stats *st);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * The shm link's protocol (docs/shm.md): the layout of the shared region
+ * and of the two handshake messages. Both sides of a connection must agree
+ * on every byte here; tests/link/test_shm.c plays a hostile peer with it.
+ */
+#ifndef URVT_LINK_SHM_PROTO_H
+#define URVT_LINK_SHM_PROTO_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "base/compiler.h"
+
+#define SHM_RING_BYTES (4u << 20)         /* per direction, a power of two */
+#define SHM_REC_HDR 8
+#define SHM_REC_ALIGN 64
+#define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
+#define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
+#define SHM_MAGIC 0x75727673u             /* "urvs" */
+#define SHM_VERSION 1
+
+struct shm_ctrl {
+	_Atomic uint32_t head __cacheline_aligned;      /* producer */
+	_Atomic uint32_t tail __cacheline_aligned;      /* consumer */
+	_Atomic uint32_t need_wake __cacheline_aligned; /* consumer sets, producer clears */
+} __cacheline_aligned;
+
+struct shm_rec {
+	uint32_t len;                     /* packet bytes, or SHM_REC_WRAP */
+	uint32_t rsvd;
+	uint8_t data[];
+};
+
+struct shm_region {
+	uint32_t magic, version, ring_bytes, pkt_max;
+	uint8_t gid_a[16], gid_b[16];
+	struct shm_ctrl ctrl[2] __cacheline_aligned;
+	uint8_t ring[2][SHM_RING_BYTES] __attribute__((aligned(4096)));
+};
+
+/* The bytes a record of a len-byte packet takes. */
+static inline uint32_t shm_rec_bytes(uint32_t len)
+{
+	return (SHM_REC_HDR + len + SHM_REC_ALIGN - 1) & ~(SHM_REC_ALIGN - 1);
+}
+
+/* The handshake messages on the connection (SOCK_SEQPACKET). */
+enum { SHM_MSG_HELLO = 1, SHM_MSG_HELLO_ACK = 2 };
+struct shm_msg {
+	uint32_t magic, version, type, ring_bytes, pkt_max;
+	uint64_t region_bytes;
+	uint8_t from_gid[16], to_gid[16];
+};
+
+/* "\0urvt-shm-<uid>-<gid hex>": the abstract name a device listens on. */
+static inline socklen_t shm_sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t gid[16])
+{
+	int n;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-shm-%u-", (unsigned)uid);
+	for (int i = 0; i < 16; i++)
+		n += snprintf(sun->sun_path + 1 + n, sizeof(sun->sun_path) - 1 - (size_t)n, "%02x",
+			      gid[i]);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+#endif

@@ -1,0 +1,182 @@
+/*
+ * The UDP link's address: which IP address (and so which GID) the device
+ * takes, and the bound RoCEv2 socket on it (docs/usage.md: URVT_ADDR,
+ * URVT_NETDEV, or the first free loopback address).
+ */
+#include "link/udp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "wire/hdr.h"
+
+static void v4_to_mapped(struct in6_addr *a6, struct in_addr a4)
+{
+	memset(a6, 0, sizeof(*a6));
+	a6->s6_addr[10] = 0xff;
+	a6->s6_addr[11] = 0xff;
+	memcpy(&a6->s6_addr[12], &a4, 4);
+}
+
+/* Bind port 4791 on one address; returns the socket or -errno. */
+static int bind_roce(int family, const struct in6_addr *addr6)
+{
+	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	if (family == AF_INET) {
+		struct sockaddr_in sin = { .sin_family = AF_INET,
+					   .sin_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sin.sin_addr, &addr6->s6_addr[12], 4);
+		err = bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+	} else {
+		struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
+					     .sin6_port = htons(URVT_ROCE_UDP_PORT),
+					     .sin6_addr = *addr6 };
+		int on = 1;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+		err = bind(fd, (struct sockaddr *)&sin6, sizeof(sin6));
+	}
+	if (err) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static void set_ifname(struct urvt_link_info *out)
+{
+	struct ifaddrs *ifa, *i;
+
+	if (getifaddrs(&ifa))
+		return;
+	for (i = ifa; i; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET && out->family == AF_INET) {
+			const struct sockaddr_in *s = (const void *)i->ifa_addr;
+			struct in6_addr m;
+			v4_to_mapped(&m, s->sin_addr);
+			/* 127/8 is all on lo although only 127.0.0.1 is listed */
+			if (!memcmp(&m, &out->addr6, 16) ||
+			    (out->addr6.s6_addr[12] == 127 && !strcmp(i->ifa_name, "lo")))
+				break;
+		} else if (i->ifa_addr->sa_family == AF_INET6 && out->family == AF_INET6) {
+			const struct sockaddr_in6 *s = (const void *)i->ifa_addr;
+			if (!memcmp(&s->sin6_addr, &out->addr6, 16))
+				break;
+		}
+	}
+	if (i) {
+		struct ifreq ifr;
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+		snprintf(out->ifname, sizeof(out->ifname), "%s", i->ifa_name);
+		out->ifindex = if_nametoindex(i->ifa_name);
+		memset(&ifr, 0, sizeof(ifr));
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->ifa_name);
+		if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr))
+			out->if_mtu = ifr.ifr_mtu;
+		if (fd >= 0)
+			close(fd);
+	}
+	freeifaddrs(ifa);
+}
+
+static int from_netdev(const char *dev, struct urvt_link_info *out)
+{
+	struct ifaddrs *ifa, *i;
+	int ret = -EADDRNOTAVAIL;
+
+	if (getifaddrs(&ifa))
+		return -errno;
+	/* Prefer IPv4, then a non-link-local IPv6 address. */
+	for (int pass = 0; pass < 2 && ret; pass++) {
+		for (i = ifa; i; i = i->ifa_next) {
+			if (!i->ifa_addr || strcmp(i->ifa_name, dev))
+				continue;
+			if (pass == 0 && i->ifa_addr->sa_family == AF_INET) {
+				out->family = AF_INET;
+				v4_to_mapped(&out->addr6,
+					     ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr);
+				ret = 0;
+				break;
+			}
+			if (pass == 1 && i->ifa_addr->sa_family == AF_INET6) {
+				const struct sockaddr_in6 *s = (const void *)i->ifa_addr;
+				if (IN6_IS_ADDR_LINKLOCAL(&s->sin6_addr))
+					continue;
+				out->family = AF_INET6;
+				out->addr6 = s->sin6_addr;
+				ret = 0;
+				break;
+			}
+		}
+	}
+	freeifaddrs(ifa);
+	return ret;
+}
+
+int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_info *out)
+{
+	int fd;
+
+	memset(out, 0, sizeof(*out));
+	if (env_addr && *env_addr) {
+		struct in_addr a4;
+		if (inet_pton(AF_INET, env_addr, &a4) == 1) {
+			out->family = AF_INET;
+			v4_to_mapped(&out->addr6, a4);
+		} else if (inet_pton(AF_INET6, env_addr, &out->addr6) == 1) {
+			out->family = AF_INET6;
+			if (IN6_IS_ADDR_V4MAPPED(&out->addr6))
+				out->family = AF_INET;
+		} else {
+			fprintf(stderr, "urvt: URVT_ADDR=%s is not an IP address\n", env_addr);
+			return -EINVAL;
+		}
+		fd = bind_roce(out->family, &out->addr6);
+		if (fd < 0)
+			fprintf(stderr, "urvt: cannot bind %s:%d: %s\n", env_addr,
+				URVT_ROCE_UDP_PORT, strerror(-fd));
+		else
+			set_ifname(out);
+		return fd;
+	}
+	if (env_dev && *env_dev) {
+		int ret = from_netdev(env_dev, out);
+		if (ret) {
+			fprintf(stderr, "urvt: URVT_NETDEV=%s has no usable address\n", env_dev);
+			return ret;
+		}
+		fd = bind_roce(out->family, &out->addr6);
+		if (fd >= 0)
+			set_ifname(out);
+		return fd;
+	}
+	/* Zero configuration: first free loopback address. */
+	out->family = AF_INET;
+	for (int host = 1; host <= 254; host++) {
+		struct in_addr a4 = { .s_addr = htonl(0x7f000000u | (uint32_t)host) };
+		v4_to_mapped(&out->addr6, a4);
+		fd = bind_roce(AF_INET, &out->addr6);
+		if (fd >= 0) {
+			set_ifname(out);
+			return fd;
+		}
+		if (fd != -EADDRINUSE)
+			return fd;
+	}
+	return -EADDRINUSE;
+}

@@ -1,0 +1,159 @@
+/*
+ * The transport's send engine (transport->do_send, rxe_requester and
+ * rxe_completer's common caller in rxe_comp.c/rxe_req.c): run under the
+ * QP's s_sched token (core/ruc.c), it drains the completer queue, handles
+ * the timers that fired, then lets the requester send. Also the completer
+ * queue itself (responses handed over by the receive path), the
+ * retransmit timer hook and the per-QP reset.
+ */
+#include <string.h>
+
+#include "base/progress.h"
+#include "core/ruc.h"
+#include "core/rvt_api.h"
+#include "transport/net.h"
+#include "transport/tp.h"
+#include "wire/psn.h"
+
+static void rxq_take(struct rvt_qp *qp, struct urvt_pktbuf **list)
+{
+	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
+	*list = qp_tp(qp)->rxq_head;
+	WRITE_ONCE(qp_tp(qp)->rxq_head, NULL);
+	qp_tp(qp)->rxq_tail = NULL;
+	qp_tp(qp)->rxq_len = 0;
+	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
+}
+
+void urvt_rxq_drop(struct rvt_qp *qp)
+{
+	struct urvt_pktbuf *l;
+
+	if (!READ_ONCE(qp_tp(qp)->rxq_head))
+		return;
+	rxq_take(qp, &l);
+	urvt_pkt_free_list(qp_net(qp), l);
+}
+
+void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
+		       bool *consumed)
+{
+	*consumed = false;
+	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
+	if (qp_tp(qp)->rxq_len >= URVT_RXQ_MAX) {
+		urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
+		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, 1);
+		return;
+	}
+	b->next = NULL;
+	if (qp_tp(qp)->rxq_tail)
+		qp_tp(qp)->rxq_tail->next = b;
+	else
+		WRITE_ONCE(qp_tp(qp)->rxq_head, b);
+	qp_tp(qp)->rxq_tail = b;
+	qp_tp(qp)->rxq_len++;
+	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
+	*consumed = true;
+	rvt_schedule_send(qp);
+}
+
+/* The responses queued for the completer, in arrival order. */
+static void run_completer(struct urvt_net *net, struct rvt_qp *qp)
+{
+	struct urvt_pktbuf *list, *b;
+
+	/* an unlocked peek; a packet queued after it comes with another
+	 * rvt_schedule_send, so the engine runs again */
+	if (!READ_ONCE(qp_tp(qp)->rxq_head))
+		return;
+	rxq_take(qp, &list);
+	for (b = list; b; b = b->next) {
+		if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
+			break;
+		urvt_comp_pkt(qp, b);
+	}
+	urvt_pkt_free_list(net, list);
+}
+
+/* The retransmit and RNR timers that fired since the last run. */
+static void run_timers(struct rvt_qp *qp, struct urvt_txq *q)
+{
+	if (atomic_load_explicit(&qp_tp(qp)->timeout_fired, memory_order_relaxed) &&
+	    atomic_exchange(&qp_tp(qp)->timeout_fired, false))
+		urvt_comp_timeout(qp, q);
+	if ((qp->s_flags & RVT_S_WAIT_RNR) && atomic_exchange(&qp->s_rnr_fired, false)) {
+		/* rc-protocol §4.4: resend from the NAK'd PSN */
+		qp->s_flags &= ~RVT_S_WAIT_RNR;
+		urvt_req_rewind(qp);
+		qp_tp(qp)->progress_ns = urvt_now_ns();
+	}
+}
+
+void urvt_tp_do_send(struct rvt_qp *qp)
+{
+	struct urvt_net *net = qp_net(qp);
+	int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
+	struct urvt_txq *q;
+
+	/* an application thread posts: it is back from wherever it waited
+	 * (poll.c "Who receives") */
+	if (unlikely(atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed)) &&
+	    !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+		urvt_net_app_active(qp->rdi);
+	if (!(ops & RVT_PROCESS_OR_FLUSH_SEND)) {
+		urvt_rxq_drop(qp);
+		return;
+	}
+	if (ops & RVT_FLUSH_SEND) {
+		urvt_comp_flush(qp);
+		return;
+	}
+	if (unlikely(!qp_tp(qp)->inited)) {
+		qp_tp(qp)->comp_psn = qp_tp(qp)->psn_hi = qp->s_psn;
+		qp_tp(qp)->inited = true;
+	}
+	q = urvt_txq_get();
+	if (unlikely(!q))
+		return;
+
+	run_completer(net, qp);
+	run_timers(qp, q);
+	ops = ib_rvt_state_ops[rvt_qp_state(qp)];
+	if (ops & RVT_FLUSH_SEND) {
+		urvt_comp_flush(qp);
+	} else {
+		qp_tp(qp)->stalled = false;
+		urvt_req_run(qp, q);
+		urvt_comp_arm_timer(qp);
+	}
+	urvt_txq_flush_unless_rx(net, q);
+	/* post_send with the requester stalled on ACKs: receive them now if
+	 * no one else is (trylock); they come back through rvt_schedule_send,
+	 * which runs this engine again before the token is released */
+	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+		urvt_net_poll(qp->rdi);
+}
+
+void urvt_tp_retry_timeout(struct rvt_qp *qp)
+{
+	/* responses may be waiting in the socket (a busy application that
+	 * stopped polling): take them in before judging the timer */
+	urvt_net_drain(qp->rdi);
+	atomic_store(&qp_tp(qp)->timeout_fired, true);
+	rvt_schedule_send(qp);
+}
+
+/* transport->qp_reset: nothing may refer to the QP afterwards. */
+void urvt_tp_qp_reset(struct rvt_qp *qp)
+{
+	struct urvt_net *net = qp_net(qp);
+
+	urvt_rxq_drop(qp);
+	atomic_store(&qp_tp(qp)->timeout_fired, false);
+	if (qp_tp(qp)->r_rdma_valid)
+		rvt_put_sge(&qp->r_rdma_sge);
+	if (net)
+		urvt_stats_release(net, qp);
+	memset(&qp_tp(qp)->inited, 0,
+	       sizeof(struct urvt_tp_qp) - offsetof(struct urvt_tp_qp, inited));
+}

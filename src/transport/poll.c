@@ -1,0 +1,397 @@
+/*
+ * Who receives: which thread reads the link when (docs/transport.md
+ * "Who receives"), the application's poll_cq (transport->poll_cq) and the
+ * progress thread's watch on the link's wake-up fd.
+ */
+#include "base/progress.h"
+#include "core/rvt_api.h"
+#include "transport/net.h"
+#include "transport/tp.h"
+
+/*
+ * Who receives. A thread polling an empty CQ receives inline (trylock:
+ * lowest latency, no wakeup); the progress thread receives for everyone
+ * else: blocking applications (-e), applications that poll memory
+ * (ib_write_lat spins on the target of the peer's WRITE), applications that
+ * do not wait at all (a WRITE target). Both at it on one CPU take the CPU
+ * from each other: every wakeup of the progress thread, even a timer that
+ * only looks, costs a busy poller on this kind of VM tens of us. So the
+ * socket has one owner at a time:
+ *
+ *  - an application thread takes it (the progress thread stops watching)
+ *    after APP_RUN empty polls within APP_RUN_NS: it polls busily;
+ *  - it goes back to the progress thread when the application says it will
+ *    block (req_notify_cq); when a poll returns completions and the
+ *    application has been seen to leave after its completions (its next
+ *    verb came more than APP_LEAVE_NS later, repeatedly: it waits
+ *    elsewhere, e.g. on memory) -- it takes the socket again at its next
+ *    empty poll --; or when the watchdog saw no poll_cq for WATCHDOG_NS.
+ *
+ * No clock read per poll: a run is timed once per APP_RUN polls, the gap
+ * after a poll that returned completions once. (Until 8f743b5 the
+ * progress thread stepped aside itself and a 200 us watchdog took the
+ * socket back after 20 us without a poll: its wakeups alone doubled
+ * ib_send_lat, and a poller preempted for 20 us lost the socket.)
+ */
+#define APP_RUN 16                /* empty polls ... */
+#define APP_RUN_NS (16 * 50000ull) /* ... within this: a busy poller */
+#define APP_LEAVE_NS 5000         /* next verb later than this: it left */
+#define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
+#define APP_LEAVER 4              /* ... a leaver from here */
+#define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
+#define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
+#define APP_LINGER_MAX 8
+#define APP_LINGER_REST 256
+#define WATCHDOG_NS 2000000       /* while an application owns the socket */
+
+static void net_rx_cb(void *arg);
+
+/* Before the progress thread sleeps on the links: each makes sure its
+ * wake-up fd fires for what comes next. */
+static void links_arm(struct urvt_net *net)
+{
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k])
+			urvt_link_arm(net->links[k]);
+}
+
+/* The progress thread watches the links' wake-up fds. */
+static int watch_add(struct urvt_net *net)
+{
+	for (int k = 0; k < URVT_LINKS; k++) {
+		struct urvt_link *l = net->links[k];
+		int ret;
+		if (!l || l->wake_fd < 0)
+			continue;
+		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, net);
+		if (ret) {
+			while (--k >= 0)
+				if (net->links[k] && net->links[k]->wake_fd >= 0)
+					urvt_progress_del_fd(net->rdi->progress, net->links[k]->wake_fd);
+			return ret;
+		}
+	}
+	links_arm(net);
+	return 0;
+}
+
+static void watch_del(struct urvt_net *net)
+{
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->wake_fd >= 0)
+			urvt_progress_del_fd(net->rdi->progress, net->links[k]->wake_fd);
+}
+
+/* Any thread: the application owns the socket, the progress thread stops
+ * watching it (a watchdog checks that it keeps polling). */
+static void rx_take(struct urvt_net *net)
+{
+	bool arm = false;
+
+	pthread_mutex_lock(&net->watch_lock);
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		watch_del(net);
+		atomic_store_explicit(&net->aside, true, memory_order_relaxed);
+		arm = !net->wd_armed;
+		net->wd_armed = true;
+		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
+		URVT_DBG("rx: application polls, progress thread steps aside");
+	}
+	pthread_mutex_unlock(&net->watch_lock);
+	if (arm)
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
+}
+
+/* Any thread: the progress thread watches the socket again. */
+static void rx_watch(struct urvt_net *net)
+{
+	pthread_mutex_lock(&net->watch_lock);
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		if (!watch_add(net))
+			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
+		URVT_DBG("rx: progress thread receives again");
+	}
+	pthread_mutex_unlock(&net->watch_lock);
+}
+
+static void net_rx_drain(struct urvt_net *net)
+{
+	pthread_mutex_lock(&net->rx_lock);
+	urvt_net_rx_drain(net);
+	pthread_mutex_unlock(&net->rx_lock);
+}
+
+/* Progress thread: a link's wake-up fd fired. */
+static void net_rx_cb(void *arg)
+{
+	struct urvt_net *net = arg;
+
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->ops->ack_wake)
+			net->links[k]->ops->ack_wake(net->links[k]);
+	net_rx_drain(net);
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
+		links_arm(net);
+}
+
+/* Progress thread: a link's control fd fired (peers come and go). */
+static void net_ctl_cb(void *arg)
+{
+	struct urvt_link *l = arg;
+
+	l->ops->service(l);
+}
+
+static void watchdog_fn(struct urvt_timer *t)
+{
+	struct urvt_net *net = container_of(t, struct urvt_net, watchdog);
+	uint32_t polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
+	bool give;
+
+	pthread_mutex_lock(&net->watch_lock);
+	give = atomic_load_explicit(&net->aside, memory_order_relaxed) && polls == net->wd_polls;
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !give) {
+		/* still polling: look again later */
+		net->wd_polls = polls;
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
+	} else {
+		net->wd_armed = false;
+	}
+	pthread_mutex_unlock(&net->watch_lock);
+	if (give) {
+		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+		rx_watch(net);
+		net_rx_drain(net);
+	}
+}
+
+void urvt_net_drain(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+
+	if (!net || pthread_mutex_trylock(&net->rx_lock))
+		return; /* someone is receiving right now */
+	urvt_net_rx_drain(net);
+	pthread_mutex_unlock(&net->rx_lock);
+}
+
+int urvt_net_poll(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	uint32_t skip;
+	int n;
+
+	if (!net)
+		return 0;
+	/* the socket was empty a moment ago: a busy poller otherwise spends
+	 * most of its time in recvmmsg returning EAGAIN */
+	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
+	if (skip) {
+		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
+		/* the rings cost nothing to look at: only the socket waits */
+		if (!net->links[URVT_LINK_SHM])
+			return 0;
+	}
+	if (pthread_mutex_trylock(&net->rx_lock))
+		return 0;
+	n = urvt_net_rx_links(net, !skip);
+	pthread_mutex_unlock(&net->rx_lock);
+	if (!n && !skip)
+		atomic_store_explicit(&net->app_skip, APP_EMPTY_SKIP, memory_order_relaxed);
+	return n;
+}
+
+/* The application called a verb again after a poll that returned
+ * completions at t: did it wait elsewhere in between? */
+static void app_back(struct urvt_net *net, uint64_t t, uint64_t now)
+{
+	uint32_t s = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
+
+	atomic_store_explicit(&net->app_ret_ns, 0, memory_order_relaxed);
+	if (now - t > APP_LEAVE_NS)
+		s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
+	else if (s)
+		s--;
+	atomic_store_explicit(&net->app_leave, s, memory_order_relaxed);
+}
+
+void urvt_net_app_active(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	uint64_t t;
+
+	if (!net)
+		return;
+	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	if (t)
+		app_back(net, t, urvt_now_ns());
+}
+
+void urvt_net_app_blocks(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+
+	if (!net)
+		return;
+	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
+		rx_watch(net);
+}
+
+/* An empty poll: count the run; a busy poller takes the socket. */
+static void app_empty_poll(struct urvt_net *net)
+{
+	uint32_t r;
+
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
+		return;
+	if (atomic_load_explicit(&net->take_next, memory_order_relaxed)) {
+		/* a leaver is back and waits for its next completion */
+		atomic_store_explicit(&net->take_next, false, memory_order_relaxed);
+		rx_take(net);
+		return;
+	}
+	r = atomic_load_explicit(&net->app_run, memory_order_relaxed);
+	if (!r)
+		atomic_store_explicit(&net->app_run_ns, urvt_now_ns(), memory_order_relaxed);
+	if (++r < APP_RUN) {
+		atomic_store_explicit(&net->app_run, r, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+	if (urvt_now_ns() - atomic_load_explicit(&net->app_run_ns, memory_order_relaxed) < APP_RUN_NS)
+		rx_take(net);
+}
+
+/*
+ * A leaver's poll returns completions: before it goes to wait on memory,
+ * receive inline a little longer. What it waits for (the peer's WRITE)
+ * usually comes within a round trip, and delivering it from the progress
+ * thread costs a wakeup (tens of us here: ib_write_lat ~70 us instead of
+ * ~7). Stops at the first batch received (unless it holds only the first
+ * packets of a WRITE) or after APP_LINGER_NS. Scored so that an
+ * application that computes between completions is not held up: a linger
+ * that catches a WRITE gains 1, one that times out costs 2; at 0 lingering
+ * is tried again only once per APP_LINGER_REST returns. Returns true if it
+ * caught the end of a WRITE.
+ */
+static bool app_linger(struct urvt_net *net)
+{
+	uint32_t s = atomic_load_explicit(&net->app_linger, memory_order_relaxed);
+	uint64_t end;
+
+	if (!s) {
+		uint32_t r = atomic_load_explicit(&net->app_linger_rest, memory_order_relaxed) + 1;
+		atomic_store_explicit(&net->app_linger_rest, r < APP_LINGER_REST ? r : 0,
+				      memory_order_relaxed);
+		if (r < APP_LINGER_REST)
+			return false;
+		s = 1;
+	}
+	end = urvt_now_ns() + APP_LINGER_NS;
+	/* bounded by the clock; the count only guards against a stuck one */
+	for (uint32_t i = 0; i < (1u << 20); i++) {
+		if (!pthread_mutex_trylock(&net->rx_lock)) {
+			uint32_t w = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed);
+			uint32_t p = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed);
+			int n = urvt_net_rx_batch(net);
+			bool caught = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed) != w;
+			bool partial = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed) != p;
+			pthread_mutex_unlock(&net->rx_lock);
+			/* the first packets of a WRITE: wait for its last one */
+			if (n > 0 && (caught || !partial)) {
+				if (caught && s < APP_LINGER_MAX)
+					s++;
+				atomic_store_explicit(&net->app_linger, s, memory_order_relaxed);
+				return caught;
+			}
+		}
+		if (urvt_now_ns() >= end)
+			break;
+	}
+	atomic_store_explicit(&net->app_linger, s > 2 ? s - 2 : 0, memory_order_relaxed);
+	return false;
+}
+
+/* A poll returns completions: the application may wait elsewhere next. */
+static void app_returns(struct urvt_net *net, uint64_t now)
+{
+	uint32_t leave = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
+
+	if (leave < APP_LEAVER) {
+		atomic_store_explicit(&net->app_ret_ns, now, memory_order_relaxed);
+		return;
+	}
+	if (app_linger(net)) {
+		/* it got what it would have waited for: count that as a leave
+		 * (its next verb comes at once) and let it keep the socket */
+		leave = leave + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : leave + 2;
+		atomic_store_explicit(&net->app_leave, leave, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&net->app_ret_ns, urvt_now_ns(), memory_order_relaxed);
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		rx_watch(net);
+		atomic_store_explicit(&net->take_next, true, memory_order_relaxed);
+	}
+}
+
+int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	struct urvt_net *net = cq->uctx->rdi->transport_priv;
+	int n = rvt_poll_cq(cq, num_entries, wc);
+	uint64_t t, now = 0;
+
+	if (!net || num_entries <= 0)
+		return n;
+	atomic_store_explicit(&net->app_polls,
+			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	if (unlikely(t)) {
+		now = urvt_now_ns();
+		app_back(net, t, now);
+	}
+	if (n == 0) {
+		app_empty_poll(net);
+		/* An empty CQ: receive inline (uncontended) before saying so. */
+		if (urvt_net_poll(cq->uctx->rdi) <= 0)
+			return 0;
+		n = rvt_poll_cq(cq, num_entries, wc);
+		if (n <= 0)
+			return n;
+		now = 0;
+	}
+	app_returns(net, now ? now : urvt_now_ns());
+	return n;
+}
+
+int urvt_net_watch_start(struct urvt_net *net)
+{
+	int ret;
+
+	urvt_timer_init(&net->watchdog, watchdog_fn);
+	/* control fds are watched always, whoever receives */
+	for (int k = 0; k < URVT_LINKS; k++) {
+		struct urvt_link *l = net->links[k];
+		if (!l || l->ctl_fd < 0)
+			continue;
+		ret = urvt_progress_add_fd(net->rdi->progress, l->ctl_fd, net_ctl_cb, l);
+		if (ret)
+			return ret;
+	}
+	return watch_add(net);
+}
+
+void urvt_net_watch_stop(struct urvt_net *net)
+{
+	urvt_timer_del_sync(net->rdi->progress, &net->watchdog);
+	pthread_mutex_lock(&net->watch_lock);
+	if (!atomic_load(&net->aside))
+		watch_del(net);
+	atomic_store(&net->aside, true);
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && net->links[k]->ctl_fd >= 0)
+			urvt_progress_del_fd(net->rdi->progress, net->links[k]->ctl_fd);
+	pthread_mutex_unlock(&net->watch_lock);
+}

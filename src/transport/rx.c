@@ -1,0 +1,69 @@
+/*
+ * Receive: one batch from a link, every packet of it classified and
+ * processed (recv.c) before the next batch, by one thread at a time
+ * (rx_lock). The responses the responder queued on this thread leave in
+ * one send at the end of the batch. Who calls it: poll.c.
+ */
+#include "transport/tp.h"
+
+static const enum urvt_ctr link_rx_ctr[URVT_LINKS] = {
+	[URVT_LINK_UDP] = URVT_CTR_UDP_RX_PKTS,
+	[URVT_LINK_SHM] = URVT_CTR_SHM_RX_PKTS,
+};
+
+/* One batch of link k; returns the datagrams read. */
+static int rx_link(struct urvt_net *net, enum urvt_link_id k)
+{
+	struct urvt_link_rx *rx = net->rx;
+	int got = urvt_link_recv(net->links[k], rx, URVT_RX_BATCH);
+
+	for (int i = 0; i < got; i++) {
+		const struct urvt_link_rx *r = &rx[i];
+		/* a GRO train: packets of seg bytes, the last may be shorter */
+		uint32_t seg = r->seg ? r->seg : r->len;
+
+		if (r->trunc) {
+			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_OVERSIZE, 1);
+			continue;
+		}
+		for (uint32_t off = 0; off < r->len; off += seg) {
+			uint32_t n = r->len - off < seg ? r->len - off : seg;
+			struct urvt_ipinfo ip = r->ip;
+			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
+			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, n);
+			urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], 1);
+			urvt_recv_pkt(net, r->data + off, n, &ip,
+				      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
+					      (r->shared ? URVT_RX_SHARED : 0));
+		}
+	}
+	return got > 0 ? got : 0;
+}
+
+int urvt_net_rx_links(struct urvt_net *net, bool all)
+{
+	struct urvt_txq *txq = urvt_txq_get();
+	bool was_in_rx = urvt_rx_enter();
+	int got = 0;
+
+	for (int k = 0; k < URVT_LINKS; k++)
+		if (net->links[k] && (all || net->links[k]->cheap_poll))
+			got += rx_link(net, (enum urvt_link_id)k);
+	urvt_rx_leave(was_in_rx);
+	if (got && txq && !was_in_rx)
+		urvt_txq_flush(net, txq);
+	return got;
+}
+
+int urvt_net_rx_batch(struct urvt_net *net)
+{
+	return urvt_net_rx_links(net, true);
+}
+
+void urvt_net_rx_drain(struct urvt_net *net)
+{
+	/* bounded, so timers and work get their turn */
+	for (int i = 0; i < 64; i++)
+		if (urvt_net_rx_batch(net) < URVT_RX_BATCH)
+			break;
+}

@@ -1,0 +1,235 @@
+/*
+ * Transmit: per-thread queues of finished packets (rxe_net.c's xmit side).
+ * The engines build each packet in place (urvt_build_start/finish: headers,
+ * payload, pad, ICRC for the path), and the queue leaves in one
+ * urvt_link_send at the end of an engine run or of a receive batch, so the
+ * ACKs a batch causes share a system call. Counters and URVT_PCAP are
+ * taken here, for every link.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "link/udp.h"
+#include "transport/tp.h"
+#include "wire/pcap.h"
+
+static __thread bool tls_in_rx;
+
+bool urvt_in_rx(void)
+{
+	return tls_in_rx;
+}
+
+bool urvt_rx_enter(void)
+{
+	bool was = tls_in_rx;
+
+	tls_in_rx = true;
+	return was;
+}
+
+void urvt_rx_leave(bool was)
+{
+	tls_in_rx = was;
+}
+
+void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q)
+{
+	if (!tls_in_rx)
+		urvt_txq_flush(net, q);
+}
+
+static pthread_key_t txq_key;
+static pthread_once_t txq_once = PTHREAD_ONCE_INIT;
+static __thread struct urvt_txq *tls_txq;
+
+static void txq_destroy(void *p)
+{
+	free(p);
+}
+
+static void txq_key_init(void)
+{
+	pthread_key_create(&txq_key, txq_destroy);
+}
+
+struct urvt_txq *urvt_txq_get(void)
+{
+	struct urvt_txq *q = tls_txq;
+
+	if (likely(q))
+		return q;
+	/* Once per thread: the engines never allocate after this. */
+	pthread_once(&txq_once, txq_key_init);
+	q = aligned_alloc(64, sizeof(*q));
+	if (!q)
+		return NULL;
+	q->used = q->n = 0;
+	pthread_setspecific(txq_key, q);
+	tls_txq = q;
+	return q;
+}
+
+struct urvt_txq *urvt_txq_peek(void)
+{
+	return tls_txq;
+}
+
+uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen)
+{
+	if (q->n == URVT_TXQ_PKTS || q->used + maxlen > URVT_TXQ_BYTES)
+		urvt_txq_flush(net, q);
+	return q->buf + q->used;
+}
+
+void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
+		     enum urvt_link_id link, struct urvt_stats_qp *qs)
+{
+	struct urvt_txpkt *t = &q->pkt[q->n++];
+
+	t->off = q->used;
+	t->len = len;
+	if (dst->sa.sa_family == AF_INET)
+		t->dst.in4 = dst->in4;
+	else if (dst->sa.sa_family == AF_INET6)
+		t->dst.in6 = dst->in6;
+	else
+		t->dst.shm = dst->shm;
+	t->link = (uint8_t)link;
+	t->qs = qs;
+	q->used += len;
+}
+
+/* The pcap record of a packet: on every link the addresses are the GIDs
+ * of the two devices, as on UDP (docs/shm.md). */
+static void trace_tx(struct urvt_net *net, const struct urvt_link_tx *t, const uint8_t *dgid)
+{
+	struct urvt_ipinfo ip = net->ip_tmpl;
+
+	memcpy(ip.dgid, dgid, 16);
+	ip.ip_id = t->ip_id;
+	urvt_pcap_write(net->pcap, URVT_PCAP_OUT, &ip, t->buf, t->len);
+}
+
+/* What the fault injector did, per packet and QP. */
+static void count_faults(struct urvt_net *net, struct urvt_stats_qp *qs, unsigned fl)
+{
+	static const enum urvt_ctr ctr[] = { URVT_CTR_FAULT_DROP, URVT_CTR_FAULT_CORRUPT,
+					     URVT_CTR_FAULT_DUP, URVT_CTR_FAULT_REORDER,
+					     URVT_CTR_FAULT_DELAY };
+
+	for (unsigned b = 0; b < sizeof(ctr) / sizeof(ctr[0]); b++)
+		if (fl & (1u << b))
+			tp_count(net, qs, ctr[b], 1);
+}
+
+static const enum urvt_ctr link_tx_ctr[URVT_LINKS] = {
+	[URVT_LINK_UDP] = URVT_CTR_UDP_TX_PKTS,
+	[URVT_LINK_SHM] = URVT_CTR_SHM_TX_PKTS,
+};
+
+/* Packets [0, n) of q, all for link k. */
+static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, uint32_t n,
+		      enum urvt_link_id k, struct urvt_link_tx *tx)
+{
+	struct urvt_link *l = net->links[k];
+	unsigned lost;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct urvt_txpkt *t = &q->pkt[first + i];
+		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst };
+		tp_count(net, t->qs, URVT_CTR_TX_PKTS, 1);
+		tp_count(net, t->qs, URVT_CTR_TX_BYTES, t->len);
+		tp_count(net, t->qs, link_tx_ctr[k], 1);
+	}
+	lost = l ? urvt_link_send(l, tx, n) : n;
+	if (unlikely(lost)) {
+		URVT_DBG("send: %u of %u packets lost (%s)", lost, n, l ? l->ops->name : "no link");
+		tp_count(net, NULL, URVT_CTR_TX_ERRORS, lost);
+	}
+	if (unlikely(net->pcap || (l && l->faults)))
+		for (uint32_t i = 0; i < n; i++) {
+			if (tx[i].fault)
+				count_faults(net, q->pkt[first + i].qs, tx[i].fault);
+			if (net->pcap)
+				trace_tx(net, &tx[i], q->pkt[first + i].dgid);
+		}
+}
+
+void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
+{
+	struct urvt_link_tx tx[URVT_TXQ_PKTS];
+
+	if (!q->n)
+		return;
+	for (uint32_t i = 0, j; i < q->n; i = j) {
+		enum urvt_link_id k = q->pkt[i].link;
+		for (j = i + 1; j < q->n && q->pkt[j].link == k; j++)
+			;
+		flush_run(net, q, i, j - i, k, tx);
+	}
+	q->n = 0;
+	q->used = 0;
+}
+
+void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	struct urvt_link *shm = net ? net->links[URVT_LINK_SHM] : NULL;
+	union urvt_link_addr a;
+
+	av->route = 0;
+	if (shm && !urvt_link_resolve(shm, av->attr.grh.dgid.raw, &a)) {
+		av->route = 1u + a.shm.peer;
+		URVT_DBG("route to %s: shm peer %u", "gid", a.shm.peer);
+	}
+}
+
+void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip)
+{
+	*ip = net->ip_tmpl;
+	ip->sport = av->udp_sport;
+	memcpy(ip->dgid, av->attr.grh.dgid.raw, 16);
+}
+
+uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			  uint32_t *hlen)
+{
+	uint8_t *p = urvt_txq_reserve(qp_net(qp), q, URVT_PKT_MAX);
+
+	*hlen = (uint32_t)urvt_pkt_build_hdr(p, URVT_PKT_MAX, f);
+	return p;
+}
+
+void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len,
+		       const struct urvt_av *av)
+{
+	struct urvt_net *net = qp_net(qp);
+	struct urvt_ipinfo ip;
+	union urvt_link_addr dst;
+	enum urvt_link_id link;
+	size_t total;
+
+	if (av->route) {
+		/* the shm link is lossless: no ICRC, unless a trace wants one */
+		link = URVT_LINK_SHM;
+		dst.shm.family = AF_UNIX;
+		dst.shm.peer = (uint16_t)(av->route - 1);
+		if (likely(!net->pcap)) {
+			total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
+		} else {
+			urvt_net_tx_ipinfo(net, av, &ip);
+			total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+		}
+	} else {
+		link = URVT_LINK_UDP;
+		urvt_net_tx_ipinfo(net, av, &ip);
+		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+		urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
+	}
+	if (unlikely(!total))
+		return; /* cannot happen for lengths the engines build */
+	urvt_txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp));
+	if (unlikely(net->pcap))
+		memcpy(q->pkt[q->n - 1].dgid, av->attr.grh.dgid.raw, 16);
+}
