@@ -160,6 +160,11 @@ static void dbg_mad(const char *dir, const union ibv_gid *gid, const struct cm_m
 	       (unsigned int)cm_get(m, CM_REJ_REMOTE_COMM_ID));
 }
 
+static inline uint8_t min_u8(uint8_t a, uint8_t b)
+{
+	return a < b ? a : b;
+}
+
 static inline struct cm_id_private *to_priv(struct ib_cm_id *id)
 {
 	return container_of(id, struct cm_id_private, id);
@@ -1170,6 +1175,20 @@ static bool cm_defer(struct cm_device *dev, const struct cm_mad *m, const union 
 	return true;
 }
 
+/*
+ * A REQ or REP names a (QPN, CA GUID) that cur is connected to: the peer
+ * has lost that connection, so cur goes too (the kernel's DREQ). Only when
+ * the message comes from cur's peer, though: from anywhere else it is
+ * forged (or confused) and must not tear down a working connection.
+ */
+static void cm_stale_conn(struct cm_id_private *cur, const union ibv_gid *sgid)
+{
+	if (cur->dead || cur->id.state != IB_CM_ESTABLISHED)
+		return;
+	if (from_peer(cur, sgid))
+		ib_send_cm_dreq(&cur->id, NULL, 0);
+}
+
 static void cm_dup_req_handler(struct cm_id_private *cur, const union ibv_gid *sgid)
 {
 	struct cm_mad m;
@@ -1235,8 +1254,7 @@ static void cm_req_handler(struct cm_device *dev, const struct cm_mad *m,
 	if (cur) {
 		cm_cleanup_remote(p);
 		cm_issue_rej(dev, m, sgid, IB_CM_REJ_STALE_CONN, CM_MSG_RESPONSE_REQ, NULL, 0);
-		if (!cur->dead && cur->id.state == IB_CM_ESTABLISHED)
-			ib_send_cm_dreq(&cur->id, NULL, 0);
+		cm_stale_conn(cur, sgid);
 		goto free;
 	}
 	listen = cm_find_listen(dev, p->id.service_id);
@@ -1356,13 +1374,21 @@ static void cm_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 		cm_cleanup_remote(p);
 		p->id.remote_id = 0;
 		cm_issue_rej(dev, m, sgid, IB_CM_REJ_STALE_CONN, CM_MSG_RESPONSE_REP, NULL, 0);
-		if (!cur->dead && cur->id.state == IB_CM_ESTABLISHED)
-			ib_send_cm_dreq(&cur->id, NULL, 0);
+		cm_stale_conn(cur, sgid);
 		return;
 	}
 	p->id.state = IB_CM_REP_RCVD;
-	p->initiator_depth = (uint8_t)cm_get(m, CM_REP_RESPONDER_RESOURCES);
-	p->responder_resources = (uint8_t)cm_get(m, CM_REP_INITIATOR_DEPTH);
+	/*
+	 * Deviation: the kernel takes the REP's depths as they are. A REP may
+	 * ask for more than the REQ offered (perftest's server on rxe answers
+	 * with rxe's 128 reads whatever the REQ said), which no QP of ours
+	 * accepts; the QP gets what both sides agree to, the event the REP's
+	 * values.
+	 */
+	p->initiator_depth = min_u8((uint8_t)cm_get(m, CM_REP_RESPONDER_RESOURCES),
+				    p->initiator_depth);
+	p->responder_resources = min_u8((uint8_t)cm_get(m, CM_REP_INITIATOR_DEPTH),
+					p->responder_resources);
 	p->sq_psn = (uint32_t)cm_get(m, CM_REP_STARTING_PSN);
 	p->rnr_retry_count = (uint8_t)cm_get(m, CM_REP_RNR_RETRY_COUNT);
 	p->target_ack_delay = (uint8_t)cm_get(m, CM_REP_TARGET_ACK_DELAY);
@@ -1375,8 +1401,8 @@ static void cm_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 	rp->remote_qkey = (uint32_t)cm_get(m, CM_REP_LOCAL_Q_KEY);
 	rp->remote_qpn = p->remote_qpn;
 	rp->starting_psn = p->sq_psn;
-	rp->responder_resources = p->responder_resources;
-	rp->initiator_depth = p->initiator_depth;
+	rp->responder_resources = (uint8_t)cm_get(m, CM_REP_INITIATOR_DEPTH);
+	rp->initiator_depth = (uint8_t)cm_get(m, CM_REP_RESPONDER_RESOURCES);
 	rp->target_ack_delay = p->target_ack_delay;
 	rp->failover_accepted = (uint8_t)cm_get(m, CM_REP_FAILOVER_ACCEPTED);
 	rp->flow_control = (uint8_t)cm_get(m, CM_REP_END_TO_END_FLOW_CONTROL);

@@ -736,18 +736,25 @@ static int process_conn_resp_ece(struct rdma_id_private *p, const struct cm_ece 
 		ece.vendor_id = p->local_ece.vendor_id;
 		ece.options = 0;
 	} else if (remote->vendor_id != p->local_ece.vendor_id) {
+		CM_DBG("id %p: the REP's ECE vendor 0x%x is not ours (0x%x)", (void *)&p->id,
+		       remote->vendor_id, p->local_ece.vendor_id);
 		modify_qp_err(p);
 		return -EINVAL;
 	}
 	p->remote_ece.vendor_id = remote->vendor_id;
 	ret = ibv_set_ece(p->id.qp, &ece);
-	if (ret && ret != EOPNOTSUPP)
+	if (ret && ret != EOPNOTSUPP) {
+		CM_DBG("id %p: ibv_set_ece: %s", (void *)&p->id, strerror(ret));
 		return -ret;
+	}
 	ret = process_conn_resp(p);
-	if (ret)
+	if (ret) {
+		CM_DBG("id %p: the REP's QP attributes failed: %s", (void *)&p->id, strerror(-ret));
 		return ret;
+	}
 	ret = ibv_query_ece(p->id.qp, &ece);
 	if (ret && ret != EOPNOTSUPP) {
+		CM_DBG("id %p: ibv_query_ece: %s", (void *)&p->id, strerror(ret));
 		modify_qp_err(p);
 		return -ret;
 	}
