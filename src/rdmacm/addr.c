@@ -134,6 +134,33 @@ int cma_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 	return ret;
 }
 
+int cma_free_loopback(const struct sockaddr *avoid, struct sockaddr_storage *out)
+{
+	for (uint32_t host = 1; host <= 254; host++) {
+		struct sockaddr_in *a = (struct sockaddr_in *)out;
+		int fd, ret;
+
+		memset(out, 0, sizeof(*out));
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(0x7f000000u | host);
+		if (avoid && cma_addr_eq(avoid, (struct sockaddr *)out))
+			continue;
+		/* free if RoCE's port binds there (a device holds it otherwise) */
+		a->sin_port = htons(4791);
+		fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		ret = bind(fd, (struct sockaddr *)a, sizeof(*a)) ? -errno : 0;
+		close(fd);
+		a->sin_port = 0;
+		if (!ret)
+			return 0;
+		if (ret != -EADDRINUSE)
+			return ret;
+	}
+	return -EADDRINUSE;
+}
+
 void cma_local_port_range(int *low, int *high)
 {
 	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");

@@ -31,6 +31,10 @@ bool cma_gid_is_v4(const union ibv_gid *gid);
  * (-ENETUNREACH, ...). */
 int cma_route_src(const struct sockaddr *dst, struct sockaddr_storage *src);
 
+/* The first 127.0.0.x (x = 1..254) but avoid where no device is (RoCE's
+ * UDP port free), port 0; 0 or a negative errno (-EADDRINUSE: none). */
+int cma_free_loopback(const struct sockaddr *avoid, struct sockaddr_storage *out);
+
 /* The IP local port range for ephemeral ports (net.ipv4.ip_local_port_range). */
 void cma_local_port_range(int *low, int *high);
 

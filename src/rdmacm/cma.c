@@ -340,8 +340,21 @@ static int cma_dev_for_dst(const struct sockaddr *dst, struct cma_device **dev)
 	struct sockaddr_storage src;
 	int ret;
 
-	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV") ||
-	    cma_loopback_addr(dst))
+	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV"))
+		return cma_get_device(NULL, dev);
+	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET) {
+		/* a free 127.0.0.x, never dst itself: a client started before
+		 * its server must not take the address the server will bind */
+		for (int tries = 0; tries < 8; tries++) {
+			ret = cma_free_loopback(dst, &src);
+			if (!ret)
+				ret = cma_get_device((struct sockaddr *)&src, dev);
+			if (ret != -EADDRINUSE)
+				return ret;
+		}
+		return ret;
+	}
+	if (cma_loopback_addr(dst))
 		return cma_get_device(NULL, dev);
 	ret = cma_route_src(dst, &src);
 	if (ret)
@@ -376,8 +389,25 @@ int cma_resolve_addr(struct rdma_id_private *p, const struct sockaddr *src,
 	memcpy(cma_dst_addr(p), dst, dlen);
 	if (p->state == RDMA_CM_IDLE) {
 		struct sockaddr_storage any = { .ss_family = dst->sa_family };
+		const struct sockaddr *b = src && src->sa_family ? src : (struct sockaddr *)&any;
+		/*
+		 * Deviation: a loopback source given to resolve names this
+		 * host (on Linux any 127/8 address is every process's). Here
+		 * each process has its own, so the source becomes ours when
+		 * it is dst itself or another process's (rdma-core's tests
+		 * connect 127.0.0.1 -> 127.0.0.1 from two processes).
+		 */
+		bool lo_hint = b == src && cma_loopback_addr(src) && cma_loopback_addr(dst);
 
-		ret = cma_bind_addr(p, src && src->sa_family ? src : (struct sockaddr *)&any);
+		if (lo_hint) {
+			any.ss_family = src->sa_family;
+			cma_set_port((struct sockaddr *)&any, cma_port(src));
+		}
+		if (lo_hint && cma_addr_eq(src, dst) && !cma_device_if_open())
+			b = (struct sockaddr *)&any;
+		ret = cma_bind_addr(p, b);
+		if (lo_hint && b == src && (ret == -EADDRINUSE || ret == -EADDRNOTAVAIL))
+			ret = cma_bind_addr(p, (struct sockaddr *)&any);
 		if (ret) {
 			memset(cma_dst_addr(p), 0, dlen);
 			return ret;

@@ -9,13 +9,15 @@
 #   CASE_c: urvt is the client, the kernel the server; CASE_s: the reverse.
 # Cases: rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s
 #        udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s
+#        qperf_c qperf_s  (qperf -cm1 RC tests; the VM image needs qperf:
+#                          RXEVM_EXTRA_BINS=/usr/bin/qperf at ./build)
 #        noservice_c noservice_s   (no listener: REJ "invalid service ID", 8)
 # Default: all of them.
 #
 # Needs root. Uses the VM if the harness's run directory says one is up
 # (the RXEVM_* settings below); RXEVM_BOOT=1 builds and boots one, attaches
 # the urvt namespace and takes everything down again at exit. Otherwise the
-# test is skipped (77). Takes about 1-2 minutes (the VM is TCG-emulated).
+# test is skipped (77). Takes about 5 minutes (the VM is TCG-emulated).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
@@ -50,7 +52,8 @@ if ! vm_up; then
 		exit 77
 	fi
 	booted=1
-	"$rxevm/build" >"$out/boot" 2>&1 && "$rxevm/up" 1 >>"$out/boot" 2>&1 &&
+	RXEVM_EXTRA_BINS="${RXEVM_EXTRA_BINS:-$(command -v qperf)}" \
+		"$rxevm/build" >"$out/boot" 2>&1 && "$rxevm/up" 1 >>"$out/boot" 2>&1 &&
 		"$rxevm/attach" "$uns" "$uaddr" >>"$out/boot" 2>&1 || {
 		cat "$out/boot"; echo "FAIL: could not boot the rxe VM"; exit 1; }
 fi
@@ -119,7 +122,10 @@ vm_client() {
 }
 
 pass=0 fail=0 failed=
-result() { # name ok(0/1) what
+result() { # name ok(0/1/77) what
+	if [ "$2" = 77 ]; then
+		echo "SKIP: $1 ($3)"; return
+	fi
 	if [ "$2" = 0 ]; then
 		pass=$((pass + 1)); echo "PASS: $1 ($3)"
 	else
@@ -132,6 +138,8 @@ result() { # name ok(0/1) what
 }
 
 perf_ok='^ *[0-9]+ +200 '
+qperf_tests="rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_rdma_write_lat rc_compare_swap_mr"
+vm_qperf=$(vm -t 20 1 'command -v qperf' 2>/dev/null)
 
 one() {
 	local c=$1 ok=1 size
@@ -202,6 +210,33 @@ one() {
 		host_server_wait
 		[ "$vrc" = 0 ] && [ "$src" = 0 ] && grep -qE "$perf_ok" "$out/client" && ok=0
 		result "$c" $ok "kernel ib_$t -R -> urvt ib_$t -R" ;;
+	qperf_c)
+		# qperf's server makes a listener per test; the next REQ of one
+		# client running several tests beats it in the VM (REJ 8), so
+		# each test is a client of its own, repeated if rejected
+		[ -n "$vm_qperf" ] || { result "$c" 77 "no qperf in the VM image"; return; }
+		vm -t 20 1 'killall qperf 2>/dev/null; sleep 0.2; (qperf >/tmp/qperf.log 2>&1 &); sleep 1' >/dev/null
+		local t n=0 try
+		: >"$out/client"
+		for t in $qperf_tests; do
+			for try in 1 2 3 4 5; do
+				host qperf "$vaddr" -cm1 -t 1 "$t" >"$out/one" 2>&1
+				grep -q rejected "$out/one" || break
+				sleep 1
+			done
+			cat "$out/one" >>"$out/client"
+			grep -qE '(bw|latency|msg_rate) += ' "$out/one" && n=$((n + 1))
+		done
+		vm -t 20 1 'killall qperf 2>/dev/null; true' >/dev/null
+		[ "$n" = 6 ] && ok=0
+		result "$c" $ok "urvt qperf -cm1 (6 RC tests) -> kernel qperf" ;;
+	qperf_s)
+		[ -n "$vm_qperf" ] || { result "$c" 77 "no qperf in the VM image"; return; }
+		host_server qperf
+		vm_client "qperf $uaddr -cm1 -t 1 $qperf_tests"
+		kill "$hpid" 2>/dev/null; wait "$hpid" 2>/dev/null; hpid=
+		[ "$vrc" = 0 ] && [ "$(grep -cE '(bw|latency|msg_rate) += ' "$out/client")" = 6 ] && ok=0
+		result "$c" $ok "kernel qperf -cm1 (6 RC tests) -> urvt qperf" ;;
 	noservice_c)
 		# the kernel answers a REQ for a port nobody listens on with REJ 8
 		vm -t 20 1 'killall rping 2>/dev/null; true' >/dev/null
@@ -220,7 +255,7 @@ one() {
 	esac
 }
 
-cases=${*:-rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s noservice_c noservice_s}
+cases=${*:-rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s qperf_c qperf_s noservice_c noservice_s}
 for c in $cases; do
 	one "$c"
 done
