@@ -54,7 +54,22 @@ struct urvt_progress {
 	/* spin before sleep (progress thread only) */
 	uint64_t idle_wall_ns, idle_others_ns;
 	bool others_idle;
+	/* the owner's polling while spinning, and its last word before
+	 * sleeping (urvt_progress_set_spin); set before fds are added */
+	urvt_spin_fn spin_fn;
+	urvt_sleep_fn sleep_fn;
+	void *spin_arg;
 };
+
+void urvt_progress_set_spin(struct urvt_progress *p, urvt_spin_fn spin, urvt_sleep_fn sleep,
+			    void *arg)
+{
+	pthread_mutex_lock(&p->lock);
+	p->spin_fn = spin;
+	p->sleep_fn = sleep;
+	p->spin_arg = arg;
+	pthread_mutex_unlock(&p->lock);
+}
 
 void urvt_timer_init(struct urvt_timer *t, urvt_timer_fn fn)
 {
@@ -369,8 +384,28 @@ static void *progress_main(void *arg)
 			else
 				spin_until = 0;
 		}
+		if (timeout) {
+			/* about to sleep: the owner makes sure its fds fire */
+			pthread_mutex_lock(&p->lock);
+			urvt_sleep_fn sleep_fn = p->sleep_fn;
+			void *sarg = p->spin_arg;
+			pthread_mutex_unlock(&p->lock);
+			if (sleep_fn)
+				sleep_fn(sarg);
+		}
 		n = epoll_wait(p->epfd, evs, MAX_FDS + 2, timeout);
 		if (n <= 0 && timeout == 0) {
+			urvt_spin_fn spin_fn;
+			void *sarg;
+			pthread_mutex_lock(&p->lock);
+			spin_fn = p->spin_fn;
+			sarg = p->spin_arg;
+			pthread_mutex_unlock(&p->lock);
+			/* memory the owner can poll without a system call */
+			if (spin_fn && spin_fn(sarg) > 0) {
+				spin_until = urvt_now_ns() + SPIN_NS;
+				continue;
+			}
 			/* spinning, nothing yet: let a thread we woke (a
 			 * completion event) have the CPU */
 			sched_yield();

@@ -30,4 +30,13 @@ int urvt_progress_del_fd(struct urvt_progress *p, int fd);
 /* True when called on the progress thread itself. */
 int urvt_progress_on_thread(struct urvt_progress *p);
 
+/* While the thread spins after activity (instead of sleeping at once), it
+ * also calls spin(arg): polling that costs no system call (shared-memory
+ * rings); > 0 means it found work. Before it sleeps in epoll it calls
+ * sleep(arg), so that what spin would have found wakes it instead. */
+typedef int (*urvt_spin_fn)(void *arg);
+typedef void (*urvt_sleep_fn)(void *arg);
+void urvt_progress_set_spin(struct urvt_progress *p, urvt_spin_fn spin, urvt_sleep_fn sleep,
+			    void *arg);
+
 #endif

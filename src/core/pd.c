@@ -57,7 +57,7 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 
 	memset(av, 0, sizeof(*av));
 	av->attr = *attr;
-	av->loopback = !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16);
+	av->loopback = !rdi->no_inproc && !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16);
 	/* urvt sends from the bound RoCEv2 port itself (rxe accepts any) */
 	av->udp_sport = URVT_ROCE_UDP_PORT;
 	if (!av->loopback && rdi->transport && rdi->transport->av_resolve)

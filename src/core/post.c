@@ -349,14 +349,13 @@ back_out:
 	return false;
 }
 
-int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+/* Everything but post_direct: the send queue (caller holds s_hlock). Out of
+ * line, so the direct path's frame stays small. */
+static __attribute__((noinline)) int post_send_queued(struct rvt_qp *qp, struct ibv_send_wr *wr,
+						      struct ibv_send_wr **bad_wr, int state)
 {
-	int ret = 0, posted = 0, state;
+	int ret = 0, posted = 0;
 
-	urvt_spin_lock(&qp->s_hlock);
-	state = rvt_qp_state(qp);
-	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr))
-		return 0;
 	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
 	if (unlikely(!(ib_rvt_state_ops[state] & RVT_POST_SEND_OK))) {
 		urvt_spin_unlock(&qp->s_hlock);
@@ -379,6 +378,17 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	if (posted)
 		rvt_schedule_send(qp);
 	return ret;
+}
+
+int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	int state;
+
+	urvt_spin_lock(&qp->s_hlock);
+	state = rvt_qp_state(qp);
+	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr))
+		return 0;
+	return post_send_queued(qp, wr, bad_wr, state);
 }
 
 /*

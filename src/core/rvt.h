@@ -131,6 +131,8 @@ struct rvt_dev_info {
 	struct urvt_progress *progress;   /* timers + network + deferred work */
 	const struct urvt_transport_ops *transport; /* NULL: loopback only */
 	void *transport_priv;             /* the transport's device state */
+	bool no_inproc;                   /* the transport carries even this process's
+					     own peers (URVT_PATH=shm|udp; set at attach) */
 };
 
 /*

@@ -86,6 +86,9 @@ struct urvt_link_ops {
 	void (*ack_wake)(struct urvt_link *l);
 	/* Optional: ctl_fd is readable (progress thread): peers come and go. */
 	void (*service)(struct urvt_link *l);
+	/* Optional: false if the link knows nothing sent to a will arrive any
+	 * more (the peer is gone). Cheap; no system call. */
+	bool (*reachable)(struct urvt_link *l, const union urvt_link_addr *a);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };
@@ -120,6 +123,11 @@ static inline void urvt_link_arm(struct urvt_link *l)
 {
 	if (l->ops->arm)
 		l->ops->arm(l);
+}
+
+static inline bool urvt_link_reachable(struct urvt_link *l, const union urvt_link_addr *a)
+{
+	return !l->ops->reachable || l->ops->reachable(l, a);
 }
 
 static inline void urvt_link_close(struct urvt_link *l)

@@ -82,6 +82,7 @@ struct urvt_shm {
 	int epfd;                         /* ctl_fd: the listener and every connection */
 	int doorbell;                     /* wake_fd: our eventfd, which peers write */
 	uid_t uid;
+	bool to_self;                     /* our own GID resolves (URVT_PATH=shm) */
 	pthread_mutex_t peers_lock;
 	_Atomic uint32_t npeers;
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
@@ -110,6 +111,32 @@ static void ring_doorbell(int fd)
 		(void)!write(fd, &one, sizeof(one));
 }
 
+/* A peer's doorbell, which our senders write: only an eventfd (a pipe
+ * nobody reads or a file on a stalled filesystem would block them), made
+ * non-blocking (the peer could have made it blocking and filled its
+ * counter). It shares the file description with the peer, which could set
+ * it blocking again: docs/shm.md "A hostile or broken peer". */
+static bool doorbell_take(struct urvt_shm *s, int fd)
+{
+	char path[40], link[32];
+	struct stat a, b;
+	ssize_t n;
+	int fl;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n >= 0) {
+		link[n] = 0;
+		if (strcmp(link, "anon_inode:[eventfd]"))
+			return false;
+	} else if (fstat(fd, &a) || fstat(s->doorbell, &b) || a.st_dev != b.st_dev ||
+		   a.st_ino != b.st_ino) {
+		return false; /* no /proc: at least an anonymous inode like ours */
+	}
+	fl = fcntl(fd, F_GETFL);
+	return fl >= 0 && !fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
 /* ------------------------------------------------------------------ */
 /* Peers                                                              */
 /* ------------------------------------------------------------------ */
@@ -134,17 +161,27 @@ static void peer_publish(struct urvt_shm *s, struct shm_peer *p)
 	atomic_store_explicit(&s->npeers, (uint32_t)(p - s->peers) + 1, memory_order_release);
 }
 
-static void peer_map_dirs(struct shm_peer *p)
+/* Our ends of the two rings. The starting head of the ring we fill and
+ * tail of the ring we read come from the region; in a region the peer made
+ * they must be those of a fresh connection: the ring we fill empty, both on
+ * record boundaries (every later offset is one, so a WRAP header is never
+ * written across the end of the mapping). false: refuse the region. */
+static bool peer_map_dirs(struct shm_peer *p)
 {
 	int tx = p->connector ? 0 : 1;
+	uint32_t head, tail;
 
 	p->tx_ctrl = &p->region->ctrl[tx];
 	p->rx_ctrl = &p->region->ctrl[!tx];
 	p->tx_ring = p->region->ring[tx];
 	p->rx_ring = p->region->ring[!tx];
-	p->tx_head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
+	/* each read once: the peer may be changing them */
+	head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
+	tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_relaxed);
+	p->tx_head = head;
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
 	p->rx_released = p->rx_tail;
+	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;
 }
 
 /* The connection ends: to GONE (closed by the peer) or DEAD (it
@@ -321,7 +358,7 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_pe
 	memcpy(p->region->gid_b, gid, 16);
 	p->connector = true;
 	memcpy(p->gid, gid, 16);
-	peer_map_dirs(p);
+	(void)peer_map_dirs(p); /* our own fresh region */
 	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, gid);
 	fds[0] = rfd;
 	fds[1] = s->doorbell;
@@ -351,7 +388,7 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	struct shm_peer *p;
 	int ret = 0;
 
-	if (!memcmp(gid, &l->info.addr6, 16))
+	if (!s->to_self && !memcmp(gid, &l->info.addr6, 16))
 		return -ENOENT; /* ourselves: the in-process path */
 	pthread_mutex_lock(&s->peers_lock);
 	for (uint32_t i = 0; i < atomic_load(&s->npeers); i++) {
@@ -430,7 +467,8 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 		goto bad;
 	memcpy(p->gid, m->from_gid, 16);
 	p->connector = false;
-	peer_map_dirs(p);
+	if (!peer_map_dirs(p) || !doorbell_take(s, fds[1]))
+		goto bad;
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
 	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->from_gid);
@@ -453,7 +491,7 @@ static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct 
 			   int fds[2], int nfds)
 {
 	if (m->type != SHM_MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
-	    memcmp(m->from_gid, p->gid, 16)) {
+	    memcmp(m->from_gid, p->gid, 16) || !doorbell_take(s, fds[0])) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		peer_kill(s, p);
@@ -627,6 +665,13 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		struct urvt_link_rx *r;
 
 		if (len == SHM_REC_WRAP) {
+			/* it covers the rest of the ring, which head must
+			 * include (else tail would pass head and go round the
+			 * ring for ever) */
+			if (SHM_RING_BYTES - off > head - tail) {
+				peer_kill(s, p);
+				break;
+			}
 			tail += SHM_RING_BYTES - off;
 			continue;
 		}
@@ -748,6 +793,15 @@ void urvt_shm_get_stats(struct urvt_link *l, struct urvt_shm_stats *st)
 	}
 }
 
+static bool shm_reachable(struct urvt_link *l, const union urvt_link_addr *a)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+
+	return a->shm.peer < npeers &&
+	       atomic_load_explicit(&s->peers[a->shm.peer].state, memory_order_acquire) == PEER_UP;
+}
+
 static const struct urvt_link_ops shm_ops = {
 	.name = "shm",
 	.send_batch = shm_send_batch,
@@ -756,10 +810,11 @@ static const struct urvt_link_ops shm_ops = {
 	.arm = shm_arm,
 	.ack_wake = shm_ack_wake,
 	.service = shm_service,
+	.reachable = shm_reachable,
 	.close = shm_close,
 };
 
-struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *err)
 {
 	/* mmap: the peer table is large and mostly untouched */
 	struct urvt_shm *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
@@ -775,6 +830,7 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err)
 	}
 	s->listen_fd = s->epfd = s->doorbell = -1;
 	s->uid = geteuid();
+	s->to_self = to_self;
 	memcpy(&s->link.info.addr6, gid, 16);
 	s->link.info.family = urvt_gid_is_v4(gid->s6_addr) ? AF_INET : AF_INET6;
 	pthread_mutex_init(&s->peers_lock, NULL);

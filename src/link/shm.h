@@ -21,9 +21,11 @@
 #include "link/link.h"
 
 /* Open the shm link of the device whose GID is gid (its UDP link's
- * address). NULL and *err (a negative errno) if the name is taken or a
- * system call fails; the device then runs on UDP alone. */
-struct urvt_link *urvt_shm_open(const struct in6_addr *gid, int *err);
+ * address). to_self: resolving our own GID connects to ourselves (a ring
+ * to the same process, URVT_PATH=shm); otherwise it fails, for the
+ * in-process path. NULL and *err (a negative errno) if the name is taken
+ * or a system call fails; the device then runs on UDP alone. */
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *err);
 
 /* What the link has seen, for urvt-stat and tests. */
 struct urvt_shm_stats {

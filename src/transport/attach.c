@@ -6,6 +6,7 @@
  * qp->priv, as rdmavt's drivers do with rvt_driver_provided.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,20 +49,56 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 	.av_resolve = urvt_tp_av_resolve,
 };
 
+/*
+ * URVT_PATH (docs/usage.md): which link carries this process's own peers.
+ * auto (and inproc): the in-process path; shm: the shared-memory link to
+ * ourselves; udp: UDP to our own address (and no shm link at all).
+ */
+enum path { PATH_AUTO, PATH_SHM, PATH_UDP };
+
+static int parse_path(enum path *out)
+{
+	const char *env = getenv("URVT_PATH");
+
+	*out = PATH_AUTO;
+	if (!env || !*env || !strcmp(env, "auto") || !strcmp(env, "inproc"))
+		return 0;
+	if (!strcmp(env, "shm"))
+		*out = PATH_SHM;
+	else if (!strcmp(env, "udp"))
+		*out = PATH_UDP;
+	else {
+		fprintf(stderr, "urvt: URVT_PATH=%s: expected auto, inproc, shm or udp\n", env);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* URVT_SHM=0 turns the same-host shared-memory link off (docs/usage.md);
- * if it cannot open, the device runs on UDP alone. */
-static struct urvt_link *open_shm(const struct in6_addr *gid)
+ * if it cannot open, the device runs on UDP alone, unless URVT_PATH=shm
+ * asked for it. */
+static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link **out)
 {
 	const char *env = getenv("URVT_SHM");
-	struct urvt_link *shm;
-	int err;
+	int err = 0;
 
-	if (env && !strcmp(env, "0"))
-		return NULL;
-	shm = urvt_shm_open(gid, &err);
-	if (!shm)
-		URVT_DBG("shm link: %s: UDP only", strerror(-err));
-	return shm;
+	*out = NULL;
+	if (path == PATH_UDP || (env && !strcmp(env, "0"))) {
+		if (path != PATH_SHM)
+			return 0;
+		fprintf(stderr, "urvt: URVT_PATH=shm needs the shm link (URVT_SHM=0 is set)\n");
+		return -EINVAL;
+	}
+	*out = urvt_shm_open(gid, path == PATH_SHM, &err);
+	if (*out)
+		return 0;
+	if (path == PATH_SHM) {
+		fprintf(stderr, "urvt: URVT_PATH=shm: the shm link does not open: %s\n",
+			strerror(-err));
+		return err;
+	}
+	URVT_DBG("shm link: %s: UDP only", strerror(-err));
+	return 0;
 }
 
 /* The address the next attach on this thread binds (urvt_transport_want). */
@@ -79,6 +116,11 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 	union ibv_gid gid;
 	int ret;
 
+	enum path path;
+
+	ret = parse_path(&path);
+	if (ret)
+		return ret;
 	urvt_udp_cfg_from_env(&cfg, rdi->progress);
 	/* URVT_ADDR / URVT_NETDEV win; the opener sees the mismatch */
 	if (want_addr && (!cfg.addr || !*cfg.addr) && (!cfg.netdev || !*cfg.netdev)) {
@@ -91,7 +133,12 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 	/* RoCEv2: the GID is the IP address (IPv4 v4-mapped) */
 	memcpy(gid.raw, &link->info.addr6, sizeof(gid.raw));
 	rvt_dev_set_port(rdi, &gid, link->info.ifindex, link->info.ifname, link->info.if_mtu);
-	shm = open_shm(&link->info.addr6);
+	ret = open_shm(&link->info.addr6, path, &shm);
+	if (ret) {
+		urvt_link_close(link);
+		return ret;
+	}
+	rdi->no_inproc = path != PATH_AUTO;
 	ret = urvt_net_create(rdi, link, shm);
 	if (ret) {
 		urvt_link_close(shm);

@@ -39,9 +39,15 @@
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */
 #define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
+/* ... with a shm link polled every time in between: a socket that stays
+ * empty is asked less and less often, up to every APP_EMPTY_SKIP_MAX polls */
+#define APP_EMPTY_SKIP_MAX 256
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
+/* with a shm peer a linger costs no system call, and a peer that stopped
+ * lingering makes ours miss: try again soon */
+#define APP_LINGER_REST_SHM 8
 #define WATCHDOG_NS 2000000       /* while an application owns the socket */
 
 static void net_rx_cb(void *arg);
@@ -130,6 +136,30 @@ static void net_rx_cb(void *arg)
 		if (net->links[k] && net->links[k]->ops->ack_wake)
 			net->links[k]->ops->ack_wake(net->links[k]);
 	net_rx_drain(net);
+	/* armed again by net_sleep, when the thread stops spinning */
+}
+
+/* Progress thread, spinning after activity: the links that cost no system
+ * call to look at (the shm rings), while it is the one receiving. */
+static int net_spin(void *arg)
+{
+	struct urvt_net *net = arg;
+	int n;
+
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&net->rx_lock))
+		return 0;
+	n = urvt_net_rx_links(net, false);
+	pthread_mutex_unlock(&net->rx_lock);
+	return n;
+}
+
+/* Progress thread, about to sleep: what it would have found spinning must
+ * ring its wake-up fds instead. */
+static void net_sleep(void *arg)
+{
+	struct urvt_net *net = arg;
+
 	if (!atomic_load_explicit(&net->aside, memory_order_relaxed))
 		links_arm(net);
 }
@@ -175,6 +205,36 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+/* Packets the UDP link delivered so far (the device counter). */
+static uint64_t udp_rx_count(struct urvt_net *net)
+{
+	return __atomic_load_n(&net->shm->dev.v[URVT_CTR_UDP_RX_PKTS], __ATOMIC_RELAXED);
+}
+
+/* After the UDP socket was asked (rx_lock held): how many polls until it
+ * is asked again. Alone, an empty socket is skipped APP_EMPTY_SKIP polls;
+ * beside a shm link (polled every time, for nothing) one that stays empty
+ * is skipped twice as long each time, up to APP_EMPTY_SKIP_MAX. */
+static void udp_backoff(struct urvt_net *net, int n)
+{
+	uint64_t seen = udp_rx_count(net);
+	uint32_t next;
+
+	if (!net->links[URVT_LINK_SHM]) {
+		next = n ? 0 : APP_EMPTY_SKIP;
+	} else if (seen != net->udp_rx_seen) {
+		net->udp_idle = 0; /* UDP traffic: ask at every poll */
+		next = 0;
+	} else {
+		net->udp_idle = !net->udp_idle ? APP_EMPTY_SKIP :
+				net->udp_idle < APP_EMPTY_SKIP_MAX / 2 ? 2 * net->udp_idle :
+									 APP_EMPTY_SKIP_MAX;
+		next = net->udp_idle;
+	}
+	net->udp_rx_seen = seen;
+	atomic_store_explicit(&net->app_skip, next, memory_order_relaxed);
+}
+
 int urvt_net_poll(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
@@ -195,9 +255,9 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, !skip);
+	if (!skip)
+		udp_backoff(net, n);
 	pthread_mutex_unlock(&net->rx_lock);
-	if (!n && !skip)
-		atomic_store_explicit(&net->app_skip, APP_EMPTY_SKIP, memory_order_relaxed);
 	return n;
 }
 
@@ -282,9 +342,9 @@ static bool app_linger(struct urvt_net *net)
 
 	if (!s) {
 		uint32_t r = atomic_load_explicit(&net->app_linger_rest, memory_order_relaxed) + 1;
-		atomic_store_explicit(&net->app_linger_rest, r < APP_LINGER_REST ? r : 0,
-				      memory_order_relaxed);
-		if (r < APP_LINGER_REST)
+		uint32_t rest = net->links[URVT_LINK_SHM] ? APP_LINGER_REST_SHM : APP_LINGER_REST;
+		atomic_store_explicit(&net->app_linger_rest, r < rest ? r : 0, memory_order_relaxed);
+		if (r < rest)
 			return false;
 		s = 1;
 	}
@@ -371,6 +431,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 	int ret;
 
 	urvt_timer_init(&net->watchdog, watchdog_fn);
+	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {
 		struct urvt_link *l = net->links[k];
@@ -385,6 +446,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 
 void urvt_net_watch_stop(struct urvt_net *net)
 {
+	urvt_progress_set_spin(net->rdi->progress, NULL, NULL, NULL);
 	urvt_timer_del_sync(net->rdi->progress, &net->watchdog);
 	pthread_mutex_lock(&net->watch_lock);
 	if (!atomic_load(&net->aside))

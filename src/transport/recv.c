@@ -41,10 +41,11 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 
 	if (flags & URVT_RX_SHARED) {
 		/* the sender may still write the ring: parse a private copy of
-		 * the headers (the parser reads nothing past them); the payload
-		 * is only ever copied out, once */
+		 * the headers (and nothing past them: not the ICRC at the end,
+		 * which the full parser reads); the payload is only ever copied
+		 * out, once */
 		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
-		ret = urvt_pkt_parse(hdr, len, pkt);
+		ret = urvt_pkt_parse_hdrs(hdr, len, pkt);
 		pkt->payload = data + pkt->hdr_len;
 	} else {
 		ret = urvt_pkt_parse(data, len, pkt);

@@ -113,6 +113,8 @@ struct urvt_net {
 		_Atomic uint32_t app_run;         /* empty polls in the current run */
 		_Atomic uint64_t app_run_ns;      /* when the run started */
 		_Atomic uint32_t app_skip;        /* polls left before asking the socket again */
+		uint32_t udp_idle;                /* the last skip, backing off (rx_lock) */
+		uint64_t udp_rx_seen;             /* udp_rx_packets at the last ask (rx_lock) */
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
 		_Atomic uint64_t app_ret_ns;      /* a poll returned completions (0: came back since) */
 		_Atomic bool take_next;           /* the next empty poll takes the socket */
@@ -190,6 +192,9 @@ void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_add
 		     enum urvt_link_id link, struct urvt_stats_qp *qs);
 /* core->av_resolve: the shm link if it reaches the GID, else UDP. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
+/* The link knows the QP's peer is gone (the shm peer exited): retrying is
+ * pointless. */
+bool urvt_tp_route_gone(struct rvt_qp *qp);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */

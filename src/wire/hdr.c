@@ -6,7 +6,7 @@
 #include "wire/icrc.h"
 #include "wire/ip.h"
 
-int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
+static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool read_icrc)
 {
 	memset(out, 0, sizeof(*out));
 	if (len < URVT_BTH_BYTES + URVT_ICRC_BYTES)
@@ -97,8 +97,20 @@ int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
 	out->len = (uint32_t)len;
 	out->bth = p;
 	out->payload = p + info->length;
-	out->icrc = urvt_icrc_get(p + len - URVT_ICRC_BYTES);
+	if (read_icrc)
+		out->icrc = urvt_icrc_get(p + len - URVT_ICRC_BYTES);
 	return 0;
+}
+
+int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out)
+{
+	return pkt_parse(p, len, out, true);
+}
+
+int urvt_pkt_parse_hdrs(const uint8_t *hdr, size_t len, struct urvt_pkt *out)
+{
+	/* every read below the ICRC's is inside the opcode's headers */
+	return pkt_parse(hdr, len, out, false);
 }
 
 size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)

@@ -261,6 +261,14 @@ static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t de
 int urvt_pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out);
 
 /*
+ * The same for a packet of len bytes of which only the headers are at hdr
+ * (at least min(len, URVT_HDR_MAX) bytes): nothing past the opcode's
+ * headers is read, out->icrc is 0 and out->payload is hdr + hdr_len, for
+ * the caller to point at the real payload.
+ */
+int urvt_pkt_parse_hdrs(const uint8_t *hdr, size_t len, struct urvt_pkt *out);
+
+/*
  * Write BTH + the extended headers of f->opcode into buf. PadCnt comes from
  * f->paylen. Returns the header length (urvt_opcode[op].length), or 0 when
  * the opcode is unknown or cap is too small. No payload, pad or ICRC.

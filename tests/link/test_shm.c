@@ -3,9 +3,10 @@
  * process find each other by GID, packets cross in order (through ring
  * wrap-arounds and a full ring), doorbells ring, a closed peer's last
  * packets are still read; and a hostile peer speaking the protocol by hand
- * (bad hello, unsealed or short memfd, impossible head, bad records) is
- * refused or cut off without a crash or a packet. The test plays the
- * progress thread: it calls service itself.
+ * (bad hello, unsealed or short memfd, ring indices no fresh connection
+ * has, a doorbell that is no eventfd or is full, impossible head, bad
+ * records) is refused or cut off without a crash, a hang or a packet. The
+ * test plays the progress thread: it calls service itself.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -41,7 +43,7 @@ static struct urvt_link *open_shm(const char *v4)
 {
 	struct in6_addr g = gid_of(v4);
 	int err = 0;
-	struct urvt_link *l = urvt_shm_open(&g, &err);
+	struct urvt_link *l = urvt_shm_open(&g, false, &err);
 
 	assert_non_null(l);
 	return l;
@@ -293,9 +295,11 @@ static int send_hello(int sock, const struct shm_msg *m, int fd0, int fd1)
 }
 
 /* Connect to the victim by hand and say hello with a region of size bytes,
- * sealed or not, claiming GID from. */
-static struct fake fake_connect(struct urvt_link *victim, const struct in6_addr *from,
-				size_t size, bool seal, uint32_t version)
+ * sealed or not, claiming GID from; prep (if any) edits the region and may
+ * replace the doorbell before the hello goes. */
+static struct fake fake_connect_with(struct urvt_link *victim, const struct in6_addr *from,
+				     size_t size, bool seal, uint32_t version,
+				     void (*prep)(struct shm_region *r, int *bell))
 {
 	struct fake f = { .sock = socket(AF_UNIX, SOCK_SEQPACKET, 0) };
 	struct sockaddr_un sun;
@@ -320,10 +324,18 @@ static struct fake fake_connect(struct urvt_link *victim, const struct in6_addr 
 	}
 	memcpy(m.from_gid, from, 16);
 	memcpy(m.to_gid, &victim->info.addr6, 16);
+	if (prep)
+		prep(f.r, &bell);
 	assert_int_equal(send_hello(f.sock, &m, f.memfd, bell), 0);
 	close(bell);
 	service(victim);
 	return f;
+}
+
+static struct fake fake_connect(struct urvt_link *victim, const struct in6_addr *from,
+				size_t size, bool seal, uint32_t version)
+{
+	return fake_connect_with(victim, from, size, seal, version, NULL);
 }
 
 static void fake_close(struct fake *f, size_t size)
@@ -373,6 +385,9 @@ static void test_hostile_ring(void **state)
 		{ 64, SHM_PKT_MAX + 1, "record longer than a packet" },
 		{ 64, 200, "record longer than what head says is there" },
 		{ 64, 0, "empty record" },
+		/* a WRAP at 0 skips a whole ring, past head: it used to send the
+		 * reader round the ring for ever (tail never met head) */
+		{ 64, SHM_REC_WRAP, "WRAP record skipping past head" },
 	};
 
 	(void)state;
@@ -413,6 +428,112 @@ static void test_hostile_ring(void **state)
 	urvt_link_close(v);
 }
 
+/* Ring indices in the hello's region that no fresh connection has: the
+ * victim takes its starting head of ring 1 (the ring it fills) and tail of
+ * ring 0 from there. A head of ring 1 just short of the ring's end (not on
+ * a record boundary) made its first send write the WRAP header across the
+ * end of the mapping; the hello is refused instead. */
+static void prep_tx_head_unaligned(struct shm_region *r, int *bell)
+{
+	atomic_store(&r->ctrl[1].head, SHM_RING_BYTES - 2);
+	atomic_store(&r->ctrl[1].tail, SHM_RING_BYTES - 2);
+}
+static void prep_tx_not_empty(struct shm_region *r, int *bell)
+{
+	atomic_store(&r->ctrl[1].head, 4096);
+}
+static void prep_rx_tail_unaligned(struct shm_region *r, int *bell)
+{
+	atomic_store(&r->ctrl[0].tail, 13);
+	atomic_store(&r->ctrl[0].head, 13);
+}
+
+static void test_hostile_indices(void **state)
+{
+	static void (*const prep[])(struct shm_region *, int *) = {
+		prep_tx_head_unaligned, prep_tx_not_empty, prep_rx_tail_unaligned
+	};
+	struct urvt_link *v = open_shm("127.0.96.24");
+	struct in6_addr from = gid_of("127.0.96.25");
+	struct urvt_shm_stats st;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(prep) / sizeof(prep[0]); i++) {
+		struct fake f = fake_connect_with(v, &from, sizeof(struct shm_region), true,
+						  SHM_VERSION, prep[i]);
+		urvt_shm_get_stats(v, &st);
+		if (st.peers_up != 0 || st.refused != i + 1)
+			fail_msg("hello %zu with bad indices taken (up %u refused %u)", i,
+				 st.peers_up, st.refused);
+		fake_close(&f, sizeof(struct shm_region));
+		service(v);
+	}
+	urvt_link_close(v);
+}
+
+/* The peer's doorbell is written by our senders: it must be an eventfd
+ * (a pipe nobody reads, a file on a stalled filesystem would block them)
+ * and a write must not block even if the peer made it blocking and filled
+ * its counter. */
+static int sat_bell = -1;
+static void prep_bell_pipe(struct shm_region *r, int *bell)
+{
+	int pfd[2];
+
+	assert_int_equal(pipe(pfd), 0);
+	close(pfd[0]);
+	close(*bell);
+	*bell = pfd[1];
+}
+static void prep_bell_saturated(struct shm_region *r, int *bell)
+{
+	uint64_t max = 0xfffffffffffffffeull;
+
+	/* blocking, at its maximum: one more write would wait for a read */
+	assert_int_equal(write(*bell, &max, sizeof(max)), (ssize_t)sizeof(max));
+	sat_bell = dup(*bell);
+	atomic_store(&r->ctrl[1].need_wake, 1);
+}
+
+static void test_hostile_doorbell(void **state)
+{
+	struct urvt_link *v = open_shm("127.0.96.26");
+	struct in6_addr from = gid_of("127.0.96.27");
+	struct urvt_shm_stats st;
+	union urvt_link_addr to;
+	uint8_t buf[64] = { 0 };
+	struct urvt_link_tx tx = { .buf = buf, .len = 64, .dst = &to };
+	struct fake f;
+	int fl;
+
+	(void)state;
+	f = fake_connect_with(v, &from, sizeof(struct shm_region), true, SHM_VERSION,
+			      prep_bell_pipe);
+	urvt_shm_get_stats(v, &st);
+	assert_int_equal(st.peers_up, 0);
+	assert_int_equal(st.refused, 1);
+	fake_close(&f, sizeof(struct shm_region));
+	service(v);
+
+	f = fake_connect_with(v, &from, sizeof(struct shm_region), true, SHM_VERSION,
+			      prep_bell_saturated);
+	urvt_shm_get_stats(v, &st);
+	assert_int_equal(st.peers_up, 1);
+	/* the doorbell was made non-blocking; the peer may clear that again on
+	 * the shared file description: docs/shm.md says what is left */
+	fl = fcntl(sat_bell, F_GETFL);
+	assert_true(fl >= 0 && (fl & O_NONBLOCK));
+	assert_int_equal(urvt_link_resolve(v, from.s6_addr, &to), 0);
+	/* need_wake is set and the counter is full: the write fails, the send
+	 * returns (it used to block for ever here) */
+	assert_int_equal(urvt_link_send(v, &tx, 1), 0);
+	assert_int_equal(atomic_load(&f.r->ctrl[1].head), shm_rec_bytes(64));
+	close(sat_bell);
+	sat_bell = -1;
+	fake_close(&f, sizeof(struct shm_region));
+	urvt_link_close(v);
+}
+
 /* Another user's process may not connect (root only: it needs setuid). */
 static void test_other_uid_refused(void **state)
 {
@@ -445,6 +566,62 @@ static void test_other_uid_refused(void **state)
 	urvt_link_close(v);
 }
 
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, c;
+
+	assert_non_null(f);
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+static int count_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* Teardown leaves nothing: connected pairs that exchanged packets, opened
+ * and closed many times, leave no fd (socket, memfd, eventfd, epoll) and
+ * no mapping (region, rings) behind. */
+static void test_teardown_leaks_nothing(void **state)
+{
+	int fds0, maps0;
+
+	(void)state;
+	/* one round first: libc's lazy allocations are not ours */
+	for (int round = 0; round < 21; round++) {
+		struct urvt_link *a = open_shm("127.0.96.40"), *b = open_shm("127.0.96.41");
+		union urvt_link_addr to = connect_pair(a, b), back;
+		uint8_t buf[256] = { 1 };
+		struct urvt_link_tx tx = { .buf = buf, .len = 256, .dst = &to };
+		struct urvt_link_rx rx[4];
+
+		assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+		assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+		assert_int_equal(urvt_link_recv(b, rx, 4), 1);
+		tx.dst = &back;
+		assert_int_equal(urvt_link_send(b, &tx, 1), 0);
+		assert_int_equal(urvt_link_recv(a, rx, 4), 1);
+		/* one side goes first, as a process that exits does */
+		urvt_link_close(a);
+		service(b);
+		urvt_link_close(b);
+		if (round == 0) {
+			fds0 = count_fds();
+			maps0 = count_lines("/proc/self/maps");
+		}
+	}
+	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(count_lines("/proc/self/maps"), maps0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -455,8 +632,14 @@ int main(void)
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_hostile_hello),
 		cmocka_unit_test(test_hostile_ring),
+		cmocka_unit_test(test_hostile_indices),
+		cmocka_unit_test(test_hostile_doorbell),
 		cmocka_unit_test(test_other_uid_refused),
+		cmocka_unit_test(test_teardown_leaks_nothing),
 	};
+
+	/* a victim stuck in a loop or a blocking write fails the test */
+	alarm(20);
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

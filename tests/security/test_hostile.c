@@ -1,10 +1,14 @@
 /*
- * Hostile packets (issue 6): the device's QPs face an attacker, a plain UDP
- * socket on its own 127.x address (port 4791) that sends hand-built
- * RoCEv2 packets, and a stranger on another address. Every MR sits in a
- * mapping between PROT_NONE pages with canary bytes just outside it in the
- * same pages; regions no remote peer may change are compared with a
- * snapshot after every attack.
+ * Hostile packets (issue 6, over the shm link issue 12): the device's QPs
+ * face an attacker that sends hand-built RoCEv2 packets, and a stranger.
+ * Built twice from this file: test_hostile, where each is a plain UDP
+ * socket on its own 127.214.x address (port 4791), and test_hostile_shm
+ * (HOSTILE_SHM=1), where each is a fake peer on the device's shm link
+ * (docs/shm.md) that speaks its protocol by hand: a sealed memfd with the
+ * two rings, doorbells, records. Every MR sits in a mapping between
+ * PROT_NONE pages with canary bytes just outside it in the same pages;
+ * regions no remote peer may change are compared with a snapshot after
+ * every attack.
  *
  * Table-driven: each row builds one packet for a fresh victim QP (RC, UC
  * or UD, in the state the row names, one receive posted) and asserts
@@ -12,9 +16,13 @@
  * §12): the packet on the wire (opcode, AETH syndrome, PSN) or nothing, the
  * victim's first receive completion (or none), its QP state, the counter
  * that moved (read through the counters file /dev/shm/urvt.<pid>, as
- * urvt-stat does) and the canaries. Multi-packet attacks (duplicate atomic
- * replay, responses injected into a requester, SEND_WITH_INV of a key of
- * another PD, ...) are separate tests below the table.
+ * urvt-stat does), the link that carried it, and the canaries. A row runs
+ * on both links with the same outcome unless it names the shm one (on_shm:
+ * the shm link carries no ICRC) or why it cannot run there (udp_only).
+ * Multi-packet attacks (duplicate atomic replay, responses injected into a
+ * requester, SEND_WITH_INV of a key of another PD, ...) are separate tests
+ * below the table; below them, shm only, the peer breaks the link itself
+ * during transfers: it scribbles on its ring, dies, or never drains ours.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,21 +33,35 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/rvt_api.h"
+#include "link/shm.h"
+#include "link/shm_proto.h"
 #include "transport/stats.h"
 #include "transport/tp.h"
 #include "ut.h"
 #include "wire/aeth.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
+#include "wire/ip.h"
 #include "wire/psn.h"
+
+#ifndef HOSTILE_SHM
+#define HOSTILE_SHM 0
+#endif
+/* the attacker's link: which build this is */
+static const bool over_shm = HOSTILE_SHM;
+static const char *const link_name = HOSTILE_SHM ? "shm" : "udp";
 
 #define PEER_QPN 0x321
 #define PEER_PSN 0x1000
@@ -48,11 +70,11 @@
 #define PAGE 4096
 #define CANARY 0xA5
 #define GAP 256 /* canary bytes before and after each MR inside its mapping */
+#define PMTU 1024 /* what ut_to_rtr_path sets */
 
 static struct ut_dev dev;
 static struct rvt_pd *pd, *pd2;
-static int peer_fd = -1, stranger_fd = -1;
-static struct sockaddr_in peer_addr, stranger_addr, dev_addr;
+static struct sockaddr_in dev_addr;
 static const struct urvt_stats_shm *stats; /* the counters file, read-only */
 
 /* ------------------------------------------------------------------ */
@@ -114,8 +136,26 @@ static void check_memory(const char *when, bool rw_may_change)
 }
 
 /* ------------------------------------------------------------------ */
-/* The attacker                                                       */
+/* The attacker: an endpoint on one link or the other                 */
 /* ------------------------------------------------------------------ */
+/*
+ * An endpoint sends packets to the device and receives the device's. UDP:
+ * a socket on its own address. shm: a fake peer connected to the device's
+ * shm link, which takes that address's GID; its UDP socket stays bound so
+ * the address is ours alone and must stay silent (the device routes this
+ * GID over shm, docs/shm.md "When it is used").
+ */
+struct ep {
+	struct sockaddr_in addr;          /* its address, so its GID */
+	int udp;
+	/* shm */
+	int sock, bell, dev_bell;         /* the connection, our doorbell, the device's */
+	struct shm_region *r;
+	uint32_t head;                    /* ring 0 (we fill it): bytes written */
+	uint32_t tail;                    /* ring 1 (the device fills it): bytes consumed */
+};
+static struct ep peer, stranger;
+
 static int open_sock(int first_host, struct sockaddr_in *out)
 {
 	for (int host = first_host; host < first_host + 100; host++) {
@@ -131,6 +171,290 @@ static int open_sock(int first_host, struct sockaddr_in *out)
 	}
 	fail_msg("no free address for the attacker");
 	return -1;
+}
+
+static struct urvt_link *dev_shm(void)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+
+	return net->links[URVT_LINK_SHM];
+}
+
+static struct urvt_shm_stats shm_stats(void)
+{
+	struct urvt_shm_stats st;
+
+	urvt_shm_get_stats(dev_shm(), &st);
+	return st;
+}
+
+/* Wait (bounded) until the device's shm link has up peers UP, gone GONE
+ * and dead DEAD (-1: any). */
+static bool shm_wait(int up, int gone, int dead, int ms)
+{
+	uint64_t end = ut_now_ms() + (uint64_t)ms;
+
+	for (;;) {
+		struct urvt_shm_stats st = shm_stats();
+		if ((up < 0 || st.peers_up == (uint32_t)up) &&
+		    (gone < 0 || st.peers_gone == (uint32_t)gone) &&
+		    (dead < 0 || st.peers_dead == (uint32_t)dead))
+			return true;
+		if (ut_now_ms() >= end)
+			return false;
+		ut_sleep_ms(1);
+	}
+}
+
+static void ring_bell(int fd)
+{
+	uint64_t one = 1;
+
+	assert_int_equal(write(fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+}
+
+/* The handshake (docs/shm.md "Rendezvous and handshake") as the connector:
+ * HELLO with a sealed memfd holding both rings and our doorbell, then
+ * (bounded) the device's HELLO_ACK with its doorbell, then until the
+ * device's side is UP, so a QP that goes to RTR now routes to us. */
+static void shm_attach(struct ep *e)
+{
+	struct sockaddr_un sun;
+	socklen_t sl = shm_sock_name(&sun, geteuid(), dev.rdi->gid.raw);
+	struct shm_msg m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_HELLO,
+			     .ring_bytes = SHM_RING_BYTES, .pkt_max = SHM_PKT_MAX,
+			     .region_bytes = sizeof(struct shm_region) };
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = CMSG_SPACE(2 * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	struct pollfd pfd;
+	uint32_t up = shm_stats().peers_up;
+	uint8_t gid[16];
+	int fds[2], memfd;
+
+	urvt_gid_from_v4(gid, e->addr.sin_addr.s_addr);
+	e->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_true(e->sock >= 0);
+	if (connect(e->sock, (struct sockaddr *)&sun, sl))
+		fail_msg("the device's shm link does not listen: %s", strerror(errno));
+	memfd = memfd_create("hostile-peer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(memfd >= 0);
+	assert_int_equal(ftruncate(memfd, (off_t)sizeof(struct shm_region)), 0);
+	assert_int_equal(fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	e->r = mmap(NULL, sizeof(struct shm_region), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	assert_true(e->r != MAP_FAILED);
+	e->r->magic = SHM_MAGIC;
+	e->r->version = SHM_VERSION;
+	e->r->ring_bytes = SHM_RING_BYTES;
+	e->r->pkt_max = SHM_PKT_MAX;
+	memcpy(e->r->gid_a, gid, 16);
+	memcpy(e->r->gid_b, dev.rdi->gid.raw, 16);
+	/* as a fresh region: the first packet each way rings */
+	atomic_store(&e->r->ctrl[0].need_wake, 1);
+	atomic_store(&e->r->ctrl[1].need_wake, 1);
+	e->head = e->tail = 0;
+	e->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	assert_true(e->bell >= 0);
+	memcpy(m.from_gid, gid, 16);
+	memcpy(m.to_gid, dev.rdi->gid.raw, 16);
+	fds[0] = memfd;
+	fds[1] = e->bell;
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	assert_int_equal(sendmsg(e->sock, &mh, 0), (ssize_t)sizeof(m));
+	close(memfd);
+
+	pfd = (struct pollfd){ .fd = e->sock, .events = POLLIN };
+	if (poll(&pfd, 1, 2000) != 1)
+		fail_msg("no HELLO_ACK from the device");
+	memset(&m, 0, sizeof(m));
+	mh.msg_controllen = sizeof(ctl.buf);
+	assert_int_equal(recvmsg(e->sock, &mh, MSG_CMSG_CLOEXEC), (ssize_t)sizeof(m));
+	c = CMSG_FIRSTHDR(&mh);
+	assert_true(c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)));
+	memcpy(&e->dev_bell, CMSG_DATA(c), sizeof(int));
+	assert_int_equal(m.type, SHM_MSG_HELLO_ACK);
+	assert_memory_equal(m.from_gid, dev.rdi->gid.raw, 16);
+	assert_memory_equal(m.to_gid, gid, 16);
+	/* the device marks us UP just after it sent the ACK */
+	if (!shm_wait((int)up + 1, -1, -1, 2000))
+		fail_msg("the device did not take the fake peer");
+}
+
+static void ep_open(struct ep *e, int first_host)
+{
+	memset(e, 0, sizeof(*e));
+	e->sock = e->bell = e->dev_bell = -1;
+	e->udp = open_sock(first_host, &e->addr);
+	if (over_shm)
+		shm_attach(e);
+}
+
+/* The fake peer goes away as a process that exits: connection, doorbells
+ * and its mapping of the region. */
+static void ep_die(struct ep *e)
+{
+	if (e->sock >= 0)
+		close(e->sock);
+	if (e->bell >= 0)
+		close(e->bell);
+	if (e->dev_bell >= 0)
+		close(e->dev_bell);
+	if (e->r)
+		munmap(e->r, sizeof(*e->r));
+	e->sock = e->bell = e->dev_bell = -1;
+	e->r = NULL;
+}
+
+static void ep_close(struct ep *e)
+{
+	ep_die(e);
+	close(e->udp);
+	e->udp = -1;
+}
+
+/* shm: whatever the device sends this address goes over shm, never UDP. */
+static void udp_silent(const struct ep *e)
+{
+	uint8_t junk[64];
+
+	if (over_shm && recv(e->udp, junk, sizeof(junk), MSG_DONTWAIT) >= 0)
+		fail_msg("a packet for a shm peer went over UDP");
+}
+
+/* Append one record to ring 0 without publishing it (the producer's side
+ * of docs/shm.md "The rings"); waits (bounded) for room. */
+static void ring_put(struct ep *e, const uint8_t *pkt, uint32_t len)
+{
+	uint32_t need = shm_rec_bytes(len), off = e->head & (SHM_RING_BYTES - 1);
+	uint32_t left = SHM_RING_BYTES - off, total = need > left ? left + need : need;
+	uint64_t end = ut_now_ms() + 2000;
+	struct shm_rec *rec;
+
+	assert_true(len && len <= SHM_PKT_MAX);
+	while (e->head + total - atomic_load_explicit(&e->r->ctrl[0].tail, memory_order_acquire) >
+	       SHM_RING_BYTES) {
+		if (ut_now_ms() > end)
+			fail_msg("the device stopped reading ring 0");
+		ut_sleep_ms(1);
+	}
+	if (need > left) {
+		((struct shm_rec *)(void *)(e->r->ring[0] + off))->len = SHM_REC_WRAP;
+		e->head += left;
+		off = 0;
+	}
+	rec = (struct shm_rec *)(void *)(e->r->ring[0] + off);
+	memcpy(rec->data, pkt, len);
+	rec->len = len;
+	e->head += need;
+}
+
+/* Publish head (any value: hostile tests write impossible ones) and ring
+ * the device if it asked (store head, fence, look at need_wake). */
+static void ring_publish(struct ep *e, uint32_t head)
+{
+	atomic_store_explicit(&e->r->ctrl[0].head, head, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&e->r->ctrl[0].need_wake) && atomic_exchange(&e->r->ctrl[0].need_wake, 0))
+		ring_bell(e->dev_bell);
+}
+
+/* The next record the device wrote into ring 1 after *cur, copied out;
+ * false if there is none. The device is trusted to speak the protocol:
+ * anything else fails the test. release: hand the bytes back (tail). */
+static bool ring_take(struct ep *e, uint32_t *cur, bool release, uint8_t *buf, size_t cap,
+		      uint32_t *len)
+{
+	uint32_t head = atomic_load_explicit(&e->r->ctrl[1].head, memory_order_acquire);
+
+	if (head - *cur > SHM_RING_BYTES || (head - *cur) % SHM_REC_ALIGN)
+		fail_msg("the device published head %u with tail %u", head, *cur);
+	while (head != *cur) {
+		uint32_t off = *cur & (SHM_RING_BYTES - 1);
+		const struct shm_rec *rec = (const void *)(e->r->ring[1] + off);
+		uint32_t n = rec->len;
+
+		if (n == SHM_REC_WRAP) {
+			if (SHM_RING_BYTES - off > head - *cur)
+				fail_msg("the device wrote a WRAP past head");
+			*cur += SHM_RING_BYTES - off;
+			continue;
+		}
+		if (!n || n > SHM_PKT_MAX || n > cap || shm_rec_bytes(n) > head - *cur ||
+		    shm_rec_bytes(n) > SHM_RING_BYTES - off)
+			fail_msg("the device wrote a record of %u bytes", n);
+		memcpy(buf, rec->data, n);
+		*cur += shm_rec_bytes(n);
+		if (release)
+			atomic_store_explicit(&e->r->ctrl[1].tail, *cur, memory_order_release);
+		*len = n;
+		return true;
+	}
+	return false;
+}
+
+static void ep_send(struct ep *e, const uint8_t *pkt, size_t n)
+{
+	if (!over_shm) {
+		assert_int_equal(sendto(e->udp, pkt, n, 0, (struct sockaddr *)&dev_addr,
+					sizeof(dev_addr)), (ssize_t)n);
+		return;
+	}
+	ring_put(e, pkt, (uint32_t)n);
+	ring_publish(e, e->head);
+}
+
+/* One packet from the device within ms, parsed (asserting that it parses);
+ * false if none came. */
+static bool ep_recv(struct ep *e, struct urvt_pkt *p, uint8_t *buf, size_t cap, int ms)
+{
+	uint64_t end = ut_now_ms() + (uint64_t)ms;
+	uint32_t n;
+
+	if (!over_shm)
+		return ut_peer_recv(e->udp, p, buf, cap, ms);
+	for (;;) {
+		struct pollfd pfd = { .fd = e->bell, .events = POLLIN };
+		uint64_t now, v;
+
+		udp_silent(e);
+		if (ring_take(e, &e->tail, true, buf, cap, &n)) {
+			assert_int_equal(urvt_pkt_parse(buf, n, p), 0);
+			return true;
+		}
+		now = ut_now_ms();
+		if (now >= end)
+			return false;
+		/* sleep on our doorbell: ask for it, then look again */
+		atomic_store(&e->r->ctrl[1].need_wake, 1);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (atomic_load_explicit(&e->r->ctrl[1].head, memory_order_acquire) != e->tail)
+			continue;
+		if (poll(&pfd, 1, (int)(end - now)) == 1)
+			(void)!read(e->bell, &v, sizeof(v));
+	}
+}
+
+static void ep_drain(struct ep *e)
+{
+	uint8_t junk[5000];
+	uint32_t n;
+
+	if (!over_shm) {
+		while (recv(e->udp, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+			;
+		return;
+	}
+	udp_silent(e);
+	while (ring_take(e, &e->tail, true, junk, sizeof(junk), &n))
+		;
 }
 
 static void map_stats(void)
@@ -154,18 +478,31 @@ static uint64_t ctr(enum urvt_ctr c)
 	return __atomic_load_n(&stats->dev.v[c], __ATOMIC_RELAXED);
 }
 
+/* What the attacker's link counts, received and sent. */
+static enum urvt_ctr link_rx_ctr(void)
+{
+	return over_shm ? URVT_CTR_SHM_RX_PKTS : URVT_CTR_UDP_RX_PKTS;
+}
+
+static enum urvt_ctr link_tx_ctr(void)
+{
+	return over_shm ? URVT_CTR_SHM_TX_PKTS : URVT_CTR_UDP_TX_PKTS;
+}
+
 static int setup(void **state)
 {
 	ut_open(&dev);
 	pd = ut_pd(&dev);
 	pd2 = ut_pd(&dev);
 	map_stats();
-	peer_fd = open_sock(10, &peer_addr);
-	stranger_fd = open_sock(120, &stranger_addr);
 	memset(&dev_addr, 0, sizeof(dev_addr));
 	dev_addr.sin_family = AF_INET;
 	dev_addr.sin_port = htons(URVT_ROCE_UDP_PORT);
 	memcpy(&dev_addr.sin_addr, &dev.rdi->gid.raw[12], 4);
+	if (over_shm && !dev_shm())
+		fail_msg("the device has no shm link");
+	ep_open(&peer, 10);
+	ep_open(&stranger, 120);
 
 	region_init(&R[M_RW], pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC, 1);
@@ -184,8 +521,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	close(peer_fd);
-	close(stranger_fd);
+	ep_close(&peer);
+	ep_close(&stranger);
 	for (int i = 0; i < NMR; i++)
 		if (R[i].mr)
 			rvt_dereg_mr(R[i].mr);
@@ -193,23 +530,23 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Send from fd: headers of f + payload + pad, a correct ICRC for the sender's
- * address. pre: mutate before the ICRC is computed (the result still has a
- * valid ICRC); post: after. Unknown opcodes get a bare BTH. */
+/* A packet from e: headers of f + payload + pad, then the ICRC: on UDP a
+ * correct one for icrc_from's address (normally e's), on shm zero, as urvt
+ * sends there (docs/shm.md: the link carries no ICRC). pre: mutate before
+ * the ICRC is computed (the result still has a valid ICRC); post: after.
+ * Unknown opcodes get a bare BTH. Returns the length. */
 typedef void (*mut_fn)(uint8_t *buf, size_t *len);
-static void send_pkt(int fd, const struct sockaddr_in *from, struct urvt_pkt *f,
-		     const void *payload, uint32_t len, mut_fn pre, mut_fn post)
+static size_t build_pkt(uint8_t *buf, const struct sockaddr_in *icrc_from, struct urvt_pkt *f,
+			const void *payload, uint32_t len, mut_fn pre, mut_fn post)
 {
-	uint8_t buf[5000];
 	struct urvt_ipinfo ip;
 	size_t h, n;
 	uint8_t pad;
 
-	urvt_ipinfo_v4(&ip, from->sin_addr.s_addr, dev_addr.sin_addr.s_addr, URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
 	if (!f->pkey)
 		f->pkey = 0xffff;
 	f->paylen = len;
-	h = urvt_pkt_build_hdr(buf, sizeof(buf), f);
+	h = urvt_pkt_build_hdr(buf, 5000, f);
 	if (!h) {
 		memset(buf, 0, URVT_BTH_BYTES);
 		bth_set_opcode(buf, f->opcode);
@@ -226,21 +563,31 @@ static void send_pkt(int fd, const struct sockaddr_in *from, struct urvt_pkt *f,
 	n += pad;
 	if (pre)
 		pre(buf, &n);
-	urvt_icrc_put(buf + n, urvt_icrc(&ip, buf, n));
+	if (over_shm) {
+		urvt_icrc_put(buf + n, 0);
+	} else {
+		urvt_ipinfo_v4(&ip, icrc_from->sin_addr.s_addr, dev_addr.sin_addr.s_addr,
+			       URVT_ROCE_UDP_PORT, URVT_ROCE_UDP_PORT);
+		urvt_icrc_put(buf + n, urvt_icrc(&ip, buf, n));
+	}
 	n += URVT_ICRC_BYTES;
 	if (post)
 		post(buf, &n);
-	assert_int_equal(sendto(fd, buf, n, 0, (struct sockaddr *)&dev_addr, sizeof(dev_addr)),
-			 (ssize_t)n);
+	return n;
+}
+
+static void send_pkt(struct ep *e, struct urvt_pkt *f, const void *payload, uint32_t len,
+		     mut_fn pre, mut_fn post)
+{
+	uint8_t buf[5000];
+
+	ep_send(e, buf, build_pkt(buf, &e->addr, f, payload, len, pre, post));
 }
 
 static void flush_socks(void)
 {
-	uint8_t junk[5000];
-	while (recv(peer_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
-		;
-	while (recv(stranger_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
-		;
+	ep_drain(&peer);
+	ep_drain(&stranger);
 }
 
 /* ------------------------------------------------------------------ */
@@ -248,15 +595,19 @@ static void flush_socks(void)
 /* ------------------------------------------------------------------ */
 static struct rvt_cq *cq;
 
-static struct rvt_qp *victim(enum ibv_qp_type t, int st, int access)
+/* A fresh QP in state st whose peer is e (RC/UC: PEER_QPN at e's GID,
+ * timeout and retry_cnt as given), one receive posted. */
+static struct rvt_qp *victim_of(struct ep *e, enum ibv_qp_type t, int st, int access,
+				uint8_t timeout, uint8_t retry_cnt)
 {
 	struct rvt_qp *qp = ut_qp(&dev, pd, t, cq, cq, NULL, NULL, false);
-	const struct ut_path path = { .peer_s_addr = peer_addr.sin_addr.s_addr,
+	const struct ut_path path = { .peer_s_addr = e->addr.sin_addr.s_addr,
 				      .dest_qpn = PEER_QPN, .rq_psn = PEER_PSN, .sq_psn = MY_PSN,
-				      .min_rnr_timer = 3, .timeout = 18, .retry_cnt = 7,
-				      .rnr_retry = 7, .max_rd_atomic = 4 };
+				      .min_rnr_timer = 3, .timeout = timeout,
+				      .retry_cnt = retry_cnt, .rnr_retry = 7, .max_rd_atomic = 4 };
 
 	flush_socks();
+	ep_drain(e);
 	if (st == IBV_QPS_RESET)
 		return qp;
 	ut_to_init(qp, access, UD_QKEY);
@@ -264,12 +615,21 @@ static struct rvt_qp *victim(enum ibv_qp_type t, int st, int access)
 	if (st == IBV_QPS_INIT)
 		return qp;
 	ut_to_rtr_path(qp, &path);
+	/* the address vector chose the link: shm exactly when the attacker
+	 * is a shm peer (it is UP by now) */
+	if (t != IBV_QPT_UD && (qp->remote_av.route != 0) != over_shm)
+		fail_msg("the victim routes its peer over %s", qp->remote_av.route ? "shm" : "udp");
 	if (st == IBV_QPS_RTR)
 		return qp;
 	ut_to_rts_path(qp, &path);
 	if (st == IBV_QPS_ERR)
 		ut_modify_state(qp, IBV_QPS_ERR);
 	return qp;
+}
+
+static struct rvt_qp *victim(enum ibv_qp_type t, int st, int access)
+{
+	return victim_of(&peer, t, st, access, 18, 7);
 }
 
 /* ------------------------------------------------------------------ */
@@ -283,6 +643,7 @@ enum vsel { V_OFF, V_END, V_BEFORE, V_RAW };
 
 static void pre_tver1(uint8_t *b, size_t *n) { bth_set_tver(b, 1); }
 static void post_flip(uint8_t *b, size_t *n) { b[14] ^= 0x40; }
+static void post_icrc(uint8_t *b, size_t *n) { b[*n - 1] ^= 0x01; }
 static void post_trunc3(uint8_t *b, size_t *n) { *n = 3; }
 static void pre_cut_reth(uint8_t *b, size_t *n) { *n = 12 + 8; } /* BTH + half a RETH */
 static void pre_odd_len(uint8_t *b, size_t *n) { *n -= 1; } /* not a multiple of 4 after ICRC */
@@ -304,6 +665,7 @@ struct attack {
 	uint16_t pkey;    /* 0: 0xffff */
 	uint32_t qkey;    /* UD: 0 means the victim's */
 	bool stranger;    /* sent from another address */
+	bool icrc_stranger; /* UDP: the ICRC computed for the stranger's address */
 	mut_fn pre, post;
 	/* expected */
 	int resp_op;      /* NONE: nothing on the wire */
@@ -313,7 +675,25 @@ struct attack {
 	int state_after;
 	enum urvt_ctr c;
 	bool rw_changes;  /* the (legitimate) control rows write M_RW */
+	/* the shm link */
+	const char *udp_only;             /* why the row cannot run over shm */
+	const struct outcome *on_shm;     /* its outcome there, if not the above */
 };
+
+/* What a row expects (the last fields of struct attack). */
+struct outcome {
+	int resp_op, resp_syn, resp_psn_off, wc, state_after;
+	enum urvt_ctr c;
+	bool rw_changes;
+};
+
+static struct outcome expected(const struct attack *a)
+{
+	if (over_shm && a->on_shm)
+		return *a->on_shm;
+	return (struct outcome){ a->resp_op, a->resp_syn, a->resp_psn_off, a->wc, a->state_after,
+				 a->c, a->rw_changes };
+}
 
 #define DROP(x) (URVT_CTR_DROP_BASE + (x))
 #define NAK_INV 0x61 /* roce-wire §8 */
@@ -468,8 +848,24 @@ static const struct attack attacks[] = {
 	  .c = DROP(URVT_DROP_BAD_QKEY) },
 	{ "TVer 1", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF, 0, 0, 16, 16, .pre = pre_tver1,
 	  .resp_op = NONE, .wc = NONE, .state_after = RTS, .c = DROP(URVT_DROP_BAD_TVER) },
-	{ "bad ICRC", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF, 0, 0, 16, 16, .post = post_flip,
-	  .resp_op = NONE, .wc = NONE, .state_after = RTS, .c = DROP(URVT_DROP_BAD_ICRC) },
+	/* no ICRC on the shm link (docs/shm.md): what a flipped bit makes of
+	 * the packet is what the device takes, here a VA outside every MR */
+	{ "bad ICRC (a RETH bit flipped after it)", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF, 0,
+	  0, 16, 16, .post = post_flip, .resp_op = NONE, .wc = NONE, .state_after = RTS,
+	  .c = DROP(URVT_DROP_BAD_ICRC),
+	  .on_shm = &(const struct outcome){ .resp_op = ACK, .resp_syn = NAK_ACC, .resp_psn_off = 0,
+					     .wc = FL, .state_after = ERR,
+					     .c = URVT_CTR_NAK_SENT_ACCESS } },
+	{ "ICRC field corrupted, packet intact", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF, 0, 0,
+	  16, 16, .post = post_icrc, .resp_op = NONE, .wc = NONE, .state_after = RTS,
+	  .c = DROP(URVT_DROP_BAD_ICRC),
+	  .on_shm = &(const struct outcome){ .resp_op = ACK, .resp_syn = 0x1f, .resp_psn_off = 0,
+					     .wc = NONE, .state_after = RTS,
+					     .c = URVT_CTR_ACKS_SENT, .rw_changes = true } },
+	{ "ICRC computed for another source address", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF,
+	  0, 0, 16, 16, .icrc_stranger = true, .resp_op = NONE, .wc = NONE, .state_after = RTS,
+	  .c = DROP(URVT_DROP_BAD_ICRC),
+	  .udp_only = "the shm link has no IP header, nothing for an ICRC to cover" },
 	{ "truncated to 3 bytes", RC, RTS, 0, W_ONLY, Q_VICTIM, 0, K_RW, V_OFF, 0, 0, 16, 16,
 	  .post = post_trunc3, .resp_op = NONE, .wc = NONE, .state_after = RTS,
 	  .c = DROP(URVT_DROP_TRUNCATED) },
@@ -550,55 +946,65 @@ static void build(const struct attack *a, struct rvt_qp *qp, struct urvt_pkt *f)
 	f->deth = (struct urvt_deth){ .qkey = a->qkey ? a->qkey : UD_QKEY, .sqp = PEER_QPN };
 }
 
-static void run_attack(const struct attack *a)
+/* Runs the row; false if it does not apply to this link. */
+static bool run_attack(const struct attack *a)
 {
-	struct rvt_qp *qp = victim(a->qpt, a->state, a->access ? a->access : ALL_RIGHTS);
+	struct outcome w = expected(a);
+	struct rvt_qp *qp;
 	static uint8_t payload[4096];
-	uint64_t before = ctr(a->c), deadline;
+	uint64_t before, rx_before, tx_before, deadline;
 	struct urvt_pkt f, p;
 	uint8_t buf[5000];
 	struct ibv_wc wc;
+	struct ep *from = a->stranger ? &stranger : &peer;
 
+	if (over_shm && a->udp_only) {
+		printf("  skip %s: %s\n", a->name, a->udp_only);
+		return false;
+	}
+	qp = victim(a->qpt, a->state, a->access ? a->access : ALL_RIGHTS);
+	before = ctr(w.c);
+	rx_before = ctr(link_rx_ctr());
+	tx_before = ctr(link_tx_ctr());
 	ut_fill(payload, sizeof(payload), 99);
 	build(a, qp, &f);
-	send_pkt(a->stranger ? stranger_fd : peer_fd, a->stranger ? &stranger_addr : &peer_addr, &f,
-		 payload, a->paylen, a->pre, a->post);
-	if (a->resp_op != NONE) {
-		if (!ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 2000))
+	ep_send(from, buf, build_pkt(buf, a->icrc_stranger ? &stranger.addr : &from->addr, &f,
+				     payload, a->paylen, a->pre, a->post));
+	if (w.resp_op != NONE) {
+		if (!ep_recv(&peer, &p, buf, sizeof(buf), 2000))
 			fail_msg("%s: no response", a->name);
-		if (p.opcode != a->resp_op)
+		if (p.opcode != w.resp_op)
 			fail_msg("%s: response opcode %#x, expected %#x", a->name, p.opcode,
-				 a->resp_op);
+				 w.resp_op);
 		if (p.dest_qpn != PEER_QPN)
 			fail_msg("%s: response to QPN %#x", a->name, p.dest_qpn);
-		if ((p.mask & URVT_AETH_MASK) && p.aeth.syn != a->resp_syn)
-			fail_msg("%s: syndrome %#x, expected %#x", a->name, p.aeth.syn, a->resp_syn);
-		if (p.psn != ((uint32_t)(PEER_PSN + a->resp_psn_off) & 0xffffff))
+		if ((p.mask & URVT_AETH_MASK) && p.aeth.syn != w.resp_syn)
+			fail_msg("%s: syndrome %#x, expected %#x", a->name, p.aeth.syn, w.resp_syn);
+		if (p.psn != ((uint32_t)(PEER_PSN + w.resp_psn_off) & 0xffffff))
 			fail_msg("%s: response PSN %#x", a->name, p.psn);
+		if (ctr(link_tx_ctr()) == tx_before)
+			fail_msg("%s: the response did not go over %s", a->name, link_name);
 	}
 	/* the counter moves (bounded wait: the progress thread may receive) */
 	deadline = ut_now_ms() + 2000;
-	while (ctr(a->c) == before && ut_now_ms() < deadline)
+	while (ctr(w.c) == before && ut_now_ms() < deadline)
 		ut_sleep_ms(1);
-	if (ctr(a->c) == before)
-		fail_msg("%s: counter %s did not move", a->name, urvt_ctr_name[a->c]);
+	if (ctr(w.c) == before)
+		fail_msg("%s: counter %s did not move", a->name, urvt_ctr_name[w.c]);
+	if (ctr(link_rx_ctr()) == rx_before)
+		fail_msg("%s: the packet did not come over %s", a->name, link_name);
 	/* nothing (else) on the wire, to the attacker or the stranger */
-	{
-		struct pollfd pfd[2] = { { .fd = peer_fd, .events = POLLIN },
-					 { .fd = stranger_fd, .events = POLLIN } };
-		if (poll(pfd, 2, 30) > 0) {
-			if (pfd[0].revents && ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 0))
-				fail_msg("%s: unexpected packet opcode %#x syn %#x psn %#x", a->name,
-					 p.opcode, p.aeth.syn, p.psn);
-			fail_msg("%s: a packet went to the stranger", a->name);
-		}
-	}
-	if (a->wc != NONE) {
+	if (ep_recv(&peer, &p, buf, sizeof(buf), 30))
+		fail_msg("%s: unexpected packet opcode %#x syn %#x psn %#x", a->name, p.opcode,
+			 p.aeth.syn, p.psn);
+	if (ep_recv(&stranger, &p, buf, sizeof(buf), 0))
+		fail_msg("%s: a packet went to the stranger", a->name);
+	if (w.wc != NONE) {
 		if (ut_poll(cq, &wc, 1, 2000) != 1)
 			fail_msg("%s: no completion", a->name);
-		if ((int)wc.status != a->wc)
+		if ((int)wc.status != w.wc)
 			fail_msg("%s: completion status %d, expected %d", a->name,
-				 (int)wc.status, a->wc);
+				 (int)wc.status, w.wc);
 		if (wc.wr_id != 0xabc || wc.qp_num != qp->qpn)
 			fail_msg("%s: completion for wr %#llx qp %u", a->name,
 				 (unsigned long long)wc.wr_id, wc.qp_num);
@@ -607,24 +1013,28 @@ static void run_attack(const struct attack *a)
 			fail_msg("%s: unexpected completion status %d", a->name,
 				 (int)wc.status);
 	}
-	if (ut_state(qp) != a->state_after)
-		fail_msg("%s: QP state %d, expected %d", a->name, ut_state(qp), a->state_after);
-	check_memory(a->name, a->rw_changes);
+	if (ut_state(qp) != w.state_after)
+		fail_msg("%s: QP state %d, expected %d", a->name, ut_state(qp), w.state_after);
+	check_memory(a->name, w.rw_changes);
 	assert_int_equal(rvt_destroy_qp(qp), 0);
 	while (ut_poll(cq, &wc, 1, 0) == 1)
 		;
 	ut_async_drain(&dev);
-	if (a->rw_changes) {
+	if (w.rw_changes) {
 		memcpy(R[M_RW].buf, R[M_RW].snap, MR_LEN); /* restore for the next rows */
 	}
-	printf("  ok  %s\n", a->name);
+	printf("  ok  %s%s\n", a->name, over_shm && a->on_shm ? " (its shm outcome)" : "");
+	return true;
 }
 
 static void test_table(void **state)
 {
+	size_t n = sizeof(attacks) / sizeof(attacks[0]), ran = 0;
+
 	cq = ut_cq(&dev, 256);
-	for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++)
-		run_attack(&attacks[i]);
+	for (size_t i = 0; i < n; i++)
+		ran += run_attack(&attacks[i]);
+	printf("  %zu of %zu rows over %s\n", ran, n, link_name);
 	rvt_destroy_cq(cq);
 	cq = NULL;
 }
@@ -634,7 +1044,7 @@ static void test_table(void **state)
 /* ------------------------------------------------------------------ */
 static void expect(struct urvt_pkt *p, uint8_t *buf, uint8_t op)
 {
-	assert_true(ut_peer_recv(peer_fd, p, buf, 5000, 2000));
+	assert_true(ep_recv(&peer, p, buf, 5000, 2000));
 	assert_int_equal(p->opcode, op);
 	assert_int_equal(p->dest_qpn, PEER_QPN);
 }
@@ -643,7 +1053,7 @@ static void quiet(int ms)
 {
 	struct urvt_pkt p;
 	uint8_t buf[5000];
-	if (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), ms))
+	if (ep_recv(&peer, &p, buf, sizeof(buf), ms))
 		fail_msg("unexpected packet opcode %#x psn %#x", p.opcode, p.psn);
 }
 
@@ -666,7 +1076,7 @@ static void test_replay_and_gap(void **state)
 	f.ackreq = true;
 	f.atmeth = (struct urvt_atmeth){ .va = va_of(M_RW, 64), .rkey = R[M_RW].key, .swap_add = 7 };
 	for (int i = 0; i < 5; i++) {
-		send_pkt(peer_fd, &peer_addr, &f, NULL, 0, NULL, NULL);
+		send_pkt(&peer, &f, NULL, 0, NULL, NULL);
 		expect(&p, buf, URVT_OP_RC_ATOMIC_ACKNOWLEDGE);
 		assert_int_equal(p.atmack_orig, before);
 		assert_int_equal(p.psn, PEER_PSN);
@@ -674,7 +1084,7 @@ static void test_replay_and_gap(void **state)
 	assert_int_equal(*target, before + 7);
 	/* the replay with another key/address is still the old result */
 	f.atmeth.rkey = R[M_OTHER].key;
-	send_pkt(peer_fd, &peer_addr, &f, NULL, 0, NULL, NULL);
+	send_pkt(&peer, &f, NULL, 0, NULL, NULL);
 	expect(&p, buf, URVT_OP_RC_ATOMIC_ACKNOWLEDGE);
 	assert_int_equal(p.atmack_orig, before);
 	assert_int_equal(*target, before + 7);
@@ -685,7 +1095,7 @@ static void test_replay_and_gap(void **state)
 	f.ackreq = true;
 	for (int i = 0; i < 20; i++) {
 		f.psn = PEER_PSN + 5 + (uint32_t)i;
-		send_pkt(peer_fd, &peer_addr, &f, buf, 8, NULL, NULL);
+		send_pkt(&peer, &f, buf, 8, NULL, NULL);
 	}
 	expect(&p, buf, ACK);
 	assert_int_equal(p.aeth.syn, NAK_SEQ);
@@ -720,7 +1130,7 @@ static void test_send_with_inv_foreign_key(void **state)
 		f.psn = PEER_PSN;
 		f.ackreq = true;
 		f.ieth_rkey = round ? R[M_STALE].key : R[M_OTHER].key;
-		send_pkt(peer_fd, &peer_addr, &f, buf, 8, NULL, NULL);
+		send_pkt(&peer, &f, buf, 8, NULL, NULL);
 		ut_poll1(cq, &wc);
 		assert_int_equal(wc.status, IBV_WC_REM_INV_REQ_ERR);
 		assert_int_equal(wc.wr_id, 0xabc);
@@ -765,11 +1175,11 @@ static void test_response_injection(void **state)
 	f.dest_qpn = qp->qpn;
 	f.psn = MY_PSN;
 	f.aeth.syn = 0x1f;
-	send_pkt(peer_fd, &peer_addr, &f, junk, 512, NULL, NULL);
+	send_pkt(&peer, &f, junk, 512, NULL, NULL);
 	/* ACK for a PSN never sent */
 	f.opcode = ACK;
 	f.psn = MY_PSN + 100;
-	send_pkt(peer_fd, &peer_addr, &f, NULL, 0, NULL, NULL);
+	send_pkt(&peer, &f, NULL, 0, NULL, NULL);
 	ut_sleep_ms(50);
 	assert_true(ctr(DROP(URVT_TDROP_STALE_RESP)) + ctr(DROP(URVT_TDROP_BAD_RESP)) >= stale + bad + 2);
 	assert_int_equal(ut_state(qp), RTS);
@@ -793,13 +1203,13 @@ static void test_response_injection(void **state)
 	expect(&p, buf, R_REQ);
 	f.opcode = ACK;
 	f.psn = MY_PSN;
-	send_pkt(peer_fd, &peer_addr, &f, NULL, 0, NULL, NULL);
+	send_pkt(&peer, &f, NULL, 0, NULL, NULL);
 	f.opcode = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
-	send_pkt(peer_fd, &peer_addr, &f, junk, 1024, NULL, NULL); /* 1024 > 100 */
+	send_pkt(&peer, &f, junk, 1024, NULL, NULL); /* 1024 > 100 */
 	ut_cq_empty(cq, 50);
 	check_memory("read response too long", false);
 	/* the right one completes it */
-	send_pkt(peer_fd, &peer_addr, &f, junk, 100, NULL, NULL);
+	send_pkt(&peer, &f, junk, 100, NULL, NULL);
 	ut_poll1(cq, &wc);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
 	assert_int_equal(wc.wr_id, 5);
@@ -815,7 +1225,7 @@ static void test_response_injection(void **state)
 	expect(&p, buf, S_ONLY);
 	f.psn = p.psn;
 	f.opcode = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
-	send_pkt(peer_fd, &peer_addr, &f, junk, 0, NULL, NULL);
+	send_pkt(&peer, &f, junk, 0, NULL, NULL);
 	ut_poll1(cq, &wc);
 	assert_int_equal(wc.wr_id, 6);
 	assert_int_equal(wc.status, IBV_WC_FATAL_ERR);
@@ -849,7 +1259,7 @@ static void test_cq_overrun(void **state)
 	f.ackreq = true;
 	for (int i = 0; i < n + 2; i++) {
 		f.psn = PEER_PSN + (uint32_t)i;
-		send_pkt(peer_fd, &peer_addr, &f, data, sizeof(data), NULL, NULL);
+		send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
 	}
 	events = ut_async_count(&dev, IBV_EVENT_CQ_ERR, cq, 2000);
 	assert_int_equal(events, 1);
@@ -861,14 +1271,403 @@ static void test_cq_overrun(void **state)
 	cq = NULL;
 }
 
+/* ------------------------------------------------------------------ */
+/* shm only: the peer breaks the link during a transfer               */
+/* ------------------------------------------------------------------ */
+/* Their victims expect the peer to vanish: 4.096 us << 12 = 16.8 ms of
+ * timeout, 3 retries (qp-semantics §5.1). */
+#define SHORT_TIMEOUT 12
+#define SHORT_RETRIES 3
+#define W_FIRST URVT_OP_RC_RDMA_WRITE_FIRST
+#define W_MIDDLE URVT_OP_RC_RDMA_WRITE_MIDDLE
+#define W_LAST URVT_OP_RC_RDMA_WRITE_LAST
+
+static void post_wr(struct rvt_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *addr,
+		    uint32_t len, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = len ? 1 : 0,
+				  .opcode = op, .send_flags = IBV_SEND_SIGNALED };
+
+	wr.wr.rdma.remote_addr = 0x10000; /* the fake peer has no memory to check */
+	wr.wr.rdma.rkey = 0x99;
+	ut_post_send(qp, &wr);
+}
+
+struct want_wc {
+	uint64_t wr_id;
+	int status;
+};
+
+/* Exactly these completions (any order) within ms, then nothing. */
+static void expect_wcs(const char *what, const struct want_wc *want, int n, int ms)
+{
+	struct ibv_wc wc[8];
+	int got = ut_poll(cq, wc, n, ms);
+
+	assert_true(n <= 8);
+	if (got != n)
+		fail_msg("%s: %d of %d completions within %d ms", what, got, n, ms);
+	for (int i = 0; i < n; i++) {
+		int j = 0;
+		while (j < n && wc[j].wr_id != want[i].wr_id)
+			j++;
+		if (j == n)
+			fail_msg("%s: no completion for wr %#llx", what,
+				 (unsigned long long)want[i].wr_id);
+		if ((int)wc[j].status != want[i].status)
+			fail_msg("%s: wr %#llx completed with status %d, expected %d", what,
+				 (unsigned long long)want[i].wr_id, (int)wc[j].status,
+				 want[i].status);
+	}
+	ut_cq_empty(cq, 10);
+}
+
+/* A record header in ring 0 with this length field and nothing sensible
+ * behind it, one record slot (64 bytes) long as far as our head goes. */
+static void ring_put_bad(struct ep *e, uint32_t len_field)
+{
+	struct shm_rec *rec = (void *)(e->r->ring[0] + (e->head & (SHM_RING_BYTES - 1)));
+
+	rec->len = len_field;
+	e->head += SHM_REC_ALIGN;
+}
+
+enum scribble { SC_HEAD_AHEAD, SC_HEAD_OFF, SC_LEN_ZERO, SC_LEN_BIG, SC_PAST_HEAD, SC_WRAP };
+static const struct {
+	enum scribble how;
+	const char *what;
+} scribbles[] = {
+	{ SC_HEAD_AHEAD, "head more than a ring ahead of tail" },
+	{ SC_HEAD_OFF, "head off a record boundary" },
+	{ SC_LEN_ZERO, "a record of length 0" },
+	{ SC_LEN_BIG, "a record longer than any packet" },
+	{ SC_PAST_HEAD, "a record running past head" },
+	/* also over the consumed start of the ring: a reader that believed
+	 * it went round the ring for ever (fixed in f339e9e) */
+	{ SC_WRAP, "a WRAP record skipping past head" },
+};
+
+/* Half of a 4-packet WRITE into M_RW has arrived (and been ACKed) and the
+ * victim's own SEND to the peer is out when the peer scribbles on ring 0;
+ * behind the scribble lie the rest of the WRITE and a SEND for the posted
+ * receive. The device cuts the peer off and acts on nothing behind it; the
+ * victim fails as one whose peer vanished: RETRY_EXC_ERR, then flushes. */
+static void scribble_once(size_t k)
+{
+	const char *what = scribbles[k].what;
+	static uint8_t a[2 * PMTU], b[2 * PMTU];
+	uint8_t pkt[5000], buf[5000], recv_snap[512];
+	uint32_t dead = shm_stats().peers_dead, h1, n;
+	uint64_t t0;
+	struct rvt_qp *qp;
+	struct urvt_pkt f, p;
+	struct ep x;
+	const struct want_wc want[] = { { 0x5e, IBV_WC_RETRY_EXC_ERR }, { 0xabc, FL } };
+
+	ep_open(&x, 300 + 10 * (int)k);
+	cq = ut_cq(&dev, 64);
+	qp = victim_of(&x, RC, RTS, ALL_RIGHTS, SHORT_TIMEOUT, SHORT_RETRIES);
+	memcpy(recv_snap, R[M_RECV].buf, sizeof(recv_snap));
+	ut_fill(a, sizeof(a), 41);
+	ut_fill(b, sizeof(b), 42);
+	memset(&f, 0, sizeof(f));
+	f.opcode = W_FIRST;
+	f.dest_qpn = qp->qpn;
+	f.psn = PEER_PSN;
+	f.reth = (struct urvt_reth){ .va = va_of(M_RW, 0), .rkey = R[M_RW].key, .len = 4 * PMTU };
+	send_pkt(&x, &f, a, PMTU, NULL, NULL);
+	f.opcode = W_MIDDLE;
+	f.psn = PEER_PSN + 1;
+	f.ackreq = true;
+	send_pkt(&x, &f, a + PMTU, PMTU, NULL, NULL);
+	if (!ep_recv(&x, &p, buf, sizeof(buf), 2000) || p.opcode != ACK || p.aeth.syn != 0x1f ||
+	    p.psn != PEER_PSN + 1)
+		fail_msg("%s: the first half of the WRITE was not ACKed", what);
+	post_wr(qp, 0x5e, IBV_WR_SEND, NULL, 0, 0);
+	if (!ep_recv(&x, &p, buf, sizeof(buf), 2000) || p.opcode != S_ONLY || p.psn != MY_PSN)
+		fail_msg("%s: the victim's SEND did not come", what);
+
+	t0 = ut_now_ms();
+	switch (scribbles[k].how) {
+	case SC_LEN_ZERO:
+		ring_put_bad(&x, 0);
+		break;
+	case SC_LEN_BIG:
+		ring_put_bad(&x, SHM_PKT_MAX + 1);
+		break;
+	case SC_PAST_HEAD:
+		ring_put_bad(&x, 1000); /* 1024 bytes of record, head says 64 */
+		break;
+	case SC_WRAP:
+		ring_put_bad(&x, SHM_REC_WRAP);
+		((struct shm_rec *)(void *)x.r->ring[0])->len = SHM_REC_WRAP;
+		break;
+	default:
+		break;
+	}
+	if (scribbles[k].how != SC_PAST_HEAD && scribbles[k].how != SC_WRAP) {
+		f.opcode = W_MIDDLE;
+		f.psn = PEER_PSN + 2;
+		f.ackreq = false;
+		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b, PMTU, NULL, NULL);
+		ring_put(&x, pkt, n);
+		f.opcode = W_LAST;
+		f.psn = PEER_PSN + 3;
+		f.ackreq = true;
+		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b + PMTU, PMTU, NULL, NULL);
+		ring_put(&x, pkt, n);
+		f.opcode = S_ONLY;
+		f.psn = PEER_PSN + 4;
+		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b, 64, NULL, NULL);
+		ring_put(&x, pkt, n);
+	}
+	ring_publish(&x, scribbles[k].how == SC_HEAD_AHEAD ? x.head + SHM_RING_BYTES :
+			 scribbles[k].how == SC_HEAD_OFF ? x.head + 8 : x.head);
+	if (!shm_wait(-1, -1, (int)dead + 1, 2000))
+		fail_msg("%s: the device did not cut the peer off", what);
+	ut_sleep_ms(5); /* a send that saw the peer UP just before may still land */
+	h1 = atomic_load(&x.r->ctrl[1].head);
+
+	expect_wcs(what, want, 2, 5000);
+	printf("  ok  %s: cut off, the victim failed after %llu ms\n", what,
+	       (unsigned long long)(ut_now_ms() - t0));
+	/* the link knows the peer is gone: the QP gives up at the retransmit
+	 * timer's first look (docs/shm.md), not after retry_cnt timeouts */
+	if (ut_now_ms() - t0 > 1000)
+		fail_msg("%s: the victim waited out its retries", what);
+	/* never written again; before the cut, at most retransmissions of
+	 * the SEND: any response would answer something behind the scribble */
+	assert_int_equal(atomic_load(&x.r->ctrl[1].head), h1);
+	while (ring_take(&x, &x.tail, true, buf, sizeof(buf), &n)) {
+		assert_int_equal(urvt_pkt_parse(buf, n, &p), 0);
+		if (p.opcode != S_ONLY || p.psn != MY_PSN)
+			fail_msg("%s: the device sent opcode %#x psn %#x after the scribble", what,
+				 p.opcode, p.psn);
+	}
+	assert_memory_equal(R[M_RW].buf, a, sizeof(a));
+	assert_memory_equal(R[M_RW].buf + sizeof(a), R[M_RW].snap + sizeof(a),
+			    MR_LEN - sizeof(a));
+	assert_memory_equal(R[M_RECV].buf, recv_snap, sizeof(recv_snap));
+	assert_int_equal(ut_state(qp), ERR);
+	check_memory(what, true);
+	memcpy(R[M_RW].buf, R[M_RW].snap, MR_LEN);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	ut_async_drain(&dev);
+	rvt_destroy_cq(cq);
+	cq = NULL;
+	ep_close(&x);
+}
+
+static void test_shm_scribble(void **state)
+{
+	for (size_t k = 0; k < sizeof(scribbles) / sizeof(scribbles[0]); k++)
+		scribble_once(k);
+}
+
+/* The peer dies (closes everything, as a process that exits) with the
+ * victim's WRITE half ACKed: what it wrote before still counts (the ACK
+ * completes the SEND before it: GONE, not DEAD, docs/shm.md), the WRITE
+ * ends in RETRY_EXC_ERR (its retransmissions are lost), the rest flushes,
+ * in bounded time. */
+static void test_shm_peer_dies(void **state)
+{
+	const struct want_wc want[] = { { 0x70, IBV_WC_SUCCESS }, { 0x71, IBV_WC_RETRY_EXC_ERR },
+					{ 0x72, FL }, { 0x73, FL }, { 0xabc, FL } };
+	static const uint8_t ops[] = { S_ONLY, W_FIRST, W_MIDDLE, W_MIDDLE };
+	uint32_t gone = shm_stats().peers_gone;
+	uint64_t t0;
+	uint8_t buf[5000];
+	struct rvt_qp *qp;
+	struct urvt_pkt f, p;
+	struct ep x;
+
+	ep_open(&x, 400);
+	cq = ut_cq(&dev, 64);
+	qp = victim_of(&x, RC, RTS, ALL_RIGHTS, SHORT_TIMEOUT, SHORT_RETRIES);
+	post_wr(qp, 0x70, IBV_WR_SEND, NULL, 0, 0);
+	post_wr(qp, 0x71, IBV_WR_RDMA_WRITE, R[M_RW].buf, MR_LEN, R[M_RW].key);
+	post_wr(qp, 0x72, IBV_WR_SEND, NULL, 0, 0);
+	post_wr(qp, 0x73, IBV_WR_SEND, NULL, 0, 0);
+	for (uint32_t i = 0; i < sizeof(ops); i++)
+		if (!ep_recv(&x, &p, buf, sizeof(buf), 2000) || p.opcode != ops[i] ||
+		    p.psn != MY_PSN + i)
+			fail_msg("packet %u of the transfer did not come", i);
+	memset(&f, 0, sizeof(f));
+	f.opcode = ACK;
+	f.dest_qpn = qp->qpn;
+	f.psn = MY_PSN + 2; /* the SEND and the WRITE's first two packets */
+	f.aeth.syn = 0x1f;
+	send_pkt(&x, &f, NULL, 0, NULL, NULL);
+	t0 = ut_now_ms();
+	ep_die(&x);
+	if (!shm_wait(-1, (int)gone + 1, -1, 2000))
+		fail_msg("the device did not see the peer go");
+	expect_wcs("peer dies", want, 5, 5000);
+	printf("  ok  peer died mid-transfer: the victim failed after %llu ms\n",
+	       (unsigned long long)(ut_now_ms() - t0));
+	/* as above: the first look of the retransmit timer gives up */
+	if (ut_now_ms() - t0 > 1000)
+		fail_msg("peer dies: the victim waited out its retries");
+	assert_int_equal(ut_state(qp), ERR);
+	check_memory("peer dies", false);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	ut_async_drain(&dev);
+	rvt_destroy_cq(cq);
+	cq = NULL;
+	ep_close(&x);
+}
+
+/* The peer reads (and ACKs) what the device writes into ring 1 but never
+ * hands the bytes back (tail stays 0): the ring fills, the device's sender
+ * waits at most 2 ms per batch, then counts the packets lost (tx_errors)
+ * and goes on (another peer is served meanwhile); nothing unread is
+ * overwritten; the WRITE ends in RETRY_EXC_ERR. */
+#define BIG (6u << 20)
+static void test_shm_ring_never_drained(void **state)
+{
+	const struct want_wc want[] = { { 0x81, IBV_WC_RETRY_EXC_ERR }, { 0xabc, FL } };
+	uint64_t lost = ctr(URVT_CTR_TX_ERRORS), t0, idle_since = 0;
+	uint32_t cur = 0, seen = 0, next = 0, n;
+	struct rvt_mregion *mr;
+	struct rvt_qp *qp;
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+	uint8_t *big;
+	struct ep x;
+
+	ep_open(&x, 500);
+	cq = ut_cq(&dev, 64);
+	/* retries for about half a second: long enough to meet a full ring */
+	qp = victim_of(&x, RC, RTS, ALL_RIGHTS, 14, 7);
+	big = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(big != MAP_FAILED);
+	ut_fill(big, BIG, 7);
+	mr = ut_mr(pd, big, BIG, IBV_ACCESS_LOCAL_WRITE);
+	t0 = ut_now_ms();
+	post_wr(qp, 0x81, IBV_WR_RDMA_WRITE, big, BIG, mr->lkey);
+	memset(&f, 0, sizeof(f));
+	f.opcode = ACK;
+	f.dest_qpn = qp->qpn;
+	f.aeth.syn = 0x1f;
+	/* read without releasing, ACK what came, until the device has been
+	 * losing packets and nothing came for 50 ms */
+	for (;;) {
+		bool got = false;
+		while (ring_take(&x, &cur, false, buf, sizeof(buf), &n)) {
+			/* in order, or a retransmission from an earlier PSN (a
+			 * probe or timeout when our ACKs lag), the data of its PSN */
+			uint32_t i;
+			assert_int_equal(urvt_pkt_parse(buf, n, &p), 0);
+			i = (p.psn - MY_PSN) & 0xffffff;
+			if (p.opcode != (i ? W_MIDDLE : W_FIRST) || i > next || p.paylen != PMTU ||
+			    memcmp(p.payload, big + (size_t)i * PMTU, PMTU))
+				fail_msg("record %u: opcode %#x psn %#x, or its data, not what was sent",
+					 seen, p.opcode, p.psn);
+			if (i == next)
+				next++;
+			seen++;
+			got = true;
+		}
+		if (got) {
+			f.psn = MY_PSN + next - 1;
+			send_pkt(&x, &f, NULL, 0, NULL, NULL);
+			idle_since = ut_now_ms();
+		} else if (ctr(URVT_CTR_TX_ERRORS) != lost && ut_now_ms() - idle_since > 50) {
+			break;
+		} else if (ut_now_ms() - t0 > 10000) {
+			fail_msg("the ring did not fill (%u records)", seen);
+		}
+		ut_sleep_ms(1);
+	}
+	/* full: less than a record's room left, all of it unread, in order */
+	assert_int_equal(atomic_load(&x.r->ctrl[1].tail), 0);
+	assert_int_equal(atomic_load(&x.r->ctrl[1].head), cur);
+	assert_true(cur <= SHM_RING_BYTES &&
+		    SHM_RING_BYTES - cur < shm_rec_bytes(URVT_BTH_BYTES + PMTU + URVT_ICRC_BYTES));
+	printf("  ok  ring full after %u records, %llu packets lost so far\n", seen,
+	       (unsigned long long)(ctr(URVT_CTR_TX_ERRORS) - lost));
+	/* the device is not stuck on it: another peer's WRITE is ACKed */
+	{
+		struct rvt_cq *mine = cq;
+		struct rvt_qp *q2;
+		struct urvt_pkt g;
+		uint8_t data[64];
+
+		cq = ut_cq(&dev, 16);
+		q2 = victim(RC, RTS, ALL_RIGHTS);
+		memset(&g, 0, sizeof(g));
+		g.opcode = W_ONLY;
+		g.dest_qpn = q2->qpn;
+		g.psn = PEER_PSN;
+		g.ackreq = true;
+		g.reth = (struct urvt_reth){ .va = va_of(M_RW, 0), .rkey = R[M_RW].key, .len = 64 };
+		ut_fill(data, sizeof(data), 5);
+		send_pkt(&peer, &g, data, sizeof(data), NULL, NULL);
+		expect(&p, buf, ACK);
+		assert_int_equal(p.aeth.syn, 0x1f);
+		assert_memory_equal(R[M_RW].buf, data, sizeof(data));
+		memcpy(R[M_RW].buf, R[M_RW].snap, MR_LEN);
+		assert_int_equal(rvt_destroy_qp(q2), 0);
+		rvt_destroy_cq(cq);
+		cq = mine;
+	}
+	expect_wcs("ring never drained", want, 2, 10000);
+	printf("  ok  the WRITE failed %llu ms after it was posted\n",
+	       (unsigned long long)(ut_now_ms() - t0));
+	assert_int_equal(atomic_load(&x.r->ctrl[1].head), cur);
+	assert_int_equal(ut_state(qp), ERR);
+	check_memory("ring never drained", false);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	ut_async_drain(&dev);
+	rvt_destroy_cq(cq);
+	cq = NULL;
+	assert_int_equal(rvt_dereg_mr(mr), 0);
+	munmap(big, BIG);
+	ep_close(&x);
+}
+
+/* Every wait is bounded; a test that still does not end has a device
+ * that hangs (a reader round the ring, a blocked doorbell): fail it with a
+ * word rather than at ctest's timeout. */
+static void on_alarm(int sig)
+{
+	static const char m[] = "test_hostile: a test ran out of time: the device hangs\n";
+
+	(void)sig;
+	(void)!write(2, m, sizeof(m) - 1);
+	_exit(1);
+}
+
+static int watchdog(void **state)
+{
+	alarm(60); /* a test takes seconds; ctest gives the binary 120 s */
+	return 0;
+}
+
+#define T(f) cmocka_unit_test_setup(f, watchdog)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_replay_and_gap),
-		cmocka_unit_test(test_send_with_inv_foreign_key),
-		cmocka_unit_test(test_response_injection),
-		cmocka_unit_test(test_cq_overrun),
+		T(test_table),
+		T(test_replay_and_gap),
+		T(test_send_with_inv_foreign_key),
+		T(test_response_injection),
+		T(test_cq_overrun),
+		/* shm only, last */
+		T(test_shm_scribble),
+		T(test_shm_peer_dies),
+		T(test_shm_ring_never_drained),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	const char *env = getenv("URVT_SHM"), *path = getenv("URVT_PATH");
+
+	if (over_shm && ((env && !strcmp(env, "0")) || (path && !strcmp(path, "udp")))) {
+		printf("URVT_SHM=0 / URVT_PATH=udp: no shm link to attack\n");
+		return 77;
+	}
+	signal(SIGALRM, on_alarm);
+	return _cmocka_run_group_tests(link_name, tests,
+				       sizeof(tests) / sizeof(tests[0]) - (over_shm ? 0 : 3),
+				       setup, teardown);
 }
