@@ -283,13 +283,16 @@ static bool bindv6only(void)
 	return v != 0;
 }
 
-int cma_bind_addr(struct rdma_id_private *p, const struct sockaddr *addr)
+int cma_bind_addr(struct rdma_id_private *p, const struct sockaddr *addr_in)
 {
+	struct sockaddr_storage copy; /* addr_in may be the id's own */
+	const struct sockaddr *addr = (struct sockaddr *)&copy;
 	struct cma_device *dev;
 	int ret;
 
-	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
+	if (addr_in->sa_family != AF_INET && addr_in->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
+	memcpy(&copy, addr_in, cma_addrlen(addr_in));
 	if (p->state != RDMA_CM_IDLE)
 		return -EINVAL;
 	if (addr->sa_family == AF_INET6 &&
@@ -375,16 +378,26 @@ static int cma_queue(struct rdma_id_private *p, struct rdma_id_private *owner,
 	return 0;
 }
 
-int cma_resolve_addr(struct rdma_id_private *p, const struct sockaddr *src,
-		     const struct sockaddr *dst)
+int cma_resolve_addr(struct rdma_id_private *p, const struct sockaddr *src_in,
+		     const struct sockaddr *dst_in)
 {
-	socklen_t dlen = cma_addrlen(dst);
+	socklen_t dlen = cma_addrlen(dst_in), slen = src_in ? cma_addrlen(src_in) : 0;
 	struct cma_device *dev = p->cma_dev;
+	/* copies: the caller may pass the id's own route addresses (rsockets do) */
+	struct sockaddr_storage dst_copy, src_copy;
+	const struct sockaddr *dst = (struct sockaddr *)&dst_copy, *src = NULL;
 	uint16_t port;
 	int ret;
 
 	if (!dlen)
 		return -EINVAL;
+	memcpy(&dst_copy, dst_in, dlen);
+	if (src_in && src_in->sa_family) {
+		if (!slen)
+			return -EINVAL;
+		memcpy(&src_copy, src_in, slen);
+		src = (struct sockaddr *)&src_copy;
+	}
 	memset(&p->id.route.addr.dst_storage, 0, sizeof(p->id.route.addr.dst_storage));
 	memcpy(cma_dst_addr(p), dst, dlen);
 	if (p->state == RDMA_CM_IDLE) {

@@ -180,6 +180,11 @@ int cma_notify(struct rdma_id_private *id_priv, enum ibv_event_type event);
 int cma_init_qp_attr(struct rdma_id_private *id_priv, struct ibv_qp_attr *attr, int *mask);
 int cma_set_option(struct rdma_id_private *id_priv, int level, int optname, const void *optval,
 		   size_t optlen);
+/* An id without a channel (synchronous): wait for its call's event (ucma.c,
+ * librdmacm's ucma_complete); 0 or -1 with errno (EAGAIN when the
+ * application made its private channel non-blocking). rsockets use it. */
+int ucma_complete(struct rdma_cm_id *id);
+
 /* Every id, for rdma_get_devices-style walks and cleanup. */
 extern struct rdma_id_private *cma_all_ids;
 

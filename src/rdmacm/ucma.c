@@ -99,7 +99,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 }
 
 /* For ids without a channel: the call's event, its status as errno. */
-static int ucma_complete(struct rdma_cm_id *id)
+int ucma_complete(struct rdma_cm_id *id)
 {
 	struct rdma_id_private *p = to_id_priv(id);
 	int ret;

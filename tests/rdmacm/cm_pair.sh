@@ -98,6 +98,29 @@ qperf)
 	scmd="qperf -lp $port"
 	ccmd="qperf $saddr -lp $port -cm1 -t 1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_rdma_write_lat rc_compare_swap_mr"
 	want='msg_rate' ;;
+rstream)
+	# blocking calls (CQ events, no spinning), data verified
+	scmd="rstream -b $saddr -p $port -T b -T v -S 1048576 -C 50"
+	ccmd="rstream -s $saddr -p $port -T b -T v -S 1048576 -C 50"
+	want='^custom +1m +50 ' ;;
+rstream_async)
+	# non-blocking connect, rpoll before every call
+	scmd="rstream -b $saddr -p $port -T a -T v -S 65536 -C 200"
+	ccmd="rstream -s $saddr -p $port -T a -T v -S 65536 -C 200"
+	want='^custom +64k +200 ' ;;
+riostream)
+	# riomap/riowrite: the peer's data lands in the mapped buffer
+	scmd="riostream -b $saddr -p $port -T v -S 65536 -C 16 -I 5"
+	ccmd="riostream -s $saddr -p $port -T v -S 65536 -C 16 -I 5"
+	want='^custom +64k +16 +5 ' ;;
+rspreload)
+	# a plain TCP program; Debian's librspreload.so makes its sockets rsockets
+	rsp=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+	[ -e "$rsp" ] && [ -x "${SOCK_ECHO:-}" ] || { echo "SKIP: no librspreload.so or sock_echo"; exit 77; }
+	senv="LD_PRELOAD=$rsp" cenv="LD_PRELOAD=$rsp"
+	scmd="$SOCK_ECHO -s $saddr $port"
+	ccmd="$SOCK_ECHO -c $saddr $port"
+	want='sock_echo: OK 5312613 bytes echoed' ;;
 *)
 	echo "unknown case $case"; exit 2 ;;
 esac
@@ -109,6 +132,14 @@ command -v "$prog" >/dev/null || { echo "SKIP: $prog not installed"; exit 77; }
 $sns env $senv timeout "$tmo" "$run" $scmd >"$out/server" 2>&1 &
 spid=$!
 sleep 0.5
+if [ "$case" = rspreload ]; then
+	sleep 0.5
+	# rsockets, not a fallback to the kernel's TCP: no TCP listener there
+	if $sns ss -ltnH "sport = :$port" | grep -q .; then
+		echo "FAIL: the server listens on TCP port $port: librspreload fell back to a socket"
+		exit 1
+	fi
+fi
 rc=1
 for try in 1 2 3; do
 	# shellcheck disable=SC2086
