@@ -11,6 +11,8 @@
 #        udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s
 #        qperf_c qperf_s  (qperf -cm1 RC tests; the VM image needs qperf:
 #                          RXEVM_EXTRA_BINS=/usr/bin/qperf at ./build)
+#        rstream_c rstream_s riostream_c riostream_s  (rsockets against
+#                          rdma-core's; the image needs rstream, riostream)
 #        noservice_c noservice_s   (no listener: REJ "invalid service ID", 8)
 # Default: all of them.
 #
@@ -52,7 +54,7 @@ if ! vm_up; then
 		exit 77
 	fi
 	booted=1
-	RXEVM_EXTRA_BINS="${RXEVM_EXTRA_BINS:-$(command -v qperf)}" \
+	RXEVM_EXTRA_BINS="${RXEVM_EXTRA_BINS:-$(command -v qperf rstream riostream | tr '\n' ' ')}" \
 		"$rxevm/build" >"$out/boot" 2>&1 && "$rxevm/up" 1 >>"$out/boot" 2>&1 &&
 		"$rxevm/attach" "$uns" "$uaddr" >>"$out/boot" 2>&1 || {
 		cat "$out/boot"; echo "FAIL: could not boot the rxe VM"; exit 1; }
@@ -237,6 +239,25 @@ one() {
 		kill "$hpid" 2>/dev/null; wait "$hpid" 2>/dev/null; hpid=
 		[ "$vrc" = 0 ] && [ "$(grep -cE '(bw|latency|msg_rate) += ' "$out/client")" = 6 ] && ok=0
 		result "$c" $ok "kernel qperf -cm1 (6 RC tests) -> urvt qperf" ;;
+	rstream_c|riostream_c)
+		# rsockets: urvt's against rdma-core's (the VM image needs them:
+		# RXEVM_EXTRA_BINS="/usr/bin/rstream /usr/bin/riostream")
+		local p=${c%_c}
+		[ -n "$(vm -t 20 1 "command -v $p" 2>/dev/null)" ] || { result "$c" 77 "no $p in the VM image"; return; }
+		vm_server "$p -b $vaddr -T v -S 65536 -C 16 -I 3"
+		host_client "$p" -s "$vaddr" -T v -S 65536 -C 16 -I 3
+		vm_server_log >"$out/vmsrv"
+		[ "$hrc" = 0 ] && grep -qE '^custom +64k +16 +3 ' "$out/client" &&
+			grep -qE '^custom +64k +16 +3 ' "$out/vmsrv" && ok=0
+		result "$c" $ok "urvt $p -T v -> rdma-core $p (rsocket protocol)" ;;
+	rstream_s|riostream_s)
+		local p=${c%_s}
+		[ -n "$(vm -t 20 1 "command -v $p" 2>/dev/null)" ] || { result "$c" 77 "no $p in the VM image"; return; }
+		host_server "$p" -b "$uaddr" -T v -S 65536 -C 16 -I 3
+		vm_client "$p -s $uaddr -T v -S 65536 -C 16 -I 3"
+		host_server_wait
+		[ "$vrc" = 0 ] && [ "$src" = 0 ] && grep -qE '^custom +64k +16 +3 ' "$out/client" && ok=0
+		result "$c" $ok "rdma-core $p -T v -> urvt $p (rsocket protocol)" ;;
 	noservice_c)
 		# the kernel answers a REQ for a port nobody listens on with REJ 8
 		vm -t 20 1 'killall rping 2>/dev/null; true' >/dev/null
@@ -255,7 +276,7 @@ one() {
 	esac
 }
 
-cases=${*:-rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s qperf_c qperf_s noservice_c noservice_s}
+cases=${*:-rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s qperf_c qperf_s rstream_c rstream_s riostream_c riostream_s noservice_c noservice_s}
 for c in $cases; do
 	one "$c"
 done
