@@ -23,7 +23,11 @@
  *       command channel behind it (urvt's libibverbs never opens it);
  *   .../urvt0/ports/1/gid_attrs/ndevs/0   the interface urvt binds, chosen
  *       as udp_addr.c chooses it (URVT_ADDR's interface, else URVT_NETDEV,
- *       else lo), made on each open.
+ *       else lo), made on each open;
+ *   .../urvt0/device/net/ and .../urvt0/ports/1/gids/   a small directory
+ *       made on first use under $TMPDIR/urvt-sysfs-<uid>/ (0700, ours): a
+ *       symlink net/<ifname> -> /sys/class/net/<ifname> (how rdma-core's
+ *       tests find the device's IP address) and, with URVT_ADDR, gids/0.
  *
  * The wrapped calls are those glibc exports for path lookups (open*, fopen*,
  * stat family incl. the pre-2.33 __xstat entry points, statx, access
@@ -52,6 +56,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -65,6 +70,8 @@ static const char *const view_prefixes[] = {
 	"/dev/infiniband",
 };
 #define NDEV_PATH "/sys/class/infiniband/urvt0/ports/1/gid_attrs/ndevs/0"
+#define NET_PATH "/sys/class/infiniband/urvt0/device/net"
+#define GIDS_PATH "/sys/class/infiniband/urvt0/ports/1/gids"
 #define UVERBS_PATH "/dev/infiniband/uverbs-urvt0"
 
 /* ---- the real functions ---- */
@@ -143,43 +150,6 @@ static bool dir_path(int dirfd, char *out, size_t len)
 	return true;
 }
 
-/*
- * Classify PATH (relative to DIRFD). For V_TREE, OUT holds the path in the
- * tree to use instead.
- */
-static enum view view_map(int dirfd, const char *path, char *out, size_t len)
-{
-	char abs[PATH_MAX];
-	const char *p = path;
-	size_t n;
-
-	if (!path || !strstr(path, "infiniband"))
-		return V_PASS;
-	if (path[0] != '/') {
-		char base[PATH_MAX];
-		if (!dir_path(dirfd, base, sizeof(base)) ||
-		    snprintf(abs, sizeof(abs), "%s/%s", strcmp(base, "/") ? base : "", path) >=
-			    (int)sizeof(abs))
-			return V_PASS;
-		p = abs;
-	}
-	for (size_t i = 0; i < sizeof(view_prefixes) / sizeof(view_prefixes[0]); i++) {
-		n = strlen(view_prefixes[i]);
-		if (!strncmp(p, view_prefixes[i], n) && (p[n] == 0 || p[n] == '/'))
-			goto ours;
-	}
-	return V_PASS;
-ours:
-	if (!strcmp(p, UVERBS_PATH))
-		return V_UVERBS;
-	if (!strcmp(p, NDEV_PATH))
-		return V_NDEV;
-	pthread_once(&root_once, find_root);
-	if (!view_root[0] || snprintf(out, len, "%s%s", view_root, p) >= (int)len)
-		return V_PASS;
-	return V_TREE;
-}
-
 /* The interface of URVT_ADDR's address, else URVT_NETDEV, else lo: the
  * device's interface as link/udp_addr.c picks it (the zero-configuration
  * addresses are all 127.x, on lo). */
@@ -214,6 +184,167 @@ static void ndev_name(char *out, size_t len)
 		}
 	}
 	freeifaddrs(ifa);
+}
+
+/* ---- the part that depends on the environment: device/net, gids ---- */
+
+/* snprintf that says whether all of it fit */
+static bool fmt(char *out, size_t len, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static bool fmt(char *out, size_t len, const char *f, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, f);
+	n = vsnprintf(out, len, f, ap);
+	va_end(ap);
+	return n >= 0 && (size_t)n < len;
+}
+
+static int sys_mkdir(const char *p, mode_t m)
+{
+	int r = (int)syscall(SYS_mkdirat, AT_FDCWD, p, m);
+
+	return r && errno == EEXIST ? 0 : r;
+}
+
+/* "0000:...:ffff:7f00:0001": a GID as sysfs prints it, for an IP address. */
+static bool gid_text(const char *addr, char *out, size_t len)
+{
+	unsigned char g[16] = { 0 };
+
+	if (strchr(addr, ':')) {
+		if (inet_pton(AF_INET6, addr, g) != 1)
+			return false;
+	} else {
+		g[10] = g[11] = 0xff;
+		if (inet_pton(AF_INET, addr, g + 12) != 1)
+			return false;
+	}
+	return fmt(out, len,
+		   "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0],
+		   g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+		   g[14], g[15]);
+}
+
+/* A whole file, or none: written under a temporary name, then renamed. */
+static int put_file(const char *path, const char *text)
+{
+	char tmp[PATH_MAX + 32];
+	size_t n = strlen(text);
+	int fd;
+	bool ok;
+
+	if (!fmt(tmp, sizeof(tmp), "%s.%d", path, (int)getpid()))
+		return -1;
+	fd = (int)syscall(SYS_openat, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+	if (fd < 0)
+		return -1;
+	ok = write(fd, text, n) == (ssize_t)n;
+	close(fd);
+	if (!ok || syscall(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, path)) {
+		syscall(SYS_unlinkat, AT_FDCWD, tmp, 0);
+		return -1;
+	}
+	return 0;
+}
+
+static char dyn_root[PATH_MAX];
+static pthread_once_t dyn_once = PTHREAD_ONCE_INIT;
+
+/*
+ * $TMPDIR/urvt-sysfs-<uid>/<ifname>[-<URVT_ADDR>]/ with net/<ifname> and
+ * gids/0: computed from the environment alone (a child that never opens
+ * urvt0, the `ls` a test runs, sees what its parent sees), shared by the
+ * processes that would write the same, kept. Raw system calls: nothing
+ * here goes through the functions this library defines.
+ */
+static void make_dyn(void)
+{
+	const char *tmpdir = getenv("TMPDIR"), *addr = getenv("URVT_ADDR");
+	char ifname[64], top[PATH_MAX], base[PATH_MAX], p[PATH_MAX], target[PATH_MAX], gid[64];
+	struct stat st;
+
+	ndev_name(ifname, sizeof(ifname));
+	if (!tmpdir || *tmpdir != '/')
+		tmpdir = "/tmp";
+	if (!fmt(top, sizeof(top), "%s/urvt-sysfs-%u", tmpdir, (unsigned int)getuid()) ||
+	    sys_mkdir(top, 0700))
+		return;
+	/* our own directory, not one another user planted */
+	if (syscall(SYS_newfstatat, AT_FDCWD, top, &st, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022))
+		return;
+	if (!(addr && *addr ? fmt(base, sizeof(base), "%s/%s-%s", top, ifname, addr)
+			    : fmt(base, sizeof(base), "%s/%s", top, ifname)) ||
+	    strchr(base + strlen(top) + 1, '/') || sys_mkdir(base, 0755))
+		return;
+	if (!fmt(p, sizeof(p), "%s/net", base) || sys_mkdir(p, 0755) ||
+	    !fmt(p, sizeof(p), "%s/net/%s", base, ifname) ||
+	    !fmt(target, sizeof(target), "/sys/class/net/%s", ifname) ||
+	    (syscall(SYS_symlinkat, target, AT_FDCWD, p) && errno != EEXIST))
+		return;
+	if (!fmt(p, sizeof(p), "%s/gids", base) || sys_mkdir(p, 0755))
+		return;
+	if (addr && *addr && gid_text(addr, gid, sizeof(gid) - 1)) {
+		strcat(gid, "\n");
+		if (!fmt(p, sizeof(p), "%s/gids/0", base) || put_file(p, gid))
+			return;
+	}
+	fmt(dyn_root, sizeof(dyn_root), "%s", base);
+}
+
+/* P under prefix PRE (NET_PATH, GIDS_PATH): OUT = <dyn>/<leaf>/<rest>. */
+static bool dyn_map(const char *p, const char *pre, const char *leaf, char *out, size_t len)
+{
+	size_t n = strlen(pre);
+
+	if (strncmp(p, pre, n) || (p[n] && p[n] != '/'))
+		return false;
+	pthread_once(&dyn_once, make_dyn);
+	/* no directory we may use: the installed tree's empty one */
+	if (!dyn_root[0])
+		return false;
+	return fmt(out, len, "%s/%s%s", dyn_root, leaf, p + n);
+}
+
+/*
+ * Classify PATH (relative to DIRFD). For V_TREE, OUT holds the path in the
+ * tree to use instead.
+ */
+static enum view view_map(int dirfd, const char *path, char *out, size_t len)
+{
+	char abs[PATH_MAX];
+	const char *p = path;
+	size_t n;
+
+	if (!path || !strstr(path, "infiniband"))
+		return V_PASS;
+	if (path[0] != '/') {
+		char base[PATH_MAX];
+		if (!dir_path(dirfd, base, sizeof(base)) ||
+		    snprintf(abs, sizeof(abs), "%s/%s", strcmp(base, "/") ? base : "", path) >=
+			    (int)sizeof(abs))
+			return V_PASS;
+		p = abs;
+	}
+	for (size_t i = 0; i < sizeof(view_prefixes) / sizeof(view_prefixes[0]); i++) {
+		n = strlen(view_prefixes[i]);
+		if (!strncmp(p, view_prefixes[i], n) && (p[n] == 0 || p[n] == '/'))
+			goto ours;
+	}
+	return V_PASS;
+ours:
+	if (!strcmp(p, UVERBS_PATH))
+		return V_UVERBS;
+	if (!strcmp(p, NDEV_PATH))
+		return V_NDEV;
+	if (dyn_map(p, NET_PATH, "net", out, len) || dyn_map(p, GIDS_PATH, "gids", out, len))
+		return V_TREE;
+	pthread_once(&root_once, find_root);
+	if (!view_root[0] || snprintf(out, len, "%s%s", view_root, p) >= (int)len)
+		return V_PASS;
+	return V_TREE;
 }
 
 /* A read-only file holding the ndev name, as sysfs would show it. */

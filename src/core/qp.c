@@ -189,9 +189,14 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 			     IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
 			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		return -EINVAL;
-	/* C1: no create flags. */
-	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
-		return -EOPNOTSUPP;
+	/* C1: no create flags but SOURCE_QPN, and that only for the GSI QP
+	 * (UD, source QPN 1): the one QP that sends and receives as QPN 1 */
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+		if (a->create_flags & ~(uint32_t)IBV_QP_CREATE_SOURCE_QPN)
+			return -EOPNOTSUPP;
+		if (a->qp_type != IBV_QPT_UD || a->source_qpn != URVT_GSI_QPN)
+			return -EINVAL;
+	}
 	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
 			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
 		return -EOPNOTSUPP;
@@ -242,6 +247,36 @@ static void rvt_init_qp(struct rvt_qp *qp)
 	qp->r_head_ack = qp->r_tail_ack = 0;
 	qp->comm_est = false;
 	qp->sq_draining = 0;
+	/* the GSI QP always has the well-known Q_Key 0x80010000 */
+	if (qp->qpn == URVT_GSI_QPN)
+		qp->qkey = URVT_GSI_QKEY;
+}
+
+static bool is_gsi_create(const struct ibv_qp_init_attr_ex *a)
+{
+	return (a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+	       (a->create_flags & IBV_QP_CREATE_SOURCE_QPN);
+}
+
+/* QPN for a new QP: the next free one, or 1 for the (single) GSI QP. */
+static int qpn_get(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a, uint32_t *qpn)
+{
+	bool busy = false;
+
+	if (!is_gsi_create(a))
+		return rvt_alloc_qpn(&rdi->qpn_table, qpn);
+	if (!atomic_compare_exchange_strong(&rdi->gsi_busy, &busy, true))
+		return -EBUSY;
+	*qpn = URVT_GSI_QPN;
+	return 0;
+}
+
+static void qpn_put(struct rvt_dev_info *rdi, uint32_t qpn)
+{
+	if (qpn == URVT_GSI_QPN)
+		atomic_store(&rdi->gsi_busy, false); /* its bit stays reserved */
+	else
+		rvt_free_qpn(&rdi->qpn_table, qpn);
 }
 
 struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *attr,
@@ -324,7 +359,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 		}
 	}
 	/* C8b, then C9 last */
-	ret = rvt_alloc_qpn(&rdi->qpn_table, &qp->qpn);
+	ret = qpn_get(rdi, attr, &qp->qpn);
 	if (ret)
 		goto err_priv;
 	if (atomic_fetch_add(&rdi->n_qps, 1) >= (int)rdi->dattr.max_qp) {
@@ -378,7 +413,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 
 err_count:
 	atomic_fetch_sub(&rdi->n_qps, 1);
-	rvt_free_qpn(&rdi->qpn_table, qp->qpn);
+	qpn_put(rdi, qp->qpn);
 err_priv:
 	if (qp->priv)
 		rdi->transport->qp_priv_free(qp, qp->priv);
@@ -869,7 +904,7 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 		one = 1;
 		sched_yield();
 	}
-	rvt_free_qpn(&rdi->qpn_table, qp->qpn);
+	qpn_put(rdi, qp->qpn);
 	atomic_fetch_sub(&rdi->n_qps, 1);
 	atomic_fetch_sub(&qp->pd->usecnt, 1);
 	atomic_fetch_sub(&qp->send_cq->usecnt, 1);

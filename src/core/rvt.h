@@ -56,7 +56,8 @@ struct urvt_context;
 /* Device and context                                                 */
 /* ------------------------------------------------------------------ */
 
-/* QPN allocator: qp-semantics §4.3 with start 1, incr 1, QPN 0/1 reserved. */
+/* QPN allocator: qp-semantics §4.3 with start 1, incr 1, QPN 0/1 reserved
+ * (QPN 1 is handed out only as the GSI QP, qp.c). */
 struct rvt_qpn_table {
 	pthread_mutex_t lock;
 	uint32_t last;              /* last QPN handed out */
@@ -117,6 +118,9 @@ struct rvt_dev_info {
 
 	pthread_mutex_t lock;             /* open/close and the lists below */
 	int open_count;
+	/* QPN 1 is taken: the GSI QP exists (create_qp_ex with
+	 * IBV_QP_CREATE_SOURCE_QPN, source_qpn 1; used by librdmacm) */
+	_Atomic bool gsi_busy;
 
 	_Atomic int n_qps, n_cqs, n_srqs, n_mrs, n_pds, n_ahs;
 

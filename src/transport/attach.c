@@ -104,6 +104,14 @@ static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link
 	return 0;
 }
 
+/* The address the next attach on this thread binds (urvt_transport_want). */
+static _Thread_local const char *want_addr;
+
+void urvt_transport_want(const char *addr)
+{
+	want_addr = addr;
+}
+
 int urvt_transport_attach(struct rvt_dev_info *rdi)
 {
 	struct urvt_udp_cfg cfg;
@@ -117,6 +125,11 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 	if (ret)
 		return ret;
 	urvt_udp_cfg_from_env(&cfg, rdi->progress);
+	/* URVT_ADDR / URVT_NETDEV win; the opener sees the mismatch */
+	if (want_addr && (!cfg.addr || !*cfg.addr) && (!cfg.netdev || !*cfg.netdev)) {
+		cfg.addr = want_addr;
+		cfg.netdev = NULL;
+	}
 	link = urvt_udp_open(&cfg, &ret);
 	if (!link)
 		return ret;

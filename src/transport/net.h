@@ -17,6 +17,11 @@ struct urvt_link;
  * rvt_dev_get): open the link, report the port to the core, create the
  * engines' state, register the ops. 0 or a negative errno. */
 int urvt_transport_attach(struct rvt_dev_info *rdi);
+/* The address (a literal) the next urvt_transport_attach on this thread
+ * binds unless URVT_ADDR / URVT_NETDEV name one; NULL: the default
+ * selection. The verbs edge sets it around a device open that names an
+ * address (verbs_open_device, verbs/open_at.h). */
+void urvt_transport_want(const char *addr);
 
 /* attach.c -> net.c: the engines' device state on the links attach opened
  * (rdi->transport_priv; shm may be NULL); 0 or a negative errno (the

@@ -5,6 +5,7 @@
  * queries. Core calls return negative errno; each verb converts once, to
  * its own convention (positive errno, or -1 / NULL with errno).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "base/report.h"
 #include "core/rvt_api.h"
 #include "transport/net.h"
+#include "verbs/open_at.h"
 #include "verbs/ops.h"
 
 /* The header maps these names to inline wrappers; we define the real ones. */
@@ -115,8 +117,10 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
-struct ibv_context *ibv_open_device(struct ibv_device *device)
+/* ibv_open_device; want: the GID (address) the device must have (NULL: any). */
+static struct ibv_context *open_device(struct ibv_device *device, const union ibv_gid *want)
 {
+	char addr[INET6_ADDRSTRLEN] = "";
 	struct urvt_context *uctx;
 	struct ibv_context *ctx;
 	struct rvt_dev_info *rdi;
@@ -127,20 +131,34 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENODEV;
 		return NULL;
 	}
+	if (want) {
+		static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		bool v4 = !memcmp(want->raw, v4prefix, 12);
+
+		inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? &want->raw[12] : want->raw, addr, sizeof(addr));
+	}
 	uctx = calloc(1, sizeof(*uctx));
 	if (!uctx) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	/* The composition root (docs/architecture.md): the core device, with
-	 * the RoCEv2/UDP transport attached to it. */
+	 * the RoCEv2/UDP transport attached to it, bound to want if it is
+	 * made now. */
 	reports = urvt_report_count();
+	urvt_transport_want(want ? addr : NULL);
 	rdi = rvt_dev_get(urvt_transport_attach, &ret);
+	urvt_transport_want(NULL);
 	if (!rdi) {
 		/* every failure to start says what happened, once (base/report.h) */
 		if (urvt_report_count() == reports)
 			urvt_report("cannot open urvt0: %s", strerror(-ret));
 		goto err_free;
+	}
+	/* it existed already, or URVT_ADDR / URVT_NETDEV chose: that address? */
+	if (want && memcmp(rdi->gid.raw, want->raw, sizeof(rdi->gid.raw))) {
+		ret = -EADDRNOTAVAIL;
+		goto err_put_dev;
 	}
 	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */
 	if (ret)
@@ -168,6 +186,39 @@ err_free:
 	free(uctx);
 	errno = -ret;
 	return NULL;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	return open_device(device, NULL);
+}
+
+/* verbs_open_device with struct urvt_open_attr (verbs/open_at.h). */
+struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data)
+{
+	const struct urvt_open_attr *a = private_data;
+	union ibv_gid want;
+
+	if (!a || a->magic != URVT_OPEN_ATTR_MAGIC) {
+		errno = EOPNOTSUPP; /* a provider's attributes: not an urvt device */
+		return NULL;
+	}
+	memset(&want, 0, sizeof(want));
+	switch (a->addr.ss_family) {
+	case AF_UNSPEC:
+		return open_device(device, NULL);
+	case AF_INET:
+		want.raw[10] = want.raw[11] = 0xff;
+		memcpy(&want.raw[12], &((const struct sockaddr_in *)&a->addr)->sin_addr, 4);
+		break;
+	case AF_INET6:
+		memcpy(want.raw, &((const struct sockaddr_in6 *)&a->addr)->sin6_addr, 16);
+		break;
+	default:
+		errno = EAFNOSUPPORT;
+		return NULL;
+	}
+	return open_device(device, &want);
 }
 
 int ibv_close_device(struct ibv_context *context)

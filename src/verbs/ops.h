@@ -34,6 +34,9 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
 
+/* device.c: verbs_open_device's urvt case (verbs/open_at.h) */
+struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data);
+
 /* qp_ex.c: the ibv_wr_* API of QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
 struct rvt_qp;
 int urvt_qp_ex_check(const struct ibv_qp_init_attr_ex *attr); /* 0 or -EOPNOTSUPP */

@@ -29,6 +29,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 
+#include "verbs/ops.h"
+
 /* Opaque rdma-core types (driver.h, cmd_ioctl.h, kern-abi.h). */
 struct ibv_command_buffer;
 struct verbs_device_ops;
@@ -289,11 +291,11 @@ void *_verbs_init_and_alloc_context(struct ibv_device *device, int cmd_fd,
 	return NULL;
 }
 
-/* mlx5dv_open_device() and friends end here: not an mlx5 device. */
+/* mlx5dv_open_device() and friends end here: not an mlx5 device, unless
+ * private_data is urvt's own open request (verbs/open_at.h). */
 struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return urvt_open_device_at(device, private_data);
 }
 
 /*

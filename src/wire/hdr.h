@@ -17,7 +17,8 @@
 
 #define URVT_ROCE_UDP_PORT 4791 /* roce-wire §1.2 */
 #define URVT_DEFAULT_PKEY 0xffff /* roce-wire §7 */
-#define URVT_GSI_QKEY 0x80010000u
+#define URVT_GSI_QPN 1u /* IBTA: QP1 is the General Services Interface QP */
+#define URVT_GSI_QKEY 0x80010000u /* its well-known Q_Key */
 #define URVT_QPN_MASK 0xffffffu
 #define URVT_MULTICAST_QPN 0xffffffu
 

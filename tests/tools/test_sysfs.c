@@ -9,6 +9,7 @@
  *
  * Exit 0 pass, 1 fail.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -107,7 +108,40 @@ static void test_on(const char *ndev)
 				sizeof(buf)), "urvt0"));
 	CHECK(stat(NDEV0, &st) == 0 && S_ISREG(st.st_mode));
 	CHECK(lstat(TYPE0, &st) == 0 && S_ISREG(st.st_mode));
-	CHECK(stat(PORT "/gids/0", &st) < 0 && errno == ENOENT);
+	/* gids/0 only when URVT_ADDR says which address (here an IPv4 one) */
+	const char *addr = getenv("URVT_ADDR");
+	if (addr) {
+		unsigned char a[4] = { 0 };
+		char want[64];
+		CHECK(inet_pton(AF_INET, addr, a) == 1);
+		snprintf(want, sizeof(want), "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", a[0],
+			 a[1], a[2], a[3]);
+		CHECK(!strcmp(read_open(PORT "/gids/0", buf, sizeof(buf)), want));
+	} else {
+		errno = 0;
+		CHECK(stat(PORT "/gids/0", &st) < 0 && errno == ENOENT);
+	}
+	/* device/net/<ndev>: the interface's own sysfs directory */
+	char net[PATH_MAX], ifindex[PATH_MAX], real_ifindex[64];
+	snprintf(net, sizeof(net), IB "/urvt0/device/net/%s", ndev);
+	snprintf(ifindex, sizeof(ifindex), "/sys/class/net/%s/ifindex", ndev);
+	CHECK(lstat(net, &st) == 0 && S_ISLNK(st.st_mode));
+	if (read_open(ifindex, real_ifindex, sizeof(real_ifindex))[0]) {
+		snprintf(net, sizeof(net), IB "/urvt0/device/net/%s/ifindex", ndev);
+		CHECK(!strcmp(read_open(net, buf, sizeof(buf)), real_ifindex));
+	}
+	n = 0;
+	d = opendir(IB "/urvt0/device/net");
+	CHECK(d != NULL);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			CHECK(!strcmp(e->d_name, ndev));
+			n++;
+		}
+	if (d)
+		closedir(d);
+	CHECK(n == 1);
+	n = 0;
 
 	/* the class lists urvt0 and nothing else */
 	d = opendir(IB);

@@ -1,0 +1,1223 @@
+/*
+ * The RDMA connection manager (the kernel's drivers/infiniband/core/cma.c
+ * for RoCE): ids and their states, port spaces, local address and route
+ * resolution, the CMA header in REQ / SIDR_REQ private data, and the
+ * translation of IB CM events into rdma_cm events queued on the ids'
+ * channels. The ids here are "user" ids in the kernel's sense: their QPs
+ * are the application's, moved through their states by ucma.c.
+ *
+ * Where urvt differs from Linux (docs/rdmacm.md): a loopback address
+ * (127/8, ::1) is a real address of one urvt device, not "any device", so
+ * rdma_bind_addr(127.0.0.2) binds that address and a REQ for 127.0.0.2
+ * reaches the process that owns it; address resolution needs no ARP (the
+ * route's source address is the device's); the route is built locally as
+ * the kernel does for RoCE.
+ *
+ * Every function is called with cma_lock held.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "rdmacm/addr.h"
+#include "rdmacm/cma_priv.h"
+
+#define CMA_MAX_BACKLOG 1024              /* net.rdma_ucm.max_backlog */
+#define CMA_IBOE_PACKET_LIFETIME 18
+#define CMA_CM_MRA_SETTING (IB_CM_MRA_FLAG_DELAY | 24)
+#define CMA_IBOE_HOP_LIMIT 64
+
+struct rdma_id_private *cma_all_ids;
+static struct cma_bind_list *bind_lists;
+
+static uint32_t cma_random(void)
+{
+	uint32_t v;
+
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		v = (uint32_t)rand();
+	return v;
+}
+
+static struct sockaddr *cma_src_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.src_addr;
+}
+
+static struct sockaddr *cma_dst_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.dst_addr;
+}
+
+static int cma_family(struct rdma_id_private *p)
+{
+	return p->id.route.addr.src_addr.sa_family;
+}
+
+struct rdma_id_private *cma_id_alloc(struct rdma_event_channel *ch, void *context,
+				     enum rdma_port_space ps, enum ibv_qp_type qp_type)
+{
+	struct rdma_id_private *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->id.channel = ch;
+	p->id.context = context;
+	p->id.ps = ps;
+	p->id.qp_type = qp_type;
+	p->state = RDMA_CM_IDLE;
+	p->seq_num = cma_random() & 0xffffff;
+	pthread_cond_init(&p->cond, NULL);
+	p->all_next = cma_all_ids;
+	if (cma_all_ids)
+		cma_all_ids->all_prev = p;
+	cma_all_ids = p;
+	return p;
+}
+
+void cma_id_free(struct rdma_id_private *p)
+{
+	if (p->all_prev)
+		p->all_prev->all_next = p->all_next;
+	else
+		cma_all_ids = p->all_next;
+	if (p->all_next)
+		p->all_next->all_prev = p->all_prev;
+	pthread_cond_destroy(&p->cond);
+	free(p->connect);
+	free(p->qp_init_attr);
+	free(p);
+}
+
+static void cma_attach_to_dev(struct rdma_id_private *p, struct cma_device *dev)
+{
+	p->cma_dev = dev;
+	p->id.verbs = dev->verbs;
+	p->id.pd = dev->pd;
+	p->id.port_num = 1;
+	p->id.route.addr.addr.ibaddr.sgid = dev->gid;
+	p->id.route.addr.addr.ibaddr.pkey = htobe16(0xffff);
+}
+
+/* ------------------------------------------------------------------ */
+/* Port spaces (the kernel's cma_get_port and friends)                */
+/* ------------------------------------------------------------------ */
+static struct cma_bind_list *cma_ps_find(uint16_t ps, uint16_t port)
+{
+	for (struct cma_bind_list *b = bind_lists; b; b = b->next)
+		if (b->ps == ps && b->port == port)
+			return b;
+	return NULL;
+}
+
+static void cma_bind_port(struct cma_bind_list *b, struct rdma_id_private *p)
+{
+	cma_set_port(cma_src_addr(p), b->port);
+	p->bind_list = b;
+	p->bind_next = b->owners;
+	b->owners = p;
+}
+
+static int cma_alloc_port(uint16_t ps, struct rdma_id_private *p, uint16_t port)
+{
+	struct cma_bind_list *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	b->ps = ps;
+	b->port = port;
+	b->next = bind_lists;
+	bind_lists = b;
+	cma_bind_port(b, p);
+	return 0;
+}
+
+static void cma_release_port(struct rdma_id_private *p)
+{
+	struct cma_bind_list *b = p->bind_list, **pp;
+	struct rdma_id_private **op;
+
+	if (!b)
+		return;
+	for (op = &b->owners; *op && *op != p; op = &(*op)->bind_next)
+		;
+	if (*op)
+		*op = p->bind_next;
+	p->bind_list = NULL;
+	p->bind_next = NULL;
+	if (b->owners)
+		return;
+	for (pp = &bind_lists; *pp && *pp != b; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = b->next;
+	free(b);
+}
+
+/* An ephemeral port's owners must differ from p in some part of the 4-tuple. */
+static int cma_port_is_unique(struct cma_bind_list *b, struct rdma_id_private *p)
+{
+	struct sockaddr *daddr = cma_dst_addr(p), *saddr = cma_src_addr(p);
+	uint16_t dport = cma_port(daddr);
+
+	for (struct rdma_id_private *cur = b->owners; cur; cur = cur->bind_next) {
+		struct sockaddr *cd = cma_dst_addr(cur), *cs = cma_src_addr(cur);
+
+		if (cur == p)
+			continue;
+		if (cma_port(cd) && dport != cma_port(cd))
+			continue;
+		if (!cma_zero_addr(saddr) && !cma_zero_addr(cs) && !cma_addr_eq(saddr, cs))
+			continue;
+		if (!cma_zero_addr(cd) && cd->sa_family && !cma_addr_eq(daddr, cd))
+			continue;
+		return -EADDRNOTAVAIL;
+	}
+	return 0;
+}
+
+static int cma_alloc_any_port(uint16_t ps, struct rdma_id_private *p)
+{
+	static unsigned int last_used_port;
+	int low, high, remaining;
+	unsigned int rover;
+
+	cma_local_port_range(&low, &high);
+	remaining = high - low + 1;
+	rover = cma_random() % (unsigned int)remaining + (unsigned int)low;
+	for (; remaining; remaining--) {
+		if (rover != last_used_port) {
+			struct cma_bind_list *b = cma_ps_find(ps, (uint16_t)rover);
+			int ret;
+
+			if (!b) {
+				ret = cma_alloc_port(ps, p, (uint16_t)rover);
+			} else {
+				ret = cma_port_is_unique(b, p);
+				if (!ret)
+					cma_bind_port(b, p);
+			}
+			if (!ret)
+				last_used_port = rover;
+			if (ret != -EADDRNOTAVAIL)
+				return ret;
+		}
+		if (++rover > (unsigned int)high)
+			rover = (unsigned int)low;
+	}
+	return -EADDRNOTAVAIL;
+}
+
+/* May p use its port next to the port's other owners? */
+static int cma_check_port(struct cma_bind_list *b, struct rdma_id_private *p, bool reuseaddr)
+{
+	struct sockaddr *addr = cma_src_addr(p);
+
+	for (struct rdma_id_private *cur = b->owners; cur; cur = cur->bind_next) {
+		struct sockaddr *ca = cma_src_addr(cur);
+
+		if (cur == p)
+			continue;
+		if (cur->state != RDMA_CM_LISTEN && reuseaddr && cur->reuseaddr)
+			continue;
+		if (p->afonly && cur->afonly && addr->sa_family != ca->sa_family)
+			continue;
+		if (cma_zero_addr(addr) || cma_zero_addr(ca))
+			return -EADDRNOTAVAIL;
+		if (cma_addr_eq(addr, ca))
+			return -EADDRINUSE;
+	}
+	return 0;
+}
+
+static int cma_use_port(uint16_t ps, struct rdma_id_private *p)
+{
+	uint16_t port = cma_port(cma_src_addr(p));
+	struct cma_bind_list *b;
+	int ret;
+
+	if (port < 1024 && geteuid() != 0)
+		return -EACCES;
+	b = cma_ps_find(ps, port);
+	if (!b)
+		return cma_alloc_port(ps, p, port);
+	ret = cma_check_port(b, p, p->reuseaddr);
+	if (!ret)
+		cma_bind_port(b, p);
+	return ret;
+}
+
+static int cma_get_port(struct rdma_id_private *p)
+{
+	switch (p->id.ps) {
+	case RDMA_PS_TCP:
+	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB:
+	case RDMA_PS_IB:
+		break;
+	default:
+		return -EPROTONOSUPPORT;
+	}
+	if (!cma_port(cma_src_addr(p)))
+		return cma_alloc_any_port((uint16_t)p->id.ps, p);
+	return cma_use_port((uint16_t)p->id.ps, p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Address and route                                                  */
+/* ------------------------------------------------------------------ */
+static bool bindv6only(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv6/bindv6only", "re");
+	int v = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v != 0;
+}
+
+int cma_bind_addr(struct rdma_id_private *p, const struct sockaddr *addr_in)
+{
+	struct sockaddr_storage copy; /* addr_in may be the id's own */
+	const struct sockaddr *addr = (struct sockaddr *)&copy;
+	struct cma_device *dev;
+	int ret;
+
+	if (addr_in->sa_family != AF_INET && addr_in->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	memcpy(&copy, addr_in, cma_addrlen(addr_in));
+	if (p->state != RDMA_CM_IDLE)
+		return -EINVAL;
+	if (addr->sa_family == AF_INET6 &&
+	    IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)addr)->sin6_addr) &&
+	    !((const struct sockaddr_in6 *)addr)->sin6_scope_id)
+		return -EINVAL;
+	p->state = RDMA_CM_ADDR_BOUND;
+	memset(&p->id.route.addr.src_storage, 0, sizeof(p->id.route.addr.src_storage));
+	memcpy(cma_src_addr(p), addr, cma_addrlen(addr));
+	if (!cma_zero_addr(addr)) {
+		/* a specific address: the device must be (or become) it */
+		ret = cma_get_device(addr, &dev);
+		if (ret)
+			goto err;
+		cma_attach_to_dev(p, dev);
+	}
+	if (!p->afonly_set)
+		p->afonly = addr->sa_family == AF_INET ? true : bindv6only();
+	ret = cma_get_port(p);
+	if (ret)
+		goto err_dev;
+	cma_dst_addr(p)->sa_family = addr->sa_family;
+	return 0;
+err_dev:
+	p->cma_dev = NULL;
+	p->id.verbs = NULL;
+	p->id.pd = NULL;
+err:
+	p->state = RDMA_CM_IDLE;
+	return ret;
+}
+
+static bool env_set(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v;
+}
+
+/*
+ * The device for reaching dst when no source address was given: the
+ * existing one; else, with no address configured, the one at the source of
+ * the route to dst (a loopback dst: the default selection, so that each
+ * process on the host gets its own 127.0.0.x).
+ */
+static int cma_dev_for_dst(const struct sockaddr *dst, struct cma_device **dev)
+{
+	struct sockaddr_storage src;
+	int ret;
+
+	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV"))
+		return cma_get_device(NULL, dev);
+	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET) {
+		/* a free 127.0.0.x, never dst itself: a client started before
+		 * its server must not take the address the server will bind */
+		for (int tries = 0; tries < 8; tries++) {
+			ret = cma_free_loopback(dst, &src);
+			if (!ret)
+				ret = cma_get_device((struct sockaddr *)&src, dev);
+			if (ret != -EADDRINUSE)
+				return ret;
+		}
+		return ret;
+	}
+	if (cma_loopback_addr(dst))
+		return cma_get_device(NULL, dev);
+	ret = cma_route_src(dst, &src);
+	if (ret)
+		return ret;
+	return cma_get_device((struct sockaddr *)&src, dev);
+}
+
+static int cma_queue(struct rdma_id_private *p, struct rdma_id_private *owner,
+		     enum rdma_cm_event_type type, int status, struct cma_event **out)
+{
+	struct cma_event *evt = cma_event_alloc(owner, &p->id, type, status);
+
+	if (!evt)
+		return -ENOMEM;
+	if (out)
+		*out = evt;
+	cma_event_queue(to_uch(owner->id.channel), evt);
+	return 0;
+}
+
+int cma_resolve_addr(struct rdma_id_private *p, const struct sockaddr *src_in,
+		     const struct sockaddr *dst_in)
+{
+	socklen_t dlen = cma_addrlen(dst_in), slen = src_in ? cma_addrlen(src_in) : 0;
+	struct cma_device *dev = p->cma_dev;
+	/* copies: the caller may pass the id's own route addresses (rsockets do) */
+	struct sockaddr_storage dst_copy, src_copy;
+	const struct sockaddr *dst = (struct sockaddr *)&dst_copy, *src = NULL;
+	uint16_t port;
+	int ret;
+
+	if (!dlen)
+		return -EINVAL;
+	memcpy(&dst_copy, dst_in, dlen);
+	if (src_in && src_in->sa_family) {
+		if (!slen)
+			return -EINVAL;
+		memcpy(&src_copy, src_in, slen);
+		src = (struct sockaddr *)&src_copy;
+	}
+	memset(&p->id.route.addr.dst_storage, 0, sizeof(p->id.route.addr.dst_storage));
+	memcpy(cma_dst_addr(p), dst, dlen);
+	if (p->state == RDMA_CM_IDLE) {
+		struct sockaddr_storage any = { .ss_family = dst->sa_family };
+		const struct sockaddr *b = src && src->sa_family ? src : (struct sockaddr *)&any;
+		/*
+		 * Deviation: a loopback source given to resolve names this
+		 * host (on Linux any 127/8 address is every process's). Here
+		 * each process has its own, so the source becomes ours when
+		 * it is dst itself or another process's (rdma-core's tests
+		 * connect 127.0.0.1 -> 127.0.0.1 from two processes).
+		 */
+		bool lo_hint = b == src && cma_loopback_addr(src) && cma_loopback_addr(dst);
+
+		if (lo_hint) {
+			any.ss_family = src->sa_family;
+			cma_set_port((struct sockaddr *)&any, cma_port(src));
+		}
+		if (lo_hint && cma_addr_eq(src, dst) && !cma_device_if_open())
+			b = (struct sockaddr *)&any;
+		ret = cma_bind_addr(p, b);
+		if (lo_hint && b == src && (ret == -EADDRINUSE || ret == -EADDRNOTAVAIL))
+			ret = cma_bind_addr(p, (struct sockaddr *)&any);
+		if (ret) {
+			memset(cma_dst_addr(p), 0, dlen);
+			return ret;
+		}
+		memcpy(cma_dst_addr(p), dst, dlen);
+		dev = p->cma_dev;
+	}
+	if (cma_family(p) != dst->sa_family) {
+		memset(cma_dst_addr(p), 0, dlen);
+		return -EINVAL;
+	}
+	if (p->state != RDMA_CM_ADDR_BOUND) {
+		memset(cma_dst_addr(p), 0, dlen);
+		return -EINVAL;
+	}
+	p->state = RDMA_CM_ADDR_QUERY;
+	/* what the kernel learns asynchronously (route, ARP, device) is known
+	 * here at once; failures still come as ADDR_ERROR events */
+	ret = 0;
+	if (!dev) {
+		ret = cma_dev_for_dst(dst, &dev);
+		if (!ret && dev->addr.ss_family != dst->sa_family)
+			ret = -EAFNOSUPPORT;
+		if (!ret) {
+			port = cma_port(cma_src_addr(p));
+			memcpy(cma_src_addr(p), &dev->addr, cma_addrlen((struct sockaddr *)&dev->addr));
+			cma_set_port(cma_src_addr(p), port);
+			cma_attach_to_dev(p, dev);
+		}
+	}
+	if (ret) {
+		p->state = RDMA_CM_ADDR_BOUND;
+		return cma_queue(p, p, RDMA_CM_EVENT_ADDR_ERROR, ret, NULL);
+	}
+	cma_ip2gid(dst, &p->id.route.addr.addr.ibaddr.dgid);
+	p->state = RDMA_CM_ADDR_RESOLVED;
+	ret = cma_queue(p, p, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL);
+	if (ret)
+		p->state = RDMA_CM_ADDR_BOUND;
+	return ret;
+}
+
+/* The RoCE flow label of a connection, from its ports (the kernel's
+ * cma_get_roce_udp_flow_label); the RC QP's UDP source port follows it. */
+static uint32_t cma_flow_label(struct rdma_id_private *p)
+{
+	struct sockaddr *src = cma_src_addr(p);
+
+	if (src->sa_family == AF_INET6) {
+		uint32_t fl = be32toh(((struct sockaddr_in6 *)src)->sin6_flowinfo) & 0xfffff;
+		if (fl)
+			return fl;
+	}
+	return ((uint32_t)cma_port(src) * 31 + cma_port(cma_dst_addr(p))) & 0xfffff;
+}
+
+/* sa_path_rec of the path, as the kernel's cma_resolve_iboe_route fills it */
+static void cma_fill_path(struct rdma_id_private *p)
+{
+	struct ibv_sa_path_rec *r = &p->path_rec;
+
+	memset(r, 0, sizeof(*r));
+	r->sgid = p->cma_dev->gid;
+	cma_ip2gid(cma_dst_addr(p), &r->dgid);
+	r->flow_label = htobe32(cma_flow_label(p));
+	r->hop_limit = CMA_IBOE_HOP_LIMIT;
+	r->traffic_class = p->tos_set ? p->tos : 0;
+	r->reversible = 1;
+	r->numb_path = 1;
+	r->pkey = htobe16(0xffff);
+	r->sl = 0;
+	r->mtu_selector = 2;
+	r->mtu = (uint8_t)p->cma_dev->active_mtu;
+	r->rate_selector = 2;
+	r->rate = 0;
+	r->packet_life_time_selector = 2;
+	r->packet_life_time = CMA_IBOE_PACKET_LIFETIME;
+	p->id.route.path_rec = r;
+	p->id.route.num_paths = 1;
+	p->id.route.addr.addr.ibaddr.dgid = r->dgid;
+}
+
+int cma_resolve_route(struct rdma_id_private *p)
+{
+	int ret;
+
+	if (p->state != RDMA_CM_ADDR_RESOLVED)
+		return -EINVAL;
+	p->state = RDMA_CM_ROUTE_QUERY;
+	cma_fill_path(p);
+	p->state = RDMA_CM_ROUTE_RESOLVED;
+	ret = cma_queue(p, p, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+	if (ret)
+		p->state = RDMA_CM_ADDR_RESOLVED;
+	return ret;
+}
+
+/* RDMA_OPTION_IB_PATH: a route the application got elsewhere (ibacm).
+ * Takes the first struct ibv_path_data; ROUTE_RESOLVED follows, as from
+ * the kernel's ucma_set_ib_path. */
+int cma_set_ib_path(struct rdma_id_private *p, const void *paths, size_t len)
+{
+	const struct ibv_path_data *pd = paths;
+	struct ibv_sa_path_rec *r = &p->path_rec;
+	uint32_t fl_hop;
+
+	if (!len || len % sizeof(*pd))
+		return -EINVAL;
+	if (p->state != RDMA_CM_ADDR_RESOLVED)
+		return -EINVAL;
+	cma_fill_path(p);
+	r->dgid = pd->path.dgid;
+	r->sgid = pd->path.sgid;
+	fl_hop = be32toh(pd->path.flowlabel_hoplimit);
+	r->flow_label = htobe32(fl_hop >> 8);
+	r->hop_limit = (uint8_t)fl_hop;
+	r->traffic_class = pd->path.tclass;
+	r->pkey = pd->path.pkey;
+	r->sl = be16toh(pd->path.qosclass_sl) & 0xf;
+	r->mtu = pd->path.mtu & 0x1f;
+	r->rate = pd->path.rate & 0x1f;
+	r->packet_life_time = pd->path.packetlifetime & 0x1f;
+	p->id.route.addr.addr.ibaddr.dgid = r->dgid;
+	p->state = RDMA_CM_ROUTE_RESOLVED;
+	return cma_queue(p, p, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+}
+
+/* cm_path of an id's route */
+static void cma_cm_path(struct rdma_id_private *p, struct cm_path *c)
+{
+	const struct ibv_sa_path_rec *r = &p->path_rec;
+
+	memset(c, 0, sizeof(*c));
+	c->sgid = r->sgid;
+	c->dgid = r->dgid;
+	c->flow_label = be32toh(r->flow_label) & 0xfffff;
+	c->pkey = be16toh(r->pkey);
+	c->hop_limit = r->hop_limit;
+	c->traffic_class = r->traffic_class;
+	c->sl = r->sl;
+	c->mtu = r->mtu;
+	c->rate = r->rate;
+	c->packet_life_time = r->packet_life_time;
+}
+
+/* ------------------------------------------------------------------ */
+/* The CMA header                                                     */
+/* ------------------------------------------------------------------ */
+static void cma_format_hdr(uint8_t *out, struct rdma_id_private *p)
+{
+	struct cma_hdr h;
+	struct sockaddr *s = cma_src_addr(p), *d = cma_dst_addr(p);
+
+	memset(&h, 0, sizeof(h));
+	if (s->sa_family == AF_INET) {
+		h.ip_version = 4;
+		memcpy(&h.src[12], &((struct sockaddr_in *)s)->sin_addr, 4);
+		memcpy(&h.dst[12], &((struct sockaddr_in *)d)->sin_addr, 4);
+	} else {
+		h.ip_version = 6;
+		memcpy(h.src, &((struct sockaddr_in6 *)s)->sin6_addr, 16);
+		memcpy(h.dst, &((struct sockaddr_in6 *)d)->sin6_addr, 16);
+	}
+	h.port = cma_port(s);
+	cma_hdr_pack(out, &h);
+}
+
+static void cma_save_ip_info(struct rdma_id_private *conn, const struct cma_hdr *h,
+			     uint16_t local_port)
+{
+	struct rdma_addr *a = &conn->id.route.addr;
+
+	memset(&a->src_storage, 0, sizeof(a->src_storage));
+	memset(&a->dst_storage, 0, sizeof(a->dst_storage));
+	if (h->ip_version == 4) {
+		a->src_sin.sin_family = a->dst_sin.sin_family = AF_INET;
+		memcpy(&a->src_sin.sin_addr, &h->dst[12], 4);
+		memcpy(&a->dst_sin.sin_addr, &h->src[12], 4);
+		a->src_sin.sin_port = htons(local_port);
+		a->dst_sin.sin_port = htons(h->port);
+	} else {
+		a->src_sin6.sin6_family = a->dst_sin6.sin6_family = AF_INET6;
+		memcpy(&a->src_sin6.sin6_addr, h->dst, 16);
+		memcpy(&a->dst_sin6.sin6_addr, h->src, 16);
+		a->src_sin6.sin6_port = htons(local_port);
+		a->dst_sin6.sin6_port = htons(h->port);
+	}
+}
+
+/* Does listener l take a request whose CMA header is h (the kernel's
+ * cma_match_private_data)? */
+static bool cma_match_private_data(struct rdma_id_private *l, const struct cma_hdr *h)
+{
+	struct sockaddr *a = cma_src_addr(l);
+
+	if (cma_zero_addr(a) && !l->afonly)
+		return true;
+	if (a->sa_family == AF_INET) {
+		if (h->ip_version != 4)
+			return false;
+		return cma_zero_addr(a) || !memcmp(&h->dst[12], &((struct sockaddr_in *)a)->sin_addr, 4);
+	}
+	if (a->sa_family == AF_INET6) {
+		if (h->ip_version != 6)
+			return false;
+		return cma_zero_addr(a) || !memcmp(h->dst, &((struct sockaddr_in6 *)a)->sin6_addr, 16);
+	}
+	return false;
+}
+
+static struct rdma_id_private *cma_find_listener(uint64_t sid, const struct cma_hdr *h)
+{
+	struct cma_bind_list *b = cma_ps_find(cm_service_ps(sid), cm_service_port(sid));
+
+	if (!b)
+		return NULL;
+	for (struct rdma_id_private *p = b->owners; p; p = p->bind_next)
+		if (p->state == RDMA_CM_LISTEN && cma_match_private_data(p, h))
+			return p;
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* IB CM events -> rdma_cm events                                     */
+/* ------------------------------------------------------------------ */
+static void copy_pdata(struct cma_event *evt, const void *data, size_t len, uint8_t *out_len,
+		       const void **out_ptr)
+{
+	if (!data || !len) {
+		*out_len = 0;
+		*out_ptr = NULL;
+		return;
+	}
+	if (len > sizeof(evt->private_data))
+		len = sizeof(evt->private_data);
+	memcpy(evt->private_data, data, len);
+	*out_len = (uint8_t)len;
+	*out_ptr = evt->private_data;
+}
+
+static void cma_ud_ah_attr(struct rdma_id_private *p, struct ibv_ah_attr *ah)
+{
+	const struct ibv_sa_path_rec *r = &p->path_rec;
+
+	memset(ah, 0, sizeof(*ah));
+	ah->is_global = 1;
+	ah->port_num = 1;
+	ah->sl = r->sl;
+	ah->grh.dgid = r->dgid;
+	ah->grh.sgid_index = 0;
+	ah->grh.flow_label = be32toh(r->flow_label);
+	ah->grh.hop_limit = r->hop_limit;
+	ah->grh.traffic_class = r->traffic_class;
+}
+
+static int cma_set_qkey(struct rdma_id_private *p, uint32_t qkey)
+{
+	if (p->qkey)
+		return qkey && p->qkey != qkey ? -EINVAL : 0;
+	if (qkey) {
+		p->qkey = qkey;
+		return 0;
+	}
+	if (p->id.ps == RDMA_PS_UDP || p->id.ps == RDMA_PS_IB)
+		p->qkey = RDMA_UDP_QKEY;
+	return 0;
+}
+
+static int cma_ib_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *ev)
+{
+	struct rdma_id_private *p = cm_id->context;
+	struct cma_event *evt;
+	enum rdma_cm_event_type type;
+	int status = 0;
+
+	if ((ev->event != IB_CM_TIMEWAIT_EXIT && p->state != RDMA_CM_CONNECT) ||
+	    (ev->event == IB_CM_TIMEWAIT_EXIT && p->state != RDMA_CM_DISCONNECT))
+		return 0;
+	switch (ev->event) {
+	case IB_CM_REQ_ERROR:
+	case IB_CM_REP_ERROR:
+		type = RDMA_CM_EVENT_UNREACHABLE;
+		status = -ETIMEDOUT;
+		break;
+	case IB_CM_REP_RECEIVED:
+		/* the application answers with the RTU (ucma.c): ask the peer
+		 * to wait for it, should its REP come again */
+		if (p->id.qp_type != IBV_QPT_UD)
+			ib_send_cm_mra(cm_id, CMA_CM_MRA_SETTING, NULL, 0);
+		type = RDMA_CM_EVENT_CONNECT_RESPONSE;
+		break;
+	case IB_CM_RTU_RECEIVED:
+	case IB_CM_USER_ESTABLISHED:
+		type = RDMA_CM_EVENT_ESTABLISHED;
+		break;
+	case IB_CM_DREQ_ERROR:
+		status = -ETIMEDOUT;
+		/* fall through */
+	case IB_CM_DREQ_RECEIVED:
+	case IB_CM_DREP_RECEIVED:
+		if (p->state != RDMA_CM_CONNECT)
+			return 0;
+		p->state = RDMA_CM_DISCONNECT;
+		type = RDMA_CM_EVENT_DISCONNECTED;
+		break;
+	case IB_CM_TIMEWAIT_EXIT:
+		type = RDMA_CM_EVENT_TIMEWAIT_EXIT;
+		break;
+	case IB_CM_MRA_RECEIVED:
+		return 0;
+	case IB_CM_REJ_RECEIVED:
+		type = RDMA_CM_EVENT_REJECTED;
+		status = ev->param.rej_rcvd.reason;
+		break;
+	case IB_CM_SIDR_REQ_ERROR:
+		type = RDMA_CM_EVENT_UNREACHABLE;
+		status = -ETIMEDOUT;
+		break;
+	case IB_CM_SIDR_REP_RECEIVED:
+		if (ev->param.sidr_rep_rcvd.status != IB_SIDR_SUCCESS) {
+			type = RDMA_CM_EVENT_UNREACHABLE;
+			status = ev->param.sidr_rep_rcvd.status;
+		} else if (cma_set_qkey(p, ev->param.sidr_rep_rcvd.qkey)) {
+			type = RDMA_CM_EVENT_ADDR_ERROR;
+			status = -EINVAL;
+		} else {
+			type = RDMA_CM_EVENT_ESTABLISHED;
+		}
+		break;
+	default:
+		return 0;
+	}
+	if (cma_queue(p, p, type, status, &evt))
+		return 0;
+	switch (ev->event) {
+	case IB_CM_REP_RECEIVED: {
+		const struct ib_cm_rep_event_param *r = &ev->param.rep_rcvd;
+		struct rdma_conn_param *c = &evt->event.param.conn;
+
+		copy_pdata(evt, ev->private_data, IB_CM_REP_PRIVATE_DATA_SIZE,
+			   &c->private_data_len, &c->private_data);
+		c->responder_resources = r->responder_resources;
+		c->initiator_depth = r->initiator_depth;
+		c->flow_control = r->flow_control;
+		c->rnr_retry_count = r->rnr_retry_count;
+		c->srq = r->srq;
+		c->qp_num = r->remote_qpn;
+		evt->ece = r->ece;
+		break;
+	}
+	case IB_CM_REJ_RECEIVED:
+		copy_pdata(evt, ev->private_data, IB_CM_REJ_PRIVATE_DATA_SIZE,
+			   &evt->event.param.conn.private_data_len,
+			   &evt->event.param.conn.private_data);
+		break;
+	case IB_CM_SIDR_REP_RECEIVED: {
+		struct rdma_ud_param *u = &evt->event.param.ud;
+
+		copy_pdata(evt, ev->private_data, IB_CM_SIDR_REP_PRIVATE_DATA_SIZE,
+			   &u->private_data_len, &u->private_data);
+		if (type == RDMA_CM_EVENT_ESTABLISHED) {
+			cma_ud_ah_attr(p, &u->ah_attr);
+			u->qp_num = ev->param.sidr_rep_rcvd.qpn;
+			u->qkey = ev->param.sidr_rep_rcvd.qkey;
+		}
+		evt->ece = ev->param.sidr_rep_rcvd.ece;
+		break;
+	}
+	default:
+		break;
+	}
+	return 0;
+}
+
+/* A REQ or SIDR_REQ for one of our ports (the kernel's cma_req_handler). */
+static int cma_req_handler(struct ib_cm_id *cm_id, const struct ib_cm_event *ev)
+{
+	bool sidr = ev->event == IB_CM_SIDR_REQ_RECEIVED;
+	uint64_t sid = cm_id->service_id;
+	struct rdma_id_private *l, *conn;
+	struct cma_event *evt;
+	struct cma_hdr h;
+	enum ibv_qp_type qpt;
+
+	if (!cm_service_is_ip(sid) || cma_hdr_unpack(ev->private_data, &h))
+		return -EINVAL;
+	l = cma_find_listener(sid, &h);
+	if (!l)
+		return -EINVAL;
+	qpt = sidr ? IBV_QPT_UD : ev->param.req_rcvd.qp_type;
+	if (qpt != l->id.qp_type)
+		return -EINVAL;
+	if (l->backlog <= 0)
+		return -ENOMEM; /* the listener's queue is full: the REQ may come again */
+	conn = cma_id_alloc(l->id.channel, l->id.context, l->id.ps, qpt);
+	if (!conn)
+		return -ENOMEM;
+	cma_save_ip_info(conn, &h, cm_service_port(sid));
+	cma_attach_to_dev(conn, l->cma_dev ? l->cma_dev : cma_device_if_open());
+	if (sidr) {
+		cma_fill_path(conn);
+	} else {
+		const struct cm_path *cp = &ev->param.req_rcvd.primary_path;
+		struct ibv_sa_path_rec *r = &conn->path_rec;
+
+		memset(r, 0, sizeof(*r));
+		r->sgid = cp->sgid;
+		r->dgid = cp->dgid;
+		r->flow_label = htobe32(cp->flow_label);
+		r->hop_limit = cp->hop_limit;
+		r->traffic_class = cp->traffic_class;
+		r->reversible = 1;
+		r->numb_path = 1;
+		r->pkey = htobe16(cp->pkey);
+		r->sl = cp->sl;
+		r->mtu_selector = r->rate_selector = r->packet_life_time_selector = 2;
+		r->mtu = cp->mtu;
+		r->rate = cp->rate;
+		r->packet_life_time = cp->packet_life_time;
+		conn->id.route.path_rec = r;
+		conn->id.route.num_paths = 1;
+		conn->id.route.addr.addr.ibaddr.dgid = r->dgid;
+	}
+	conn->cm_id = cm_id;
+	cm_id->context = conn;
+	cm_id->cm_handler = cma_ib_handler;
+	conn->state = RDMA_CM_CONNECT;
+
+	evt = cma_event_alloc(l, &conn->id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	if (!evt) {
+		cm_id->cm_handler = NULL;
+		conn->cm_id = NULL;
+		cma_id_free(conn);
+		return -ENOMEM;
+	}
+	evt->event.listen_id = &l->id;
+	if (sidr) {
+		struct rdma_ud_param *u = &evt->event.param.ud;
+
+		copy_pdata(evt, ev->private_data + CMA_HDR_SIZE,
+			   IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE - CMA_HDR_SIZE, &u->private_data_len,
+			   &u->private_data);
+	} else {
+		const struct ib_cm_req_event_param *r = &ev->param.req_rcvd;
+		struct rdma_conn_param *c = &evt->event.param.conn;
+
+		copy_pdata(evt, ev->private_data + CMA_HDR_SIZE,
+			   IB_CM_REQ_PRIVATE_DATA_SIZE - CMA_HDR_SIZE, &c->private_data_len,
+			   &c->private_data);
+		c->responder_resources = r->responder_resources;
+		c->initiator_depth = r->initiator_depth;
+		c->flow_control = r->flow_control;
+		c->retry_count = r->retry_count;
+		c->rnr_retry_count = r->rnr_retry_count;
+		c->srq = r->srq;
+		c->qp_num = r->remote_qpn;
+		evt->ece = r->ece;
+	}
+	l->backlog--;
+	cma_event_queue(to_uch(l->id.channel), evt);
+	/* not accepted yet: a duplicate REQ gets an MRA (sent only then) */
+	if (!sidr)
+		ib_send_cm_mra(cm_id, CMA_CM_MRA_SETTING, NULL, 0);
+	return 0;
+}
+
+int cma_listen(struct rdma_id_private *p, int backlog)
+{
+	struct cma_device *dev;
+	int ret;
+
+	if (p->state == RDMA_CM_IDLE) {
+		struct sockaddr_in any = { .sin_family = AF_INET };
+
+		ret = cma_bind_addr(p, (struct sockaddr *)&any);
+		if (ret)
+			return ret;
+	}
+	if (p->state != RDMA_CM_ADDR_BOUND)
+		return -EINVAL;
+	if (p->reuseaddr && p->bind_list) {
+		ret = cma_check_port(p->bind_list, p, false);
+		if (ret)
+			return ret;
+	}
+	/* a wildcard listener still needs the device to hear REQs on */
+	ret = cma_get_device(NULL, &dev);
+	if (ret)
+		return ret;
+	p->cm_id = ib_create_cm_id(dev->cm, cma_req_handler, p, &ret);
+	if (!p->cm_id)
+		return ret;
+	ret = ib_cm_listen(p->cm_id, cm_service_id((uint16_t)p->id.ps, cma_port(cma_src_addr(p))));
+	if (ret) {
+		ib_destroy_cm_id(p->cm_id);
+		p->cm_id = NULL;
+		return ret;
+	}
+	if (!p->cma_dev)
+		p->cma_dev = dev; /* for its connections; id.verbs stays NULL as in Linux */
+	p->backlog = backlog > 0 && backlog < CMA_MAX_BACKLOG ? backlog : CMA_MAX_BACKLOG;
+	p->state = RDMA_CM_LISTEN;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Connect, accept, reject, disconnect                                */
+/* ------------------------------------------------------------------ */
+static int cma_connect_ib(struct rdma_id_private *p, const struct rdma_conn_param *c,
+			  const struct ibv_ece *ece)
+{
+	uint8_t pdata[IB_CM_REQ_PRIVATE_DATA_SIZE];
+	struct ib_cm_req_param req;
+	struct cm_path path;
+	int ret;
+
+	if (CMA_HDR_SIZE + c->private_data_len > IB_CM_REQ_PRIVATE_DATA_SIZE)
+		return -EINVAL;
+	memset(pdata, 0, sizeof(pdata));
+	if (c->private_data && c->private_data_len)
+		memcpy(pdata + CMA_HDR_SIZE, c->private_data, c->private_data_len);
+	cma_format_hdr(pdata, p);
+	p->cm_id = ib_create_cm_id(p->cma_dev->cm, cma_ib_handler, p, &ret);
+	if (!p->cm_id)
+		return ret;
+	cma_cm_path(p, &path);
+	memset(&req, 0, sizeof(req));
+	req.primary_path = &path;
+	req.service_id = cm_service_id((uint16_t)p->id.ps, cma_port(cma_dst_addr(p)));
+	req.qp_num = p->qp_num;
+	req.qp_type = p->id.qp_type;
+	req.starting_psn = p->seq_num;
+	req.private_data = pdata;
+	req.private_data_len = (uint8_t)(CMA_HDR_SIZE + c->private_data_len);
+	req.responder_resources = c->responder_resources;
+	req.initiator_depth = c->initiator_depth;
+	req.flow_control = c->flow_control;
+	req.retry_count = c->retry_count > 7 ? 7 : c->retry_count;
+	req.rnr_retry_count = c->rnr_retry_count > 7 ? 7 : c->rnr_retry_count;
+	req.remote_cm_response_timeout = cma_response_timeout();
+	req.local_cm_response_timeout = cma_response_timeout();
+	req.max_cm_retries = cma_max_cm_retries();
+	req.srq = p->srq;
+	if (ece) {
+		req.ece.vendor_id = ece->vendor_id;
+		req.ece.attr_mod = ece->options;
+	}
+	ret = ib_send_cm_req(p->cm_id, &req);
+	if (ret) {
+		ib_destroy_cm_id(p->cm_id);
+		p->cm_id = NULL;
+	}
+	return ret;
+}
+
+static int cma_resolve_ib_udp(struct rdma_id_private *p, const struct rdma_conn_param *c)
+{
+	uint8_t pdata[IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE];
+	struct ib_cm_sidr_req_param req;
+	struct cm_path path;
+	int ret;
+
+	if (CMA_HDR_SIZE + c->private_data_len > IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE)
+		return -EINVAL;
+	memset(pdata, 0, sizeof(pdata));
+	if (c->private_data && c->private_data_len)
+		memcpy(pdata + CMA_HDR_SIZE, c->private_data, c->private_data_len);
+	cma_format_hdr(pdata, p);
+	p->cm_id = ib_create_cm_id(p->cma_dev->cm, cma_ib_handler, p, &ret);
+	if (!p->cm_id)
+		return ret;
+	cma_cm_path(p, &path);
+	memset(&req, 0, sizeof(req));
+	req.path = &path;
+	req.service_id = cm_service_id((uint16_t)p->id.ps, cma_port(cma_dst_addr(p)));
+	req.timeout_ms = cm_convert_to_ms(cma_response_timeout());
+	req.max_cm_retries = cma_max_cm_retries();
+	req.private_data = pdata;
+	req.private_data_len = (uint8_t)(CMA_HDR_SIZE + c->private_data_len);
+	ret = ib_send_cm_sidr_req(p->cm_id, &req);
+	if (ret) {
+		ib_destroy_cm_id(p->cm_id);
+		p->cm_id = NULL;
+	}
+	return ret;
+}
+
+int cma_connect(struct rdma_id_private *p, const struct rdma_conn_param *c,
+		const struct ibv_ece *ece)
+{
+	struct rdma_conn_param none;
+	int ret;
+
+	if (p->state != RDMA_CM_ROUTE_RESOLVED)
+		return -EINVAL;
+	if (!c) {
+		memset(&none, 0, sizeof(none));
+		c = &none;
+	}
+	p->state = RDMA_CM_CONNECT;
+	if (!p->id.qp) {
+		p->qp_num = c->qp_num;
+		p->srq = c->srq;
+	} else {
+		p->qp_num = p->id.qp->qp_num;
+		p->srq = p->id.qp->srq != NULL;
+	}
+	if (p->id.qp_type == IBV_QPT_UD)
+		ret = cma_resolve_ib_udp(p, c);
+	else
+		ret = cma_connect_ib(p, c, ece);
+	if (ret)
+		p->state = RDMA_CM_ROUTE_RESOLVED;
+	return ret;
+}
+
+int cma_reject(struct rdma_id_private *p, const void *pdata, uint8_t len, uint8_t reason)
+{
+	if (!p->cm_id)
+		return -EINVAL;
+	if (p->id.qp_type == IBV_QPT_UD) {
+		struct ib_cm_sidr_rep_param rep = {
+			.status = IB_SIDR_REJECT, .private_data = pdata, .private_data_len = len,
+		};
+		return ib_send_cm_sidr_rep(p->cm_id, &rep);
+	}
+	return ib_send_cm_rej(p->cm_id, reason ? reason : IB_CM_REJ_CONSUMER_DEFINED, NULL, 0,
+			      pdata, len);
+}
+
+int cma_accept(struct rdma_id_private *p, const struct rdma_conn_param *c,
+	       const struct ibv_ece *ece)
+{
+	int ret;
+
+	if (p->state != RDMA_CM_CONNECT || !p->cm_id)
+		return -EINVAL;
+	if (!p->id.qp && c) {
+		p->qp_num = c->qp_num;
+		p->srq = c->srq;
+	} else if (p->id.qp) {
+		p->qp_num = p->id.qp->qp_num;
+		p->srq = p->id.qp->srq != NULL;
+	}
+	if (p->id.qp_type == IBV_QPT_UD) {
+		struct ib_cm_sidr_rep_param rep = { .status = IB_SIDR_SUCCESS };
+
+		ret = cma_set_qkey(p, 0);
+		if (!ret) {
+			rep.qp_num = p->qp_num;
+			rep.qkey = p->qkey;
+			if (c) {
+				rep.private_data = c->private_data;
+				rep.private_data_len = c->private_data_len;
+			}
+			if (ece) {
+				rep.ece.vendor_id = ece->vendor_id;
+				rep.ece.attr_mod = ece->options;
+			}
+			ret = ib_send_cm_sidr_rep(p->cm_id, &rep);
+		}
+	} else if (c) {
+		struct ib_cm_rep_param rep = {
+			.qp_num = p->qp_num,
+			.starting_psn = p->seq_num,
+			.private_data = c->private_data,
+			.private_data_len = c->private_data_len,
+			.responder_resources = c->responder_resources,
+			.initiator_depth = c->initiator_depth,
+			.flow_control = c->flow_control,
+			.rnr_retry_count = c->rnr_retry_count > 7 ? 7 : c->rnr_retry_count,
+			.srq = p->srq,
+		};
+
+		if (ece) {
+			rep.ece.vendor_id = ece->vendor_id;
+			rep.ece.attr_mod = ece->options;
+		}
+		ret = ib_send_cm_rep(p->cm_id, &rep);
+	} else {
+		/* the active side after CONNECT_RESPONSE: the RTU */
+		ret = ib_send_cm_rtu(p->cm_id, NULL, 0);
+	}
+	if (ret)
+		cma_reject(p, NULL, 0, 0);
+	return ret;
+}
+
+int cma_disconnect(struct rdma_id_private *p)
+{
+	if (!p->cm_id)
+		return -EINVAL;
+	/* initiate, or answer the peer's DREQ */
+	if (ib_send_cm_dreq(p->cm_id, NULL, 0))
+		ib_send_cm_drep(p->cm_id, NULL, 0);
+	return 0;
+}
+
+int cma_notify(struct rdma_id_private *p, enum ibv_event_type event)
+{
+	if (!p->cm_id)
+		return -EINVAL;
+	return ib_cm_notify(p->cm_id, event);
+}
+
+int cma_init_qp_attr(struct rdma_id_private *p, struct ibv_qp_attr *a, int *mask)
+{
+	int ret = 0;
+
+	if (!p->cma_dev)
+		return -EINVAL;
+	if (!p->cm_id || p->id.qp_type == IBV_QPT_UD) {
+		/* the kernel's cma_ib_init_qp_attr */
+		a->pkey_index = 0;
+		a->port_num = 1;
+		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (p->id.qp_type == IBV_QPT_UD) {
+			ret = cma_set_qkey(p, 0);
+			if (ret)
+				return ret;
+			a->qkey = p->qkey;
+			*mask |= IBV_QP_QKEY;
+		} else {
+			a->qp_access_flags = 0;
+			*mask |= IBV_QP_ACCESS_FLAGS;
+		}
+	} else {
+		ret = ib_cm_init_qp_attr(p->cm_id, a, mask);
+	}
+	if (ret)
+		return ret;
+	if (a->qp_state == IBV_QPS_RTR)
+		a->rq_psn = p->seq_num;
+	if ((*mask & IBV_QP_TIMEOUT) && p->timeout_set)
+		a->timeout = p->timeout;
+	return 0;
+}
+
+int cma_set_option(struct rdma_id_private *p, int level, int optname, const void *optval,
+		   size_t optlen)
+{
+	if (level == RDMA_OPTION_IB) {
+		if (optname != RDMA_OPTION_IB_PATH)
+			return -ENOSYS;
+		return cma_set_ib_path(p, optval, optlen);
+	}
+	if (level != RDMA_OPTION_ID)
+		return -ENOSYS;
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+		if (optlen != sizeof(uint8_t))
+			return -EINVAL;
+		p->tos = *(const uint8_t *)optval;
+		p->tos_set = true;
+		return 0;
+	case RDMA_OPTION_ID_REUSEADDR: {
+		int reuse;
+
+		if (optlen != sizeof(int))
+			return -EINVAL;
+		reuse = *(const int *)optval;
+		if (!reuse && p->state != RDMA_CM_IDLE)
+			return -EINVAL;
+		p->reuseaddr = reuse != 0;
+		return 0;
+	}
+	case RDMA_OPTION_ID_AFONLY:
+		if (optlen != sizeof(int))
+			return -EINVAL;
+		if (p->state != RDMA_CM_IDLE && p->state != RDMA_CM_ADDR_BOUND)
+			return -EINVAL;
+		p->afonly = *(const int *)optval != 0;
+		p->afonly_set = true;
+		return 0;
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		if (optlen != sizeof(uint8_t))
+			return -EINVAL;
+		if (p->id.qp_type != IBV_QPT_RC)
+			return -EINVAL;
+		p->timeout = *(const uint8_t *)optval;
+		p->timeout_set = true;
+		return 0;
+	default:
+		return -ENOSYS;
+	}
+}
+
+/* The kernel's rdma_destroy_id, short of the memory: leave the protocol
+ * (REJ/DREQ/DREP as the IB CM state asks), the port, queued events. */
+void cma_destroy(struct rdma_id_private *p)
+{
+	p->state = RDMA_CM_DESTROYING;
+	if (p->cm_id) {
+		p->cm_id->cm_handler = NULL;
+		ib_destroy_cm_id(p->cm_id);
+		p->cm_id = NULL;
+	}
+	cma_release_port(p);
+	cma_event_discard(p);
+}

@@ -1,0 +1,1 @@
+/* librdmacm.so.1: its code is urvt_rdmacm (linked whole); nothing here. */

@@ -1,0 +1,1148 @@
+/*
+ * The librdmacm API (rdma-core's librdmacm/cma.c, on top of cma.c instead
+ * of /dev/infiniband/rdma_cm): the user-side half of every call. QPs are
+ * the application's; this file moves them through their states with the
+ * attributes cma.c computes (rdma_init_qp_attr), answers a REP with the
+ * RTU when the application fetches CONNECT_RESPONSE, makes ids without a
+ * channel synchronous, and converts errors to -1 / errno as the man pages
+ * say.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <rdma/rdma_verbs.h>
+#include <string.h>
+
+#include "rdmacm/addr.h"
+#include "rdmacm/cma_priv.h"
+
+static int err_ret(int ret)
+{
+	if (ret < 0) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+static int set_errno(int e)
+{
+	errno = e;
+	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Ids                                                                */
+/* ------------------------------------------------------------------ */
+static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		     enum rdma_port_space ps, enum ibv_qp_type qp_type)
+{
+	struct rdma_event_channel *ch = channel;
+	struct rdma_id_private *p;
+	int ret = cma_init();
+
+	if (ret)
+		return err_ret(ret);
+	if (!id)
+		return set_errno(EINVAL);
+	if (!ch) {
+		ch = rdma_create_event_channel();
+		if (!ch)
+			return -1;
+	}
+	pthread_mutex_lock(&cma_lock);
+	p = cma_id_alloc(ch, context, ps, qp_type);
+	if (p)
+		p->sync = !channel;
+	pthread_mutex_unlock(&cma_lock);
+	if (!p) {
+		if (!channel)
+			rdma_destroy_event_channel(ch);
+		return set_errno(ENOMEM);
+	}
+	*id = &p->id;
+	return 0;
+}
+
+int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		   enum rdma_port_space ps)
+{
+	enum ibv_qp_type qp_type = ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP ? IBV_QPT_UD
+									    : IBV_QPT_RC;
+
+	return create_id(channel, id, context, ps, qp_type);
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	struct rdma_event_channel *priv_ch = NULL;
+
+	pthread_mutex_lock(&cma_lock);
+	cma_destroy(p);
+	if (id->event) {
+		struct cma_event *evt = (struct cma_event *)id->event;
+
+		cma_event_complete(evt->id_priv);
+		cma_event_free(evt);
+		id->event = NULL;
+	}
+	/* events the application holds must be acked first (librdmacm) */
+	while (p->events_completed < p->events_reported)
+		pthread_cond_wait(&p->cond, &cma_lock);
+	if (p->sync)
+		priv_ch = id->channel;
+	cma_id_free(p);
+	pthread_mutex_unlock(&cma_lock);
+	if (priv_ch)
+		rdma_destroy_event_channel(priv_ch);
+	return 0;
+}
+
+/* For ids without a channel: the call's event, its status as errno. */
+int ucma_complete(struct rdma_cm_id *id)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	int ret;
+
+	if (!p->sync)
+		return 0;
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	ret = rdma_get_cm_event(id->channel, &id->event);
+	if (ret)
+		return ret;
+	if (id->event->status) {
+		if (id->event->event == RDMA_CM_EVENT_REJECTED)
+			return set_errno(ECONNREFUSED);
+		return set_errno(id->event->status < 0 ? -id->event->status : id->event->status);
+	}
+	return 0;
+}
+
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	int ret;
+
+	if (!cma_addrlen(addr))
+		return set_errno(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_bind_addr(to_id_priv(id), addr);
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
+		      int timeout_ms)
+{
+	int ret;
+
+	(void)timeout_ms; /* resolution is immediate (no ARP) */
+	if (!cma_addrlen(dst_addr) || (src_addr && !cma_addrlen(src_addr)))
+		return set_errno(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_resolve_addr(to_id_priv(id), src_addr, dst_addr);
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	return ucma_complete(id);
+}
+
+int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	int ret;
+
+	(void)timeout_ms;
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_resolve_route(to_id_priv(id));
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	return ucma_complete(id);
+}
+
+int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_init_qp_attr(to_id_priv(id), qp_attr, qp_attr_mask);
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+/* ------------------------------------------------------------------ */
+/* QP state changes (librdmacm's ucma_modify_qp_*); caller holds the lock */
+/* ------------------------------------------------------------------ */
+static int modify_qp_rtr(struct rdma_id_private *p, uint8_t resp_res)
+{
+	struct ibv_qp_attr a;
+	int mask, ret;
+
+	if (!p->id.qp)
+		return 0;
+	/* INIT again first: the connection's access flags */
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	ret = cma_init_qp_attr(p, &a, &mask);
+	if (ret)
+		return ret;
+	ret = ibv_modify_qp(p->id.qp, &a, mask);
+	if (ret)
+		return -ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	ret = cma_init_qp_attr(p, &a, &mask);
+	if (ret)
+		return ret;
+	if (resp_res != RDMA_MAX_RESP_RES)
+		a.max_dest_rd_atomic = resp_res;
+	return -ibv_modify_qp(p->id.qp, &a, mask);
+}
+
+static int modify_qp_rts(struct rdma_id_private *p, uint8_t init_depth)
+{
+	struct ibv_qp_attr a;
+	int mask, ret;
+
+	if (!p->id.qp)
+		return 0;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	ret = cma_init_qp_attr(p, &a, &mask);
+	if (ret)
+		return ret;
+	if (init_depth != RDMA_MAX_INIT_DEPTH)
+		a.max_rd_atomic = init_depth;
+	return -ibv_modify_qp(p->id.qp, &a, mask);
+}
+
+static void modify_qp_err(struct rdma_id_private *p)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	if (p->id.qp)
+		ibv_modify_qp(p->id.qp, &a, IBV_QP_STATE);
+}
+
+static int init_conn_qp(struct rdma_id_private *p, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	int mask, ret = cma_init_qp_attr(p, &a, &mask);
+
+	return ret ? ret : -ibv_modify_qp(qp, &a, mask);
+}
+
+static int init_ud_qp(struct rdma_id_private *p, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	int mask, ret = cma_init_qp_attr(p, &a, &mask);
+
+	if (ret)
+		return ret;
+	ret = ibv_modify_qp(qp, &a, mask);
+	if (ret)
+		return -ret;
+	a.qp_state = IBV_QPS_RTR;
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	if (ret)
+		return -ret;
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	return -ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+/* ------------------------------------------------------------------ */
+/* CQs, SRQs, QPs                                                     */
+/* ------------------------------------------------------------------ */
+static void destroy_cqs(struct rdma_cm_id *id)
+{
+	if (id->recv_cq) {
+		ibv_destroy_cq(id->recv_cq);
+		if (id->send_cq && id->send_cq != id->recv_cq)
+			ibv_destroy_cq(id->send_cq);
+		id->send_cq = NULL;
+		id->recv_cq = NULL;
+	} else if (id->send_cq) {
+		ibv_destroy_cq(id->send_cq);
+		id->send_cq = NULL;
+	}
+	if (id->recv_cq_channel) {
+		ibv_destroy_comp_channel(id->recv_cq_channel);
+		if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
+			ibv_destroy_comp_channel(id->send_cq_channel);
+		id->send_cq_channel = NULL;
+		id->recv_cq_channel = NULL;
+	} else if (id->send_cq_channel) {
+		ibv_destroy_comp_channel(id->send_cq_channel);
+		id->send_cq_channel = NULL;
+	}
+}
+
+static int create_cqs(struct rdma_cm_id *id, uint32_t send_size, uint32_t recv_size)
+{
+	if (recv_size) {
+		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->recv_cq_channel)
+			goto err;
+		id->recv_cq = ibv_create_cq(id->verbs, (int)recv_size, id, id->recv_cq_channel, 0);
+		if (!id->recv_cq)
+			goto err;
+	}
+	if (send_size) {
+		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->send_cq_channel)
+			goto err;
+		id->send_cq = ibv_create_cq(id->verbs, (int)send_size, id, id->send_cq_channel, 0);
+		if (!id->send_cq)
+			goto err;
+	}
+	return 0;
+err:
+	destroy_cqs(id);
+	return -1;
+}
+
+int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	struct ibv_srq *srq;
+
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+		return set_errno(EINVAL);
+	if (!id->verbs)
+		return set_errno(EINVAL);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+		attr->pd = id->pd;
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+	}
+	if (attr->srq_type == IBV_SRQT_XRC)
+		return set_errno(EOPNOTSUPP); /* urvt has no XRC domains */
+	srq = ibv_create_srq_ex(id->verbs, attr);
+	if (!srq)
+		return -1;
+	if (!id->pd)
+		id->pd = attr->pd;
+	id->srq = srq;
+	return 0;
+}
+
+int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq_init_attr_ex ex;
+	int ret;
+
+	memset(&ex, 0, sizeof(ex));
+	memcpy(&ex, attr, sizeof(*attr));
+	ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	ex.srq_type = IBV_SRQT_BASIC;
+	ex.pd = pd;
+	ret = rdma_create_srq_ex(id, &ex);
+	memcpy(attr, &ex, sizeof(*attr));
+	return ret;
+}
+
+void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	ibv_destroy_srq(id->srq);
+	id->srq = NULL;
+	destroy_cqs(id);
+}
+
+/* ECE (librdmacm's init_ece / set_local_ece): the provider's, if it has any. */
+static int init_ece(struct rdma_id_private *p, struct ibv_qp *qp)
+{
+	struct ibv_ece ece = { 0 };
+	int ret = ibv_query_ece(qp, &ece);
+
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	p->local_ece.vendor_id = ece.vendor_id;
+	p->local_ece.options = ece.options;
+	if (!p->remote_ece.vendor_id)
+		return 0;
+	if (p->remote_ece.vendor_id != p->local_ece.vendor_id) {
+		ece.vendor_id = p->local_ece.vendor_id;
+		ece.options = 0;
+	} else {
+		ece.vendor_id = p->remote_ece.vendor_id;
+		ece.options = p->remote_ece.options;
+	}
+	ret = ibv_set_ece(qp, &ece);
+	return ret && ret != EOPNOTSUPP ? -ret : 0;
+}
+
+static int set_local_ece(struct rdma_id_private *p, struct ibv_qp *qp)
+{
+	struct ibv_ece ece = { 0 };
+	int ret;
+
+	if (!p->remote_ece.vendor_id)
+		return 0;
+	ret = ibv_query_ece(qp, &ece);
+	if (ret && ret != EOPNOTSUPP)
+		return -ret;
+	p->local_ece.options = ece.options;
+	return 0;
+}
+
+int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	struct ibv_qp *qp;
+	int ret;
+
+	if (id->qp || !id->verbs)
+		return set_errno(EINVAL);
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+		attr->pd = id->pd;
+	} else if (id->verbs != attr->pd->context) {
+		return set_errno(EINVAL);
+	}
+	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
+	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
+		return set_errno(EINVAL);
+	if (id->qp_type == IBV_QPT_XRC_RECV)
+		return set_errno(EOPNOTSUPP);
+	if (create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
+		       attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
+		return -1;
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
+	if (id->srq && !attr->srq)
+		attr->srq = id->srq;
+	qp = ibv_create_qp_ex(id->verbs, attr);
+	if (!qp) {
+		ret = -errno;
+		goto err_cqs;
+	}
+	pthread_mutex_lock(&cma_lock);
+	ret = init_ece(p, qp);
+	if (!ret)
+		ret = id->qp_type == IBV_QPT_UD ? init_ud_qp(p, qp) : init_conn_qp(p, qp);
+	if (!ret)
+		ret = set_local_ece(p, qp);
+	if (!ret) {
+		id->pd = qp->pd;
+		id->qp = qp;
+	}
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		goto err_qp;
+	return 0;
+err_qp:
+	ibv_destroy_qp(qp);
+err_cqs:
+	destroy_cqs(id);
+	return err_ret(ret);
+}
+
+int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct ibv_qp_init_attr_ex ex;
+	int ret;
+
+	memset(&ex, 0, sizeof(ex));
+	memcpy(&ex, qp_init_attr, sizeof(*qp_init_attr));
+	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ex.pd = pd ? pd : id->pd;
+	ret = rdma_create_qp_ex(id, &ex);
+	memcpy(qp_init_attr, &ex, sizeof(*qp_init_attr));
+	return ret;
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	/* librdmacm would hand NULL to ibv_destroy_qp and crash; Debian's
+	 * qperf 0.4.11 -cm1 does this on its listener at every test's end */
+	if (!id->qp)
+		return;
+	ibv_destroy_qp(id->qp);
+	pthread_mutex_lock(&cma_lock);
+	id->qp = NULL;
+	pthread_mutex_unlock(&cma_lock);
+	destroy_cqs(id);
+}
+
+/* ------------------------------------------------------------------ */
+/* Connect, listen, accept                                            */
+/* ------------------------------------------------------------------ */
+static int valid_param(struct rdma_id_private *p, const struct rdma_conn_param *param)
+{
+	struct cma_device *dev = p->cma_dev;
+
+	if (p->id.ps != RDMA_PS_TCP)
+		return 0;
+	if (!p->id.qp && !param)
+		return -EINVAL;
+	if (!param || !dev)
+		return 0;
+	if (param->responder_resources != RDMA_MAX_RESP_RES &&
+	    param->responder_resources > dev->max_responder_resources)
+		return -EINVAL;
+	if (param->initiator_depth != RDMA_MAX_INIT_DEPTH &&
+	    param->initiator_depth > dev->max_initiator_depth)
+		return -EINVAL;
+	return 0;
+}
+
+/* The parameters the "kernel" gets (librdmacm's ucma_copy_conn_param_to_kern). */
+static void kern_param(struct rdma_id_private *p, struct rdma_conn_param *dst,
+		       const struct rdma_conn_param *src, uint8_t *buf)
+{
+	size_t len = 0;
+
+	memset(dst, 0, sizeof(*dst));
+	dst->qp_num = p->id.qp ? p->id.qp->qp_num : (src ? src->qp_num : 0);
+	dst->srq = p->id.qp ? p->id.qp->srq != NULL : (src ? src->srq : 0);
+	dst->responder_resources = p->responder_resources;
+	dst->initiator_depth = p->initiator_depth;
+	if (p->connect_len) {
+		len = p->connect_len > CMA_MAX_PRIVATE_DATA ? CMA_MAX_PRIVATE_DATA : p->connect_len;
+		memcpy(buf, p->connect, len);
+	}
+	if (src) {
+		dst->flow_control = src->flow_control;
+		dst->retry_count = src->retry_count;
+		dst->rnr_retry_count = src->rnr_retry_count;
+		if (src->private_data && src->private_data_len) {
+			size_t n = src->private_data_len;
+			if (len + n > CMA_MAX_PRIVATE_DATA)
+				n = CMA_MAX_PRIVATE_DATA - len;
+			memcpy(buf + len, src->private_data, n);
+			len += n;
+		}
+	} else {
+		dst->retry_count = 7;
+		dst->rnr_retry_count = 7;
+	}
+	dst->private_data = len ? buf : NULL;
+	/* more than fits a CM message: the CM refuses it (EINVAL) */
+	dst->private_data_len = len > 255 ? 255 : (uint8_t)len;
+}
+
+int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	uint8_t buf[CMA_MAX_PRIVATE_DATA];
+	struct rdma_conn_param kc;
+	struct ibv_ece ece;
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = valid_param(p, conn_param);
+	if (ret)
+		goto out;
+	if (p->cma_dev) {
+		p->initiator_depth = conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH
+					     ? conn_param->initiator_depth
+					     : p->cma_dev->max_initiator_depth;
+		p->responder_resources =
+			conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES
+				? conn_param->responder_resources
+				: p->cma_dev->max_responder_resources;
+	}
+	kern_param(p, &kc, conn_param, buf);
+	ece = p->local_ece;
+	ret = cma_connect(p, &kc, &ece);
+	if (!ret && p->connect_len) {
+		free(p->connect);
+		p->connect = NULL;
+		p->connect_len = 0;
+	}
+out:
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	return ucma_complete(id);
+}
+
+int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_listen(to_id_priv(id), backlog);
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	struct rdma_id_private *l = to_id_priv(listen);
+	struct rdma_cm_event *event;
+	int ret;
+
+	if (!l->sync)
+		return set_errno(EINVAL);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	ret = rdma_get_cm_event(listen->channel, &event);
+	if (ret)
+		return ret;
+	if (event->event == RDMA_CM_EVENT_REJECTED) {
+		ret = set_errno(ECONNREFUSED);
+		goto err;
+	}
+	if (event->status) {
+		ret = set_errno(event->status < 0 ? -event->status : event->status);
+		goto err;
+	}
+	if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+		ret = set_errno(EINVAL);
+		goto err;
+	}
+	if (l->qp_init_attr) {
+		struct ibv_qp_init_attr attr = *l->qp_init_attr;
+
+		ret = rdma_create_qp(event->id, listen->pd, &attr);
+		if (ret)
+			goto err;
+	}
+	*id = event->id;
+	(*id)->event = event;
+	return 0;
+err:
+	listen->event = event;
+	return ret;
+}
+
+int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	uint8_t buf[CMA_MAX_PRIVATE_DATA];
+	struct rdma_conn_param kc;
+	struct ibv_ece ece;
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = valid_param(p, conn_param);
+	if (ret)
+		goto out;
+	if (p->cma_dev) {
+		if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
+			if (p->initiator_depth > p->cma_dev->max_initiator_depth)
+				p->initiator_depth = p->cma_dev->max_initiator_depth;
+		} else {
+			p->initiator_depth = conn_param->initiator_depth;
+		}
+		if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
+			if (p->responder_resources > p->cma_dev->max_responder_resources)
+				p->responder_resources = p->cma_dev->max_responder_resources;
+		} else {
+			p->responder_resources = conn_param->responder_resources;
+		}
+	}
+	if (id->qp_type != IBV_QPT_UD) {
+		ret = modify_qp_rtr(p, p->responder_resources);
+		if (!ret)
+			ret = modify_qp_rts(p, p->initiator_depth);
+		if (ret)
+			goto out;
+	}
+	kern_param(p, &kc, conn_param, buf);
+	/* answer with the vendor ID the peer sent, our options */
+	ece.vendor_id = p->remote_ece.vendor_id;
+	ece.options = p->local_ece.options;
+	ret = cma_accept(p, &kc, &ece);
+	if (ret)
+		modify_qp_err(p);
+out:
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	if (id->qp_type == IBV_QPT_UD)
+		return 0;
+	return ucma_complete(id);
+}
+
+static int reject_with_reason(struct rdma_cm_id *id, const void *private_data,
+			      uint8_t private_data_len, uint8_t reason)
+{
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_reject(to_id_priv(id), private_data, private_data ? private_data_len : 0,
+			 reason);
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return reject_with_reason(id, private_data, private_data_len, 0);
+}
+
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	/* IBTA: CM_REJ_VENDOR_OPTION_NOT_SUPPORTED */
+	return reject_with_reason(id, private_data, private_data_len,
+				  IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED);
+}
+
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	int ret;
+
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_notify(to_id_priv(id), event);
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+int rdma_disconnect(struct rdma_cm_id *id)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	int ret;
+
+	if (!id->verbs || !id->verbs->device)
+		return set_errno(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	/* IB transport: the QP goes to ERR first (librdmacm's ucma_shutdown) */
+	modify_qp_err(p);
+	ret = cma_disconnect(p);
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	return ucma_complete(id);
+}
+
+/* CONNECT_RESPONSE with a QP: RTR, RTS, then the RTU (librdmacm's
+ * ucma_process_conn_resp). Caller holds the lock. */
+static int process_conn_resp(struct rdma_id_private *p)
+{
+	int ret = modify_qp_rtr(p, RDMA_MAX_RESP_RES);
+
+	if (!ret)
+		ret = modify_qp_rts(p, RDMA_MAX_INIT_DEPTH);
+	if (!ret)
+		ret = cma_accept(p, NULL, NULL);
+	if (ret)
+		modify_qp_err(p);
+	return ret;
+}
+
+static int process_conn_resp_ece(struct rdma_id_private *p, const struct cm_ece *remote)
+{
+	struct ibv_ece ece = { .vendor_id = remote->vendor_id, .options = remote->attr_mod };
+	int ret;
+
+	if (!remote->vendor_id) {
+		ece.vendor_id = p->local_ece.vendor_id;
+		ece.options = 0;
+	} else if (remote->vendor_id != p->local_ece.vendor_id) {
+		CM_DBG("id %p: the REP's ECE vendor 0x%x is not ours (0x%x)", (void *)&p->id,
+		       remote->vendor_id, p->local_ece.vendor_id);
+		modify_qp_err(p);
+		return -EINVAL;
+	}
+	p->remote_ece.vendor_id = remote->vendor_id;
+	ret = ibv_set_ece(p->id.qp, &ece);
+	if (ret && ret != EOPNOTSUPP) {
+		CM_DBG("id %p: ibv_set_ece: %s", (void *)&p->id, strerror(ret));
+		return -ret;
+	}
+	ret = process_conn_resp(p);
+	if (ret) {
+		CM_DBG("id %p: the REP's QP attributes failed: %s", (void *)&p->id, strerror(-ret));
+		return ret;
+	}
+	ret = ibv_query_ece(p->id.qp, &ece);
+	if (ret && ret != EOPNOTSUPP) {
+		CM_DBG("id %p: ibv_query_ece: %s", (void *)&p->id, strerror(ret));
+		modify_qp_err(p);
+		return -ret;
+	}
+	p->local_ece.options = ret == EOPNOTSUPP ? 0 : ece.options;
+	return 0;
+}
+
+int rdma_establish(struct rdma_cm_id *id)
+{
+	int ret;
+
+	if (id->qp)
+		return set_errno(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	ret = process_conn_resp(to_id_priv(id));
+	pthread_mutex_unlock(&cma_lock);
+	return err_ret(ret);
+}
+
+/* ------------------------------------------------------------------ */
+/* Events                                                             */
+/* ------------------------------------------------------------------ */
+int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct cma_event *evt;
+	struct rdma_id_private *p;
+	int ret;
+
+	if (!event)
+		return set_errno(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+retry:
+	ret = cma_event_get(to_uch(channel), &evt);
+	if (ret) {
+		pthread_mutex_unlock(&cma_lock);
+		return err_ret(ret);
+	}
+	p = evt->id_priv;
+	p->events_reported++;
+	switch (evt->event.event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST: {
+		struct rdma_id_private *conn = to_id_priv(evt->event.id);
+
+		p->backlog++;
+		conn->initiator_depth = evt->event.param.conn.initiator_depth;
+		conn->responder_resources = evt->event.param.conn.responder_resources;
+		if (conn->id.qp_type == IBV_QPT_UD)
+			conn->initiator_depth = conn->responder_resources = 0;
+		conn->remote_ece.vendor_id = evt->ece.vendor_id;
+		conn->remote_ece.options = evt->ece.attr_mod;
+		if (p->sync) {
+			/* a synchronous listener's connections are synchronous */
+			struct rdma_event_channel *ch;
+
+			pthread_mutex_unlock(&cma_lock);
+			ch = rdma_create_event_channel();
+			pthread_mutex_lock(&cma_lock);
+			if (!ch) {
+				/* leave the request as the kernel would */
+				cma_destroy(conn);
+				cma_id_free(conn);
+				cma_event_complete(p);
+				cma_event_free(evt);
+				goto retry;
+			}
+			cma_event_move(conn, to_uch(ch));
+			conn->id.channel = ch;
+			conn->sync = true;
+		}
+		break;
+	}
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		if (!p->id.qp) {
+			p->remote_ece.vendor_id = evt->ece.vendor_id;
+			p->remote_ece.options = evt->ece.attr_mod;
+			break;
+		}
+		if (process_conn_resp_ece(p, &evt->ece)) {
+			/* librdmacm reports -1 here, not an errno */
+			evt->event.status = -1;
+			evt->event.event = RDMA_CM_EVENT_CONNECT_ERROR;
+			p->connect_error = true;
+		} else {
+			evt->event.event = RDMA_CM_EVENT_ESTABLISHED;
+		}
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		if (p->connect_error) {
+			cma_event_complete(p);
+			cma_event_free(evt);
+			goto retry;
+		}
+		modify_qp_err(p);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (p->connect_error) {
+			cma_event_complete(p);
+			cma_event_free(evt);
+			goto retry;
+		}
+		break;
+	default:
+		break;
+	}
+	pthread_mutex_unlock(&cma_lock);
+	*event = &evt->event;
+	return 0;
+}
+
+const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	switch (event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		return "RDMA_CM_EVENT_ADDR_RESOLVED";
+	case RDMA_CM_EVENT_ADDR_ERROR:
+		return "RDMA_CM_EVENT_ADDR_ERROR";
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		return "RDMA_CM_EVENT_ROUTE_ERROR";
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		return "RDMA_CM_EVENT_CONNECT_REQUEST";
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		return "RDMA_CM_EVENT_CONNECT_ERROR";
+	case RDMA_CM_EVENT_UNREACHABLE:
+		return "RDMA_CM_EVENT_UNREACHABLE";
+	case RDMA_CM_EVENT_REJECTED:
+		return "RDMA_CM_EVENT_REJECTED";
+	case RDMA_CM_EVENT_ESTABLISHED:
+		return "RDMA_CM_EVENT_ESTABLISHED";
+	case RDMA_CM_EVENT_DISCONNECTED:
+		return "RDMA_CM_EVENT_DISCONNECTED";
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+	case RDMA_CM_EVENT_MULTICAST_JOIN:
+		return "RDMA_CM_EVENT_MULTICAST_JOIN";
+	case RDMA_CM_EVENT_MULTICAST_ERROR:
+		return "RDMA_CM_EVENT_MULTICAST_ERROR";
+	case RDMA_CM_EVENT_ADDR_CHANGE:
+		return "RDMA_CM_EVENT_ADDR_CHANGE";
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+	default:
+		return "UNKNOWN EVENT";
+	}
+}
+
+int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	int ret;
+
+	if (!optval)
+		return set_errno(EFAULT);
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_set_option(to_id_priv(id), level, optname, optval, optlen);
+	pthread_mutex_unlock(&cma_lock);
+	if (ret)
+		return err_ret(ret);
+	/* a path set by the application completes like rdma_resolve_route */
+	if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH)
+		return ucma_complete(id);
+	return 0;
+}
+
+int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	struct rdma_event_channel *old = id->channel;
+	bool sync = !channel, was_sync = p->sync;
+
+	if (p->sync && !channel)
+		return set_errno(EINVAL);
+	if (sync) {
+		channel = rdma_create_event_channel();
+		if (!channel)
+			return -1;
+	}
+	pthread_mutex_lock(&cma_lock);
+	if (was_sync && id->event) {
+		struct cma_event *evt = (struct cma_event *)id->event;
+
+		cma_event_complete(evt->id_priv);
+		cma_event_free(evt);
+		id->event = NULL;
+	}
+	cma_event_move(p, to_uch(channel));
+	p->sync = sync;
+	id->channel = channel;
+	/* the application must not handle this id's events on the old
+	 * channel any more: wait for what it holds */
+	while (p->events_completed < p->events_reported)
+		pthread_cond_wait(&p->cond, &cma_lock);
+	pthread_mutex_unlock(&cma_lock);
+	if (was_sync)
+		rdma_destroy_event_channel(old);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* rdma_create_ep                                                     */
+/* ------------------------------------------------------------------ */
+static int passive_ep(struct rdma_cm_id *id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+		      struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	int ret = rdma_bind_addr(id, res->ai_src_addr);
+
+	if (ret)
+		return ret;
+	if (pd)
+		id->pd = pd;
+	if (qp_init_attr) {
+		p->qp_init_attr = malloc(sizeof(*qp_init_attr));
+		if (!p->qp_init_attr)
+			return set_errno(ENOMEM);
+		*p->qp_init_attr = *qp_init_attr;
+		p->qp_init_attr->qp_type = res->ai_qp_type;
+	}
+	return 0;
+}
+
+int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+		   struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *cm_id;
+	int ret;
+
+	if (!id || !res)
+		return set_errno(EINVAL);
+	ret = create_id(NULL, &cm_id, NULL, res->ai_port_space, res->ai_qp_type);
+	if (ret)
+		return ret;
+	if (res->ai_flags & RAI_PASSIVE) {
+		ret = passive_ep(cm_id, res, pd, qp_init_attr);
+		if (ret)
+			goto err;
+		*id = cm_id;
+		return 0;
+	}
+	ret = rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000);
+	if (ret)
+		goto err;
+	if (res->ai_route_len)
+		ret = rdma_set_option(cm_id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, res->ai_route,
+				      res->ai_route_len);
+	else
+		ret = rdma_resolve_route(cm_id, 2000);
+	if (ret)
+		goto err;
+	if (qp_init_attr) {
+		qp_init_attr->qp_type = res->ai_qp_type;
+		ret = rdma_create_qp(cm_id, pd, qp_init_attr);
+		if (ret)
+			goto err;
+	}
+	if (res->ai_connect_len) {
+		struct rdma_id_private *p = to_id_priv(cm_id);
+
+		p->connect = malloc(res->ai_connect_len);
+		if (!p->connect) {
+			ret = set_errno(ENOMEM);
+			goto err;
+		}
+		memcpy(p->connect, res->ai_connect, res->ai_connect_len);
+		p->connect_len = res->ai_connect_len;
+	}
+	*id = cm_id;
+	return 0;
+err:
+	{
+		int e = errno;
+		rdma_destroy_ep(cm_id);
+		errno = e;
+	}
+	return ret;
+}
+
+void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+	if (id->srq)
+		rdma_destroy_srq(id);
+	rdma_destroy_id(id);
+}
+
+/* ------------------------------------------------------------------ */
+/* Ports, ECE, multicast                                              */
+/* ------------------------------------------------------------------ */
+__be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return htons(cma_port(&id->route.addr.src_addr));
+}
+
+__be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return htons(cma_port(&id->route.addr.dst_addr));
+}
+
+int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	struct rdma_id_private *p;
+
+	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+		return set_errno(EINVAL);
+	p = to_id_priv(id);
+	p->local_ece.vendor_id = ece->vendor_id;
+	p->local_ece.options = ece->options;
+	return 0;
+}
+
+int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	struct rdma_id_private *p;
+
+	if (!id || id->qp || !ece)
+		return set_errno(EINVAL);
+	p = to_id_priv(id);
+	ece->vendor_id = p->remote_ece.vendor_id;
+	ece->options = p->remote_ece.options;
+	ece->comp_mask = 0;
+	return 0;
+}
+
+/*
+ * Multicast needs UD multicast in the device (urvt's max_mcast_grp is 0):
+ * until it exists, a join fails at once with ENOSYS, the kernel's answer
+ * for a device without multicast, and nothing is ever joined to leave.
+ */
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
+			   void *context)
+{
+	(void)id;
+	(void)mc_join_attr;
+	(void)context;
+	return set_errno(ENOSYS);
+}
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	(void)id;
+	(void)context;
+	if (!cma_addrlen(addr))
+		return set_errno(EINVAL);
+	return set_errno(ENOSYS);
+}
+
+int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	(void)id;
+	if (!cma_addrlen(addr))
+		return set_errno(EINVAL);
+	return set_errno(EADDRNOTAVAIL);
+}
+
+/* rsockets' queue sizes (librdmacm's ucma_max_qpsize). */
+int ucma_max_qpsize(struct rdma_cm_id *id);
+int ucma_max_qpsize(struct rdma_cm_id *id)
+{
+	struct rdma_id_private *p = id ? to_id_priv(id) : NULL;
+	struct cma_device *dev;
+	int n = 0;
+
+	pthread_mutex_lock(&cma_lock);
+	dev = p && p->cma_dev ? p->cma_dev : cma_device_if_open();
+	if (dev)
+		n = dev->max_qpsize;
+	pthread_mutex_unlock(&cma_lock);
+	return n ? n : 16384;
+}
+
+/*
+ * The process exits: leave every connection as the kernel does when the
+ * process's rdma_cm file closes (DREQ, DREP or REJ as each state asks), so
+ * peers do not wait for the CM timeouts. Memory is left to the exit.
+ */
+static void __attribute__((destructor)) ucma_exit(void)
+{
+	if (pthread_mutex_trylock(&cma_lock))
+		return; /* another thread is inside the library: leave it be */
+	for (struct rdma_id_private *p = cma_all_ids; p; p = p->all_next) {
+		if (p->cm_id) {
+			p->cm_id->cm_handler = NULL;
+			ib_destroy_cm_id(p->cm_id);
+			p->cm_id = NULL;
+		}
+	}
+	pthread_mutex_unlock(&cma_lock);
+}
