@@ -90,9 +90,6 @@ struct urvt_link_ops {
 	 * call, no side effect (a poller looks before it takes the receive
 	 * lock). */
 	bool (*pending)(struct urvt_link *l);
-	/* Optional: false if the link knows nothing sent to a will arrive any
-	 * more (the peer is gone). Cheap; no system call. */
-	bool (*reachable)(struct urvt_link *l, const union urvt_link_addr *a);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };
@@ -127,11 +124,6 @@ static inline void urvt_link_arm(struct urvt_link *l)
 {
 	if (l->ops->arm)
 		l->ops->arm(l);
-}
-
-static inline bool urvt_link_reachable(struct urvt_link *l, const union urvt_link_addr *a)
-{
-	return !l->ops->reachable || l->ops->reachable(l, a);
 }
 
 static inline bool urvt_link_pending(struct urvt_link *l)

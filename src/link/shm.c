@@ -810,15 +810,6 @@ void urvt_shm_get_stats(struct urvt_link *l, struct urvt_shm_stats *st)
 	}
 }
 
-static bool shm_reachable(struct urvt_link *l, const union urvt_link_addr *a)
-{
-	struct urvt_shm *s = shm_of(l);
-	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
-
-	return a->shm.peer < npeers &&
-	       atomic_load_explicit(&s->peers[a->shm.peer].state, memory_order_acquire) == PEER_UP;
-}
-
 static const struct urvt_link_ops shm_ops = {
 	.name = "shm",
 	.send_batch = shm_send_batch,
@@ -827,7 +818,6 @@ static const struct urvt_link_ops shm_ops = {
 	.arm = shm_arm,
 	.ack_wake = shm_ack_wake,
 	.service = shm_service,
-	.reachable = shm_reachable,
 	.pending = shm_pending,
 	.close = shm_close,
 };

@@ -439,13 +439,6 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 	if (urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) <= 0 || !qp->timeout_ns ||
 	    (qp->s_flags & RVT_S_WAIT_RNR))
 		return;
-	/* the link saw the peer go (shm): what UDP would learn after every
-	 * retry timed out, at the first look (docs/shm.md) */
-	if (unlikely(urvt_tp_route_gone(qp))) {
-		qp->s_retry = 0;
-		comp_retry(qp, false);
-		return;
-	}
 	/* the timer is armed once and pushed back lazily: ACKs only record
 	 * the time of progress */
 	now = urvt_now_ns();

@@ -195,9 +195,6 @@ void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_add
 		     enum urvt_link_id link, struct urvt_stats_qp *qs);
 /* core->av_resolve: the shm link if it reaches the GID, else UDP. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
-/* The link knows the QP's peer is gone (the shm peer exited): retrying is
- * pointless. */
-bool urvt_tp_route_gone(struct rvt_qp *qp);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */

@@ -172,18 +172,6 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 	q->used = 0;
 }
 
-bool urvt_tp_route_gone(struct rvt_qp *qp)
-{
-	struct urvt_link *shm = qp_net(qp)->links[URVT_LINK_SHM];
-	union urvt_link_addr a;
-
-	if (!qp->remote_av.route || !shm)
-		return false;
-	a.shm.family = AF_UNIX;
-	a.shm.peer = (uint16_t)(qp->remote_av.route - 1);
-	return !urvt_link_reachable(shm, &a);
-}
-
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
 {
 	struct urvt_net *net = rdi->transport_priv;
