@@ -981,7 +981,7 @@ static int passive_ep(struct rdma_cm_id *id, struct rdma_addrinfo *res, struct i
 int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 		   struct ibv_qp_init_attr *qp_init_attr)
 {
-	struct rdma_cm_id *cm_id;
+	struct rdma_cm_id *cm_id = NULL;
 	int ret;
 
 	if (!id || !res)
