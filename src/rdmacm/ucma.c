@@ -129,6 +129,14 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		return set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_bind_addr(to_id_priv(id), addr);
+	if (ret == -EADDRNOTAVAIL && cma_loopback_addr(addr)) {
+		/* deviation (docs/rdmacm.md): a loopback address names this
+		 * host, whose device has another address; libfabric's verbs
+		 * provider binds "localhost" when given no source */
+		struct sockaddr_storage any = { .ss_family = addr->sa_family };
+		cma_set_port((struct sockaddr *)&any, cma_port(addr));
+		ret = cma_bind_addr(to_id_priv(id), (struct sockaddr *)&any);
+	}
 	pthread_mutex_unlock(&cma_lock);
 	return err_ret(ret);
 }

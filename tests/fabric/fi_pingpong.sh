@@ -4,6 +4,9 @@
 # urvt-run, data checked (-c).
 #   WHERE=host     127.252.(100+SLOT).1 and .2 (shared-memory link)
 #   WHERE=hostudp  the same with URVT_SHM=0 (UDP)
+#   WHERE=netns    two namespaces made here, a veth pair 10.(200+SLOT).0.1/.2
+# FI_VERBS_IFACE names the interface the verbs provider takes addresses from
+# (lo, or the veth), as a user sets it for a RoCE port (default "ib").
 # Passes when both exit 0, the client prints its table, and both sides'
 # urvt counters show the traffic. Exit 77 without fi_pingpong.
 set -u
@@ -14,18 +17,46 @@ run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 command -v fi_pingpong >/dev/null || { echo "SKIP: fi_pingpong (libfabric-bin) missing"; exit 77; }
 out=$(mktemp -d)
-trap '[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null; rm -rf "$out"' EXIT
-net=127.252.$((100 + slot))
+a=urvt-fa$slot b=urvt-fb$slot
+cleanup() {
+	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
+	if [ "$where" = netns ]; then ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; fi
+	rm -rf "$out"
+}
+trap cleanup EXIT INT TERM
 port=$((47600 + slot))
-shm=1
-[ "$where" = hostudp ] && shm=0
-URVT_SHM=$shm URVT_ADDR=$net.1 URVT_STATS_FILE=$out/stats.server timeout 60 \
+if [ "$where" = netns ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+		echo "SKIP: netns needs root and iproute2"; exit 77
+	fi
+	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
+	ip netns add "$a" && ip netns add "$b" || exit 1
+	ip link add "vfa$slot" netns "$a" type veth peer name "vfb$slot" netns "$b" || exit 1
+	ip -n "$a" addr add "10.$((200 + slot)).0.1/24" dev "vfa$slot"
+	ip -n "$b" addr add "10.$((200 + slot)).0.2/24" dev "vfb$slot"
+	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+	ip -n "$a" link set "vfa$slot" up
+	ip -n "$b" link set "vfb$slot" up
+	sexec="ip netns exec $a env URVT_NETDEV=vfa$slot FI_VERBS_IFACE=vfa$slot"
+	cexec="ip netns exec $b env URVT_NETDEV=vfb$slot FI_VERBS_IFACE=vfb$slot"
+	srv=10.$((200 + slot)).0.1
+else
+	net=127.252.$((100 + slot))
+	shm=1
+	[ "$where" = hostudp ] && shm=0
+	sexec="env URVT_SHM=$shm URVT_ADDR=$net.1 FI_VERBS_IFACE=lo"
+	cexec="env URVT_SHM=$shm URVT_ADDR=$net.2 FI_VERBS_IFACE=lo"
+	srv=127.0.0.1
+fi
+# shellcheck disable=SC2086
+$sexec URVT_STATS_FILE=$out/stats.server timeout 60 \
 	"$run" fi_pingpong -p "$prov" -e "$ep" -B "$port" -c "$@" >"$out/server" 2>&1 &
 spid=$!
 sleep 1
 for try in 1 2 3 4 5; do
-	URVT_SHM=$shm URVT_ADDR=$net.2 URVT_STATS_FILE=$out/stats.client timeout 60 \
-		"$run" fi_pingpong -p "$prov" -e "$ep" -P "$port" -c "$@" 127.0.0.1 >"$out/client" 2>&1
+	# shellcheck disable=SC2086
+	$cexec URVT_STATS_FILE=$out/stats.client timeout 60 \
+		"$run" fi_pingpong -p "$prov" -e "$ep" -P "$port" -c "$@" "$srv" >"$out/client" 2>&1
 	crc=$?
 	grep -q "Connection refused" "$out/client" || break
 	sleep 0.5

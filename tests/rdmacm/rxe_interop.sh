@@ -59,6 +59,8 @@ if ! vm_up; then
 		exit 77
 	fi
 	booted=1
+	# what a VM that died left behind (its namespaces, pid files)
+	"$rxevm/down" >/dev/null 2>&1
 	RXEVM_EXTRA_BINS="${RXEVM_EXTRA_BINS:-$(command -v qperf rstream riostream | tr '\n' ' ')}" \
 		"$rxevm/build" >"$out/boot" 2>&1 && "$rxevm/up" 1 >>"$out/boot" 2>&1 &&
 		"$rxevm/attach" "$uns" "$uaddr" >>"$out/boot" 2>&1 || {
