@@ -12,6 +12,7 @@ set -u
 slot=$1 prog=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/netns.sh"
 bin=${URVT_BUILD:-$here/../../build}
 run=$bin/bin/urvt-run
 a=urvt-ca$slot b=urvt-cb$slot va=cva$slot vb=cvb$slot
@@ -19,8 +20,7 @@ port=$((18500 + slot))
 out=$(mktemp -d)
 cleanup() {
 	[ -n "${dpid:-}" ] && kill "$dpid" 2>/dev/null
-	ip netns del "$a" 2>/dev/null
-	ip netns del "$b" 2>/dev/null
+	netns_del "$a" "$b"
 	rm -rf "$out"
 }
 trap cleanup EXIT INT TERM
@@ -28,17 +28,10 @@ if [ "$(id -u)" != 0 ] || ! command -v dumpcap >/dev/null || ! command -v tshark
 	echo "SKIP: needs root, dumpcap and tshark"
 	exit 77
 fi
-ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
-ip netns add "$a" && ip netns add "$b" || exit 1
-ip link add "$va" netns "$a" type veth peer name "$vb" netns "$b" || exit 1
-ip -n "$a" addr add "10.$slot.1.1/24" dev "$va"
-ip -n "$b" addr add "10.$slot.1.2/24" dev "$vb"
-for x in "$a:$va" "$b:$vb"; do
-	ns=${x%%:*} dev=${x#*:}
-	ip -n "$ns" link set lo up
-	# software segmentation of every GSO send, as on the way to a NIC
-	ip -n "$ns" link set dev "$dev" gso_max_segs 1 up
-done
+netns_pair "$a" "$b" "$va" "$vb" "10.$slot.1"
+# software segmentation of every GSO send, as on the way to a NIC
+ip -n "$a" link set dev "$va" gso_max_segs 1
+ip -n "$b" link set dev "$vb" gso_max_segs 1
 
 ip netns exec "$b" dumpcap -P -q -i "$vb" -f "udp port 4791" -w "$out/cap.pcap" \
 	>"$out/dumpcap.log" 2>&1 &

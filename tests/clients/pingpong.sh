@@ -18,6 +18,7 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 . "$here/../lib/links.sh"
+. "$here/../lib/netns.sh"
 port=$((18000 + slot))
 tmo=${PINGPONG_TIMEOUT:-60}
 out=$(mktemp -d)
@@ -25,27 +26,13 @@ trap 'cleanup' EXIT INT TERM
 
 cleanup() {
 	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
-	if [ "$where" = netns ]; then
-		ip netns del "urvt-a$slot" 2>/dev/null
-		ip netns del "urvt-b$slot" 2>/dev/null
-	fi
+	[ "$where" = netns ] && netns_del "urvt-a$slot" "urvt-b$slot"
 	rm -rf "$out"
 }
 
 if [ "$where" = netns ]; then
-	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-		echo "SKIP: netns needs root and iproute2"
-		exit 77
-	fi
 	a=urvt-a$slot b=urvt-b$slot
-	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
-	ip netns add "$a" && ip netns add "$b" || exit 1
-	ip link add "va$slot" netns "$a" type veth peer name "vb$slot" netns "$b" || exit 1
-	ip -n "$a" addr add "10.$slot.0.1/24" dev "va$slot"
-	ip -n "$b" addr add "10.$slot.0.2/24" dev "vb$slot"
-	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-	ip -n "$a" link set "va$slot" up
-	ip -n "$b" link set "vb$slot" up
+	netns_pair "$a" "$b" "va$slot" "vb$slot" "10.$slot.0"
 	saddr=10.$slot.0.1 caddr=10.$slot.0.2
 	sexec="ip netns exec $a env URVT_NETDEV=va$slot $(links_env "$out" server)"
 	cexec="ip netns exec $b env URVT_NETDEV=vb$slot $(links_env "$out" client)"

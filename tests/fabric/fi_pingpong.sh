@@ -13,6 +13,7 @@ set -u
 where=$1 slot=$2 prov=$3 ep=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/netns.sh"
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 command -v fi_pingpong >/dev/null || { echo "SKIP: fi_pingpong (libfabric-bin) missing"; exit 77; }
@@ -20,23 +21,13 @@ out=$(mktemp -d)
 a=urvt-fa$slot b=urvt-fb$slot
 cleanup() {
 	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
-	if [ "$where" = netns ]; then ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; fi
+	[ "$where" = netns ] && netns_del "$a" "$b"
 	rm -rf "$out"
 }
 trap cleanup EXIT INT TERM
 port=$((47600 + slot))
 if [ "$where" = netns ]; then
-	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-		echo "SKIP: netns needs root and iproute2"; exit 77
-	fi
-	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
-	ip netns add "$a" && ip netns add "$b" || exit 1
-	ip link add "vfa$slot" netns "$a" type veth peer name "vfb$slot" netns "$b" || exit 1
-	ip -n "$a" addr add "10.$((200 + slot)).0.1/24" dev "vfa$slot"
-	ip -n "$b" addr add "10.$((200 + slot)).0.2/24" dev "vfb$slot"
-	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-	ip -n "$a" link set "vfa$slot" up
-	ip -n "$b" link set "vfb$slot" up
+	netns_pair "$a" "$b" "vfa$slot" "vfb$slot" "10.$((200 + slot)).0"
 	sexec="ip netns exec $a env URVT_NETDEV=vfa$slot FI_VERBS_IFACE=vfa$slot"
 	cexec="ip netns exec $b env URVT_NETDEV=vfb$slot FI_VERBS_IFACE=vfb$slot"
 	srv=10.$((200 + slot)).0.1

@@ -17,6 +17,7 @@
 set -u
 where=$1 slot=$2 case=$3
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/netns.sh"
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 tmo=${CM_PAIR_TIMEOUT:-90}
 out=$(mktemp -d)
@@ -26,27 +27,13 @@ trap 'cleanup' EXIT INT TERM
 cleanup() {
 	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
 	[ -n "${spid:-}" ] && wait "$spid" 2>/dev/null
-	if [ "$where" = netns ]; then
-		ip netns del "urvt-cma$slot" 2>/dev/null
-		ip netns del "urvt-cmb$slot" 2>/dev/null
-	fi
+	[ "$where" = netns ] && netns_del "urvt-cma$slot" "urvt-cmb$slot"
 	rm -rf "$out"
 }
 
 if [ "$where" = netns ]; then
-	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-		echo "SKIP: netns needs root and iproute2"
-		exit 77
-	fi
 	a=urvt-cma$slot b=urvt-cmb$slot
-	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
-	ip netns add "$a" && ip netns add "$b" || exit 1
-	ip link add "cma$slot" netns "$a" type veth peer name "cmb$slot" netns "$b" || exit 1
-	ip -n "$a" addr add "10.41.$slot.1/24" dev "cma$slot"
-	ip -n "$b" addr add "10.41.$slot.2/24" dev "cmb$slot"
-	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-	ip -n "$a" link set "cma$slot" up
-	ip -n "$b" link set "cmb$slot" up
+	netns_pair "$a" "$b" "cma$slot" "cmb$slot" "10.41.$slot"
 	saddr=10.41.$slot.1 caddr=10.41.$slot.2
 	sns="ip netns exec $a" cns="ip netns exec $b"
 else

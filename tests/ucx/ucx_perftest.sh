@@ -17,6 +17,7 @@ set -u
 where=$1 slot=$2 tls=$3 test=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/netns.sh"
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 command -v ucx_perftest >/dev/null || { echo "SKIP: ucx_perftest (ucx-utils) missing"; exit 77; }
@@ -26,10 +27,7 @@ out=$(mktemp -d)
 a=urvt-ua$slot b=urvt-ub$slot
 cleanup() {
 	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
-	if [ "$where" = netns ]; then
-		ip netns del "$a" 2>/dev/null
-		ip netns del "$b" 2>/dev/null
-	fi
+	[ "$where" = netns ] && netns_del "$a" "$b"
 	rm -rf "$out"
 }
 trap cleanup EXIT
@@ -38,19 +36,8 @@ trap 'exit 1' INT TERM
 env_common="UCX_NET_DEVICES=urvt0:1 UCX_TLS=$tls UCX_WARN_UNUSED_ENV_VARS=n"
 case $where in
 netns)
-	if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-		echo "SKIP: netns needs root and iproute2"
-		exit 77
-	fi
 	net=10.$((200 + slot))
-	ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null
-	ip netns add "$a" && ip netns add "$b" || exit 1
-	ip link add "uva$slot" netns "$a" type veth peer name "uvb$slot" netns "$b" || exit 1
-	ip -n "$a" addr add "$net.0.1/24" dev "uva$slot"
-	ip -n "$b" addr add "$net.0.2/24" dev "uvb$slot"
-	for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-	ip -n "$a" link set "uva$slot" up
-	ip -n "$b" link set "uvb$slot" up
+	netns_pair "$a" "$b" "uva$slot" "uvb$slot" "$net.0"
 	saddr=$net.0.1
 	sexec="ip netns exec $a env URVT_NETDEV=uva$slot"
 	cexec="ip netns exec $b env URVT_NETDEV=uvb$slot"
