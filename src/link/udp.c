@@ -3,6 +3,7 @@
  * RoCEv2 socket. The transport hands it whole packets and gets whole
  * datagrams back with the IP-level facts a UDP socket can see.
  */
+#include "base/env.h"
 #include "link/udp.h"
 
 #include <errno.h>
@@ -366,20 +367,13 @@ static const struct urvt_link_ops udp_ops = {
 	.close = udp_close,
 };
 
-static bool env_on(const char *name)
-{
-	const char *v = getenv(name);
-
-	return !v || strcmp(v, "0");
-}
-
 void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p)
 {
 	*cfg = (struct urvt_udp_cfg){
 		.addr = getenv("URVT_ADDR"),
 		.netdev = getenv("URVT_NETDEV"),
-		.gso = env_on("URVT_GSO"),
-		.gro = env_on("URVT_GRO"),
+		.gso = !urvt_env_off("URVT_GSO"),
+		.gro = !urvt_env_off("URVT_GRO"),
 		.fault = getenv("URVT_FAULT"),
 		.progress = p,
 	};

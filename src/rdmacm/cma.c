@@ -325,6 +325,26 @@ err:
 	return ret;
 }
 
+/*
+ * Deviation (docs/rdmacm.md): a loopback address names this host. On Linux
+ * all of 127/8 is every process's; here each process's device has its own
+ * address, so a loopback address it does not hold (or holds busy) binds the
+ * wildcard instead, the port kept: rdma-core's tests connect 127.0.0.1 ->
+ * 127.0.0.1 from two processes, libfabric's verbs provider binds
+ * "localhost" when given no source.
+ */
+int cma_bind_host(struct rdma_id_private *p, const struct sockaddr *addr)
+{
+	struct sockaddr_storage any = { .ss_family = addr->sa_family };
+	int ret = cma_bind_addr(p, addr);
+
+	if (!cma_loopback_addr(addr) || (ret != -EADDRNOTAVAIL && ret != -EADDRINUSE))
+		return ret;
+	cma_set_port((struct sockaddr *)&any, cma_port(addr));
+	/* that failing too, the address's own answer (a port in use) */
+	return cma_bind_addr(p, (struct sockaddr *)&any) ? ret : 0;
+}
+
 static bool env_set(const char *name)
 {
 	const char *v = getenv(name);
@@ -403,24 +423,17 @@ int cma_resolve_addr(struct rdma_id_private *p, const struct sockaddr *src_in,
 	if (p->state == RDMA_CM_IDLE) {
 		struct sockaddr_storage any = { .ss_family = dst->sa_family };
 		const struct sockaddr *b = src && src->sa_family ? src : (struct sockaddr *)&any;
-		/*
-		 * Deviation: a loopback source given to resolve names this
-		 * host (on Linux any 127/8 address is every process's). Here
-		 * each process has its own, so the source becomes ours when
-		 * it is dst itself or another process's (rdma-core's tests
-		 * connect 127.0.0.1 -> 127.0.0.1 from two processes).
-		 */
+		/* a loopback source to a loopback destination names this
+		 * host (cma_bind_host); when it is dst itself and no device
+		 * is open yet, the device takes any address */
 		bool lo_hint = b == src && cma_loopback_addr(src) && cma_loopback_addr(dst);
 
-		if (lo_hint) {
+		if (lo_hint && cma_addr_eq(src, dst) && !cma_device_if_open()) {
 			any.ss_family = src->sa_family;
 			cma_set_port((struct sockaddr *)&any, cma_port(src));
-		}
-		if (lo_hint && cma_addr_eq(src, dst) && !cma_device_if_open())
 			b = (struct sockaddr *)&any;
-		ret = cma_bind_addr(p, b);
-		if (lo_hint && b == src && (ret == -EADDRINUSE || ret == -EADDRNOTAVAIL))
-			ret = cma_bind_addr(p, (struct sockaddr *)&any);
+		}
+		ret = lo_hint && b == src ? cma_bind_host(p, src) : cma_bind_addr(p, b);
 		if (ret) {
 			memset(cma_dst_addr(p), 0, dlen);
 			return ret;
@@ -929,24 +942,36 @@ int cma_listen(struct rdma_id_private *p, int backlog)
 /* ------------------------------------------------------------------ */
 /* Connect, accept, reject, disconnect                                */
 /* ------------------------------------------------------------------ */
-static int cma_connect_ib(struct rdma_id_private *p, const struct rdma_conn_param *c,
-			  const struct ibv_ece *ece)
+/* What REQ and SIDR_REQ begin with: the private data behind the CMA header
+ * (size bytes in all), a CM id of the connection, its path. */
+static int cma_req_start(struct rdma_id_private *p, const struct rdma_conn_param *c,
+			 uint8_t *pdata, size_t size, struct cm_path *path)
 {
-	uint8_t pdata[IB_CM_REQ_PRIVATE_DATA_SIZE];
-	struct ib_cm_req_param req;
-	struct cm_path path;
 	int ret;
 
-	if (CMA_HDR_SIZE + c->private_data_len > IB_CM_REQ_PRIVATE_DATA_SIZE)
+	if ((size_t)CMA_HDR_SIZE + c->private_data_len > size)
 		return -EINVAL;
-	memset(pdata, 0, sizeof(pdata));
+	memset(pdata, 0, size);
 	if (c->private_data && c->private_data_len)
 		memcpy(pdata + CMA_HDR_SIZE, c->private_data, c->private_data_len);
 	cma_format_hdr(pdata, p);
 	p->cm_id = ib_create_cm_id(p->cma_dev->cm, cma_ib_handler, p, &ret);
 	if (!p->cm_id)
 		return ret;
-	cma_cm_path(p, &path);
+	cma_cm_path(p, path);
+	return 0;
+}
+
+static int cma_connect_ib(struct rdma_id_private *p, const struct rdma_conn_param *c,
+			  const struct ibv_ece *ece)
+{
+	uint8_t pdata[IB_CM_REQ_PRIVATE_DATA_SIZE];
+	struct ib_cm_req_param req;
+	struct cm_path path;
+	int ret = cma_req_start(p, c, pdata, sizeof(pdata), &path);
+
+	if (ret)
+		return ret;
 	memset(&req, 0, sizeof(req));
 	req.primary_path = &path;
 	req.service_id = cm_service_id((uint16_t)p->id.ps, cma_port(cma_dst_addr(p)));
@@ -981,18 +1006,10 @@ static int cma_resolve_ib_udp(struct rdma_id_private *p, const struct rdma_conn_
 	uint8_t pdata[IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE];
 	struct ib_cm_sidr_req_param req;
 	struct cm_path path;
-	int ret;
+	int ret = cma_req_start(p, c, pdata, sizeof(pdata), &path);
 
-	if (CMA_HDR_SIZE + c->private_data_len > IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE)
-		return -EINVAL;
-	memset(pdata, 0, sizeof(pdata));
-	if (c->private_data && c->private_data_len)
-		memcpy(pdata + CMA_HDR_SIZE, c->private_data, c->private_data_len);
-	cma_format_hdr(pdata, p);
-	p->cm_id = ib_create_cm_id(p->cma_dev->cm, cma_ib_handler, p, &ret);
-	if (!p->cm_id)
+	if (ret)
 		return ret;
-	cma_cm_path(p, &path);
 	memset(&req, 0, sizeof(req));
 	req.path = &path;
 	req.service_id = cm_service_id((uint16_t)p->id.ps, cma_port(cma_dst_addr(p)));

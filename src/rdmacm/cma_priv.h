@@ -165,6 +165,8 @@ void cma_id_free(struct rdma_id_private *id_priv);
  * before the memory goes). */
 void cma_destroy(struct rdma_id_private *id_priv);
 int cma_bind_addr(struct rdma_id_private *id_priv, const struct sockaddr *addr);
+/* cma_bind_addr, but a loopback address we lack binds the wildcard */
+int cma_bind_host(struct rdma_id_private *id_priv, const struct sockaddr *addr);
 int cma_resolve_addr(struct rdma_id_private *id_priv, const struct sockaddr *src,
 		     const struct sockaddr *dst);
 int cma_resolve_route(struct rdma_id_private *id_priv);

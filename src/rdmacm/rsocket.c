@@ -1332,6 +1332,37 @@ ssize_t rreadv(int s, const struct iovec *iov, int iovcnt)
 	return rrecv(s, iov[0].iov_base, iov[0].iov_len, 0);
 }
 
+/* Until a send may be posted (or at once, nonblocking): 0, or -1 with errno. */
+static int rs_wait_send(struct rsocket *rs, int flags)
+{
+	int ret;
+
+	if (rs_can_send(rs))
+		return 0;
+	ret = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send);
+	if (ret)
+		return ret;
+	return rs->state & rs_writable ? 0 : err_set(ECONNRESET);
+}
+
+/* The next chunk of a send with left bytes to go: chunks double up to
+ * RS_MAX_TRANSFER, so a long send overlaps its first completions; never
+ * more than the send buffer has. */
+static uint32_t rs_next_chunk(struct rsocket *rs, uint32_t *olen, size_t left)
+{
+	uint32_t xfer;
+
+	if (*olen < left) {
+		xfer = *olen;
+		if (*olen < RS_MAX_TRANSFER)
+			*olen <<= 1;
+	} else {
+		xfer = (uint32_t)left;
+	}
+	return xfer < rs->sbuf_bytes_avail ? xfer : rs->sbuf_bytes_avail;
+}
+
+
 /* ------------------------------------------------------------------ */
 /* Sending                                                            */
 /* ------------------------------------------------------------------ */
@@ -1348,15 +1379,9 @@ static int rs_send_iomaps(struct rsocket *rs, int flags)
 		struct ibv_sge inl, *sgl;
 		int nsge, f;
 
-		if (!rs_can_send(rs)) {
-			ret = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send);
-			if (ret)
-				break;
-			if (!(rs->state & rs_writable)) {
-				ret = err_set(ECONNRESET);
-				break;
-			}
-		}
+		ret = rs_wait_send(rs, flags);
+		if (ret)
+			break;
 		iom.offset = m->offset;
 		iom.sge.addr = (uintptr_t)m->mr->addr;
 		iom.sge.length = (uint32_t)m->mr->length;
@@ -1414,25 +1439,10 @@ ssize_t rsend(int s, const void *buf, size_t len, int flags)
 		struct ibv_sge inl, *sgl;
 		int nsge, f;
 
-		if (!rs_can_send(rs)) {
-			ret = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send);
-			if (ret)
-				break;
-			if (!(rs->state & rs_writable)) {
-				ret = err_set(ECONNRESET);
-				break;
-			}
-		}
-		/* chunks grow, so a long send overlaps its first completions */
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RS_MAX_TRANSFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
-		if (xfer > rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
+		ret = rs_wait_send(rs, flags);
+		if (ret)
+			break;
+		xfer = rs_next_chunk(rs, &olen, left);
 		if (xfer > rs->grant[rs->grant_idx].length)
 			xfer = rs->grant[rs->grant_idx].length;
 		nsge = rs_stage(rs, in, xfer, &inl, &sgl, &f);
@@ -2164,24 +2174,10 @@ size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 			if (!iom)
 				break;
 		}
-		if (!rs_can_send(rs)) {
-			ret = rs_get_comp(rs, rs_nonblocking(rs, flags), rs_conn_can_send);
-			if (ret)
-				break;
-			if (!(rs->state & rs_writable)) {
-				ret = err_set(ECONNRESET);
-				break;
-			}
-		}
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RS_MAX_TRANSFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
-		if (xfer > rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
+		ret = rs_wait_send(rs, flags);
+		if (ret)
+			break;
+		xfer = rs_next_chunk(rs, &olen, left);
 		if (xfer > iom->offset + iom->sge.length - off)
 			xfer = (uint32_t)(iom->offset + iom->sge.length - off);
 		nsge = rs_stage(rs, in, xfer, &inl, &sgl, &f);

@@ -128,15 +128,7 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (!cma_addrlen(addr))
 		return set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
-	ret = cma_bind_addr(to_id_priv(id), addr);
-	if (ret == -EADDRNOTAVAIL && cma_loopback_addr(addr)) {
-		/* deviation (docs/rdmacm.md): a loopback address names this
-		 * host, whose device has another address; libfabric's verbs
-		 * provider binds "localhost" when given no source */
-		struct sockaddr_storage any = { .ss_family = addr->sa_family };
-		cma_set_port((struct sockaddr *)&any, cma_port(addr));
-		ret = cma_bind_addr(to_id_priv(id), (struct sockaddr *)&any);
-	}
+	ret = cma_bind_host(to_id_priv(id), addr);
 	pthread_mutex_unlock(&cma_lock);
 	return err_ret(ret);
 }
@@ -183,6 +175,15 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 /* ------------------------------------------------------------------ */
 /* QP state changes (librdmacm's ucma_modify_qp_*); caller holds the lock */
 /* ------------------------------------------------------------------ */
+/* The connection's attributes for state (cma_init_qp_attr) into a, mask. */
+static int conn_qp_attr(struct rdma_id_private *p, enum ibv_qp_state state, struct ibv_qp_attr *a,
+			int *mask)
+{
+	memset(a, 0, sizeof(*a));
+	a->qp_state = state;
+	return cma_init_qp_attr(p, a, mask);
+}
+
 static int modify_qp_rtr(struct rdma_id_private *p, uint8_t resp_res)
 {
 	struct ibv_qp_attr a;
@@ -191,17 +192,11 @@ static int modify_qp_rtr(struct rdma_id_private *p, uint8_t resp_res)
 	if (!p->id.qp)
 		return 0;
 	/* INIT again first: the connection's access flags */
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	ret = cma_init_qp_attr(p, &a, &mask);
-	if (ret)
-		return ret;
-	ret = ibv_modify_qp(p->id.qp, &a, mask);
-	if (ret)
-		return -ret;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	ret = cma_init_qp_attr(p, &a, &mask);
+	ret = conn_qp_attr(p, IBV_QPS_INIT, &a, &mask);
+	if (!ret)
+		ret = -ibv_modify_qp(p->id.qp, &a, mask);
+	if (!ret)
+		ret = conn_qp_attr(p, IBV_QPS_RTR, &a, &mask);
 	if (ret)
 		return ret;
 	if (resp_res != RDMA_MAX_RESP_RES)
@@ -216,9 +211,7 @@ static int modify_qp_rts(struct rdma_id_private *p, uint8_t init_depth)
 
 	if (!p->id.qp)
 		return 0;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	ret = cma_init_qp_attr(p, &a, &mask);
+	ret = conn_qp_attr(p, IBV_QPS_RTS, &a, &mask);
 	if (ret)
 		return ret;
 	if (init_depth != RDMA_MAX_INIT_DEPTH)

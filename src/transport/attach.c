@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/report.h"
 #include "core/transport.h"
 #include "link/shm.h"
@@ -81,11 +82,10 @@ static int parse_path(enum path *out)
  * asked for it. */
 static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link **out)
 {
-	const char *env = getenv("URVT_SHM");
 	int err = 0;
 
 	*out = NULL;
-	if (path == PATH_UDP || (env && !strcmp(env, "0"))) {
+	if (path == PATH_UDP || urvt_env_off("URVT_SHM")) {
 		if (path != PATH_SHM)
 			return 0;
 		urvt_report("URVT_PATH=shm needs the shm link, which URVT_SHM=0 turns off: unset "

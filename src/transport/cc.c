@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "transport/tp.h"
 #include "wire/psn.h"
 
@@ -71,30 +72,8 @@ struct urvt_cc_table {
 	uint32_t n;
 	struct urvt_cc_peer *peer[CC_PEERS];
 	struct urvt_cc_peer shared;       /* for every GID past CC_PEERS */
+	bool delay_off;                   /* URVT_CC_DELAY=0: loss only, no decrease for delay */
 };
-
-static bool cc_disabled(void)
-{
-	static int v = -1;
-
-	if (v < 0) {
-		const char *e = getenv("URVT_CC");
-		v = e && !strcmp(e, "0");
-	}
-	return v;
-}
-
-/* URVT_CC_DELAY=0: no decrease for delay (loss only). */
-static bool cc_delay_off(void)
-{
-	static int v = -1;
-
-	if (v < 0) {
-		const char *e = getenv("URVT_CC_DELAY");
-		v = e && !strcmp(e, "0");
-	}
-	return v;
-}
 
 static void peer_init(struct urvt_cc_peer *p, const uint8_t gid[16])
 {
@@ -106,10 +85,14 @@ static void peer_init(struct urvt_cc_peer *p, const uint8_t gid[16])
 
 int urvt_cc_init(struct urvt_net *net)
 {
-	struct urvt_cc_table *t = calloc(1, sizeof(*t));
+	struct urvt_cc_table *t;
 
+	if (urvt_env_off("URVT_CC"))
+		return 0; /* no table: every QP keeps the fixed window */
+	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -1;
+	t->delay_off = urvt_env_off("URVT_CC_DELAY");
 	pthread_mutex_init(&t->lock, NULL);
 	peer_init(&t->shared, (const uint8_t[16]){ 0 });
 	net->cc = t;
@@ -162,7 +145,7 @@ void urvt_cc_qp_setup(struct rvt_qp *qp)
 	tp->wnd_max = URVT_MAX_UNACKED_PSNS;
 	tp->peer = NULL;
 	/* the shm link is lossless: rxe's fixed window, nothing to adapt */
-	if (qp->type != IBV_QPT_RC || qp->remote_av.route || !net->cc || cc_disabled())
+	if (qp->type != IBV_QPT_RC || qp->remote_av.route || !net->cc)
 		return;
 	w = CC_QP_MAX_BYTES / (qp->pmtu ? qp->pmtu : 4096);
 	if (w > CC_QP_MAX_PSNS)
@@ -285,7 +268,7 @@ void urvt_cc_acked(struct rvt_qp *qp, uint32_t npsn)
 		}
 		/* queueing delay far above the path's own: shrink before the
 		 * receiver's socket overflows */
-		if (!cc_delay_off() && s > p->min_rtt_ns * CC_DELAY_MUL + CC_DELAY_ADD_NS &&
+		if (!qp_net(qp)->cc->delay_off && s > p->min_rtt_ns * CC_DELAY_MUL + CC_DELAY_ADD_NS &&
 		    peer_decrease(p, now, 85, 100, false)) {
 			urvt_spin_unlock(&p->lock);
 			qp_count(qp, URVT_CTR_CC_DELAY, 1);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/report.h"
 #include "transport/tp.h"
 
@@ -44,10 +45,9 @@ static void stats_reap_stale(void)
 
 int urvt_stats_init(struct urvt_net *net)
 {
-	const char *env = getenv("URVT_STATS");
 	struct urvt_stats_shm *s = NULL;
 
-	if (!env || strcmp(env, "0")) {
+	if (!urvt_env_off("URVT_STATS")) {
 		const char *file = getenv("URVT_STATS_FILE");
 		int fd;
 		if (file && *file) {
