@@ -37,6 +37,10 @@ struct urvt_link_tx {
 	uint8_t *buf;                     /* writable: IPv4 GSO rewrites the ICRC */
 	uint32_t len;
 	const union urvt_link_addr *dst;
+	/* a lossless link may hold the sender back for as long as the
+	 * receiver keeps draining (not only briefly): a sender that holds
+	 * nothing the receiver needs (docs/shm.md "The rings") */
+	bool patient;
 	/* filled in by send_batch: */
 	uint16_t ip_id;                   /* the IPv4 ID it leaves with (0 unless GSO) */
 	uint8_t fault;                    /* URVT_FAULT_F_* the fault injector applied */

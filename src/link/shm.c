@@ -49,8 +49,12 @@
 #include "wire/hdr.h"
 
 #define SHM_MAX_PEERS 256
-/* a full ring: wait this long for the consumer before the packets are lost */
+/* A full ring: wait this long for the consumer before the packets are
+ * lost; a patient sender waits while the consumer drains, and gives up
+ * when it stalled for SHM_STALL_NS or after SHM_PATIENT_MAX_NS in all. */
 #define SHM_FULL_WAIT_NS 2000000
+#define SHM_STALL_NS 50000000
+#define SHM_PATIENT_MAX_NS 1000000000
 
 /* GONE: the peer closed the connection (exited): what it sent before is
  * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
@@ -541,22 +545,31 @@ static void shm_service(struct urvt_link *l)
 /* ------------------------------------------------------------------ */
 /* Data                                                               */
 /* ------------------------------------------------------------------ */
-/* p's ring has need free bytes (waits a little for the consumer: a
- * lossless link holds back rather than drops). */
-static bool tx_room(struct shm_peer *p, uint32_t need)
+/* p's ring has need free bytes (waits for the consumer: a lossless link
+ * holds back rather than drops). */
+static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 {
-	uint64_t deadline = 0;
+	uint64_t start = 0, deadline = 0;
+	uint32_t seen = 0;
 
 	for (unsigned spins = 0;; spins++) {
 		uint32_t tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
+		uint64_t now;
+
 		if (SHM_RING_BYTES - (p->tx_head - tail) >= need)
 			return true;
 		if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_UP)
 			return false;
-		if (!deadline)
-			deadline = urvt_now_ns() + SHM_FULL_WAIT_NS;
-		else if (urvt_now_ns() > deadline)
+		now = urvt_now_ns();
+		if (!start) {
+			start = now;
+			deadline = now + (patient ? SHM_STALL_NS : SHM_FULL_WAIT_NS);
+		} else if (patient && tail != seen && now - start < SHM_PATIENT_MAX_NS) {
+			deadline = now + SHM_STALL_NS; /* it drains: keep waiting */
+		} else if (now > deadline) {
 			return false;
+		}
+		seen = tail;
 		/* the consumer may share our CPU */
 		if (spins % 64 == 63)
 			sched_yield();
@@ -566,7 +579,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need)
 }
 
 /* Append one record (tx_lock held); false if there is no room. */
-static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len)
+static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len, bool patient)
 {
 	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
 	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_bytes(len);
@@ -574,12 +587,12 @@ static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len)
 
 	if (need > left) {
 		/* fill the end with a WRAP record, start again at 0 */
-		if (!tx_room(p, left + need))
+		if (!tx_room(p, left + need, patient))
 			return false;
 		((struct shm_rec *)(p->tx_ring + off))->len = SHM_REC_WRAP;
 		p->tx_head += left;
 		off = 0;
-	} else if (!tx_room(p, need)) {
+	} else if (!tx_room(p, need, patient)) {
 		return false;
 	}
 	r = (struct shm_rec *)(p->tx_ring + off);
@@ -597,7 +610,7 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 
 	urvt_spin_lock(&p->tx_lock);
 	for (; sent < n; sent++)
-		if (pk[sent].len > SHM_PKT_MAX || !tx_rec(p, pk[sent].buf, pk[sent].len))
+		if (pk[sent].len > SHM_PKT_MAX || !tx_rec(p, pk[sent].buf, pk[sent].len, pk[sent].patient))
 			break;
 	/* P1: the records before head are written */
 	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);

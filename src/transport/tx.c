@@ -137,7 +137,11 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct urvt_txpkt *t = &q->pkt[first + i];
-		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst };
+		/* the receive path holds rx_lock: what it sends (ACKs, READ
+		 * responses: RC, recovered if lost) must not wait long on a
+		 * peer that may be waiting on us */
+		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst,
+					       .patient = !tls_in_rx };
 		tp_count(net, t->qs, URVT_CTR_TX_PKTS, 1);
 		tp_count(net, t->qs, URVT_CTR_TX_BYTES, t->len);
 		tp_count(net, t->qs, link_tx_ctr[k], 1);
