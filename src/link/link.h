@@ -8,7 +8,9 @@
  * Threading: send_batch may be called by several threads at once (each
  * with its own packets); recv_batch by one thread at a time (the
  * transport's rx_lock), and what it returns stays valid until that
- * thread's next recv_batch.
+ * thread's next recv_batch. A link whose memory the receiver reads (shm)
+ * also lets the sender build a packet in place: tx_reserve, tx_commit,
+ * then tx_kick once for the packets of a batch.
  */
 #ifndef URVT_LINK_LINK_H
 #define URVT_LINK_LINK_H
@@ -94,6 +96,17 @@ struct urvt_link_ops {
 	 * call, no side effect (a poller looks before it takes the receive
 	 * lock). */
 	bool (*pending)(struct urvt_link *l);
+	/* Optional: room for one packet of up to maxlen bytes to dst, built in
+	 * place, or NULL: no room in time or no peer (the packet is lost).
+	 * The caller then holds dst's send lock until tx_commit: it builds
+	 * that one packet and takes no other lock. patient: as in
+	 * urvt_link_tx. */
+	uint8_t *(*tx_reserve)(struct urvt_link *l, const union urvt_link_addr *dst,
+			       uint32_t maxlen, bool patient);
+	/* The reserved packet is complete, len bytes: the receiver may take it. */
+	void (*tx_commit)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len);
+	/* After the commits of a batch: wake dst's receiver if it sleeps. */
+	void (*tx_kick)(struct urvt_link *l, const union urvt_link_addr *dst);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };

@@ -73,6 +73,8 @@ struct shm_peer {
 	/* producers of this process */
 	urvt_spinlock_t tx_lock __cacheline_aligned;
 	uint32_t tx_head;
+	bool tx_stalled;                  /* the last wait for room timed out ... */
+	uint32_t tx_stalled_tail;         /* ... at this tail: no wait until it moves */
 	/* the consumer (rx_lock) */
 	uint32_t rx_tail __cacheline_aligned; /* consumed up to here */
 	uint32_t rx_released;             /* what tail says: packets up to rx_tail
@@ -545,8 +547,9 @@ static void shm_service(struct urvt_link *l)
 /* ------------------------------------------------------------------ */
 /* Data                                                               */
 /* ------------------------------------------------------------------ */
-/* p's ring has need free bytes (waits for the consumer: a lossless link
- * holds back rather than drops). */
+/* p's ring has need free bytes (tx_lock held; waits for the consumer: a
+ * lossless link holds back rather than drops). A consumer that let a wait
+ * time out is not waited for again until it moves. */
 static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 {
 	uint64_t start = 0, deadline = 0;
@@ -556,9 +559,12 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 		uint32_t tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
 		uint64_t now;
 
-		if (SHM_RING_BYTES - (p->tx_head - tail) >= need)
+		if (SHM_RING_BYTES - (p->tx_head - tail) >= need) {
+			p->tx_stalled = false;
 			return true;
-		if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_UP)
+		}
+		if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_UP ||
+		    (p->tx_stalled && tail == p->tx_stalled_tail))
 			return false;
 		now = urvt_now_ns();
 		if (!start) {
@@ -567,6 +573,8 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 		} else if (patient && tail != seen && now - start < SHM_PATIENT_MAX_NS) {
 			deadline = now + SHM_STALL_NS; /* it drains: keep waiting */
 		} else if (now > deadline) {
+			p->tx_stalled = true;
+			p->tx_stalled_tail = tail;
 			return false;
 		}
 		seen = tail;
@@ -578,59 +586,117 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 	}
 }
 
-/* Append one record (tx_lock held); false if there is no room. */
-static bool tx_rec(struct shm_peer *p, const uint8_t *buf, uint32_t len, bool patient)
+/* Room for a record of up to maxlen packet bytes at tx_head, after a WRAP
+ * record where the end of the ring is too short (tx_lock held); false if
+ * there is none in time. */
+static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, bool patient)
 {
 	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
-	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_bytes(len);
-	struct shm_rec *r;
+	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_bytes(maxlen);
 
-	if (need > left) {
-		/* fill the end with a WRAP record, start again at 0 */
-		if (!tx_room(p, left + need, patient))
-			return false;
-		((struct shm_rec *)(p->tx_ring + off))->len = SHM_REC_WRAP;
-		p->tx_head += left;
-		off = 0;
-	} else if (!tx_room(p, need, patient)) {
+	if (need <= left)
+		return tx_room(p, need, patient);
+	/* fill the end with a WRAP record, start again at 0 */
+	if (!tx_room(p, left + need, patient))
 		return false;
-	}
-	r = (struct shm_rec *)(p->tx_ring + off);
-	memcpy(r->data, buf, len);
-	r->len = len;
-	p->tx_head += need;
+	((struct shm_rec *)(p->tx_ring + off))->len = SHM_REC_WRAP;
+	p->tx_head += left;
 	return true;
+}
+
+/* The record at tx_head holds a len-byte packet (tx_lock held). */
+static void tx_end_rec(struct shm_peer *p, uint32_t len)
+{
+	((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->len = len;
+	p->tx_head += shm_rec_bytes(len);
+}
+
+/* P1: the records before tx_head are written. */
+static void tx_publish(struct shm_peer *p)
+{
+	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);
+}
+
+/* After a publish: the consumer sets need_wake, then looks at head; we
+ * stored head, now look at need_wake: one of us sees the other. No
+ * doorbell yet (HELLO_ACK not in): leave need_wake for peer_hello_ack,
+ * which rings it when the doorbell comes. */
+static void tx_kick_peer(struct shm_peer *p)
+{
+	int db;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
+	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
+	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
+		ring_doorbell(db);
 }
 
 /* Packets [0, n) all go to peer p. Returns the number lost. */
 static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 {
 	unsigned sent = 0;
-	int db;
 
 	urvt_spin_lock(&p->tx_lock);
-	for (; sent < n; sent++)
-		if (pk[sent].len > SHM_PKT_MAX || !tx_rec(p, pk[sent].buf, pk[sent].len, pk[sent].patient))
+	for (; sent < n; sent++) {
+		if (pk[sent].len > SHM_PKT_MAX || !tx_room_for(p, pk[sent].len, pk[sent].patient))
 			break;
-	/* P1: the records before head are written */
-	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);
+		memcpy(((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->data,
+		       pk[sent].buf, pk[sent].len);
+		tx_end_rec(p, pk[sent].len);
+	}
+	tx_publish(p);
 	urvt_spin_unlock(&p->tx_lock);
-	/* the consumer sets need_wake, then looks at head; we store head,
-	 * then look at need_wake: one of us sees the other */
-	atomic_thread_fence(memory_order_seq_cst);
-	/* no doorbell yet (HELLO_ACK not in): leave need_wake for
-	 * peer_hello_ack, which rings it when the doorbell comes */
-	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
-	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
-	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
-		ring_doorbell(db);
+	tx_kick_peer(p);
 	return n - sent;
+}
+
+/* The peer a packet goes to, if it is up (no lock: see the top). */
+static struct shm_peer *tx_peer_of(struct urvt_shm *s, const union urvt_link_addr *dst)
+{
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	struct shm_peer *p = dst->shm.peer < npeers ? &s->peers[dst->shm.peer] : NULL;
+
+	return p && atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP ? p : NULL;
+}
+
+static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *dst,
+			       uint32_t maxlen, bool patient)
+{
+	struct shm_peer *p = tx_peer_of(shm_of(l), dst);
+
+	if (!p || maxlen > SHM_PKT_MAX)
+		return NULL;
+	urvt_spin_lock(&p->tx_lock);
+	if (!tx_room_for(p, maxlen, patient)) {
+		urvt_spin_unlock(&p->tx_lock);
+		return NULL;
+	}
+	return ((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->data;
+}
+
+/* The peer is the one tx_reserve locked: its state may have changed since,
+ * its slot has not (slots are never reused). */
+static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len)
+{
+	struct shm_peer *p = &shm_of(l)->peers[dst->shm.peer];
+
+	tx_end_rec(p, len);
+	tx_publish(p);
+	urvt_spin_unlock(&p->tx_lock);
+}
+
+static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
+{
+	struct shm_peer *p = tx_peer_of(shm_of(l), dst);
+
+	if (p)
+		tx_kick_peer(p);
 }
 
 static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, unsigned n)
 {
 	struct urvt_shm *s = shm_of(l);
-	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 	unsigned lost = 0;
 
 	for (unsigned i = 0; i < n;) {
@@ -645,11 +711,8 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 			pk[j].fault = 0;
 			j++;
 		}
-		p = idx < npeers ? &s->peers[idx] : NULL;
-		if (p && atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP)
-			lost += tx_peer(p, pk + i, j - i);
-		else
-			lost += j - i;
+		p = tx_peer_of(s, pk[i].dst);
+		lost += p ? tx_peer(p, pk + i, j - i) : j - i;
 		i = j;
 	}
 	return lost;
@@ -832,6 +895,9 @@ static const struct urvt_link_ops shm_ops = {
 	.ack_wake = shm_ack_wake,
 	.service = shm_service,
 	.pending = shm_pending,
+	.tx_reserve = shm_tx_reserve,
+	.tx_commit = shm_tx_commit,
+	.tx_kick = shm_tx_kick,
 	.close = shm_close,
 };
 

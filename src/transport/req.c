@@ -184,9 +184,9 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = wqe->length;
 	}
-	p = urvt_build_start(qp, q, &f, &h);
+	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
 	rvt_copy_from_sge(p + h, &qp_tp(qp)->sge, paylen);
-	urvt_build_finish(qp, q, p, h + paylen, &qp->remote_av);
+	urvt_build_finish(qp, q, p, h + paylen);
 	qp->s_offset += paylen;
 	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
 		urvt_cc_sent(qp, psn);
@@ -287,8 +287,8 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 			f.atmeth.swap_add = wqe->wr.atomic.compare_add;
 		}
 	}
-	p = urvt_build_start(qp, q, &f, &h);
-	urvt_build_finish(qp, q, p, h, &qp->remote_av);
+	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
+	urvt_build_finish(qp, q, p, h);
 	tp->ackreq_psn = urvt_psn_add(psn, npsn - 1);
 	tp->ackreq_valid = true;
 	if (!resend) {
@@ -451,10 +451,10 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 	f.deth.sqp = qp->qpn;
 	if (wqe->opcode == IBV_WR_SEND_WITH_IMM)
 		f.immdt = be32toh(wqe->ex.imm_data);
-	p = urvt_build_start(qp, q, &f, &h);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
+	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	rvt_copy_from_sge(p + h, &ss, wqe->length);
-	urvt_build_finish(qp, q, p, h + wqe->length, wqe->ud_av);
+	urvt_build_finish(qp, q, p, h + wqe->length);
 	/* the caller retires this WQE next; send now unless more follow */
 	if (qp->s_last + 1 == load_acquire(&qp->s_head))
 		urvt_txq_flush_unless_rx(net, q);

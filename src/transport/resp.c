@@ -55,8 +55,8 @@ static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn
 	f.aeth.syn = syn;
 	f.aeth.msn = qp->r_msn;
 	f.atmack_orig = orig;
-	p = urvt_build_start(qp, q, &f, &h);
-	urvt_build_finish(qp, q, p, h, peer_av(qp));
+	p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
+	urvt_build_finish(qp, q, p, h);
 }
 
 /* ACKNOWLEDGE with syndrome syn for psn (rc-protocol §3.10; rxe send_ack).
@@ -132,10 +132,10 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		f.paylen = paylen;
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;
-		p = urvt_build_start(qp, q, &f, &h);
+		p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 		if (paylen)
 			rvt_copy_from_sge(p + h, &ss, paylen);
-		urvt_build_finish(qp, q, p, h + paylen, peer_av(qp));
+		urvt_build_finish(qp, q, p, h + paylen);
 		left -= paylen;
 		psn = urvt_psn_next(psn);
 		first = false;

@@ -72,16 +72,25 @@ enum urvt_link_id {
 	URVT_LINKS
 };
 
+/* Where a queued packet is: in the queue's buffer, or built in the
+ * link's own memory (the shm ring: committed there already), or nowhere
+ * (the link had no room for it: lost). */
+enum urvt_txpkt_where { URVT_TXPKT_QUEUED, URVT_TXPKT_IN_LINK, URVT_TXPKT_LOST };
+
 struct urvt_txpkt {
 	uint32_t off, len;
 	union urvt_link_addr dst;
 	uint8_t link;                     /* enum urvt_link_id */
+	uint8_t where;                    /* enum urvt_txpkt_where */
 	struct urvt_stats_qp *qs;
 	uint8_t dgid[16];                 /* for URVT_PCAP only */
 };
 
 struct urvt_txq {
 	uint32_t used, n;
+	/* the packet between urvt_build_start and _finish */
+	const struct urvt_av *cur_av;
+	uint8_t cur_where;                /* enum urvt_txpkt_where */
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
 	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
 };
@@ -186,13 +195,6 @@ void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
 struct urvt_txq *urvt_txq_get(void);
 /* This thread's transmit queue if it has one. */
 struct urvt_txq *urvt_txq_peek(void);
-/*
- * Room for one packet of up to maxlen bytes; flushes first when full.
- * Fill it, then urvt_txq_commit with the final length.
- */
-uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen);
-void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
-		     enum urvt_link_id link, struct urvt_stats_qp *qs);
 /* core->av_resolve: the shm link if it reaches the GID, else UDP. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
@@ -312,12 +314,13 @@ static inline bool wqe_is_rd_atomic(const struct rvt_swqe *wqe)
 /* Advance an SGE cursor by n bytes without copying (rvt_copy_sge's walk). */
 void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 
-/* Start a packet to the QP's peer: BTH + headers into the txq. */
+/* Start a packet to av: BTH + headers into the txq, or straight into the
+ * shm link's ring (whose send lock is then held: build this one packet,
+ * take no lock, then finish). *hlen: the header bytes written. */
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			  uint32_t *hlen);
-/* Finish (pad + ICRC for the QP's path) and commit. */
-void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len,
-		       const struct urvt_av *av);
+			  const struct urvt_av *av, uint32_t *hlen);
+/* Finish (pad + ICRC for the path) and commit the len-byte packet. */
+void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len);
 
 /* Responder: send an ACK/NAK (syndrome) for psn now (queued on this thread's txq). */
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);

@@ -8,6 +8,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "link/udp.h"
 #include "transport/tp.h"
@@ -75,15 +76,17 @@ struct urvt_txq *urvt_txq_peek(void)
 	return tls_txq;
 }
 
-uint8_t *urvt_txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen)
+/* Room for one packet of up to maxlen bytes in q (flushes it first when
+ * full); fill it, then txq_commit with the final length. */
+static uint8_t *txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t maxlen)
 {
 	if (q->n == URVT_TXQ_PKTS || q->used + maxlen > URVT_TXQ_BYTES)
 		urvt_txq_flush(net, q);
 	return q->buf + q->used;
 }
 
-void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
-		     enum urvt_link_id link, struct urvt_stats_qp *qs)
+static void txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
+		       enum urvt_link_id link, struct urvt_stats_qp *qs, enum urvt_txpkt_where where)
 {
 	struct urvt_txpkt *t = &q->pkt[q->n++];
 
@@ -96,8 +99,10 @@ void urvt_txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_add
 	else
 		t->dst.shm = dst->shm;
 	t->link = (uint8_t)link;
+	t->where = (uint8_t)where;
 	t->qs = qs;
-	q->used += len;
+	if (where == URVT_TXPKT_QUEUED)
+		q->used += len;
 }
 
 /* The pcap record of a packet: on every link the addresses are the GIDs
@@ -128,12 +133,14 @@ static const enum urvt_ctr link_tx_ctr[URVT_LINKS] = {
 	[URVT_LINK_SHM] = URVT_CTR_SHM_TX_PKTS,
 };
 
-/* Packets [0, n) of q, all for link k. */
+/* Packets [first, first + n) of q, all for link k and all queued or all
+ * not (built in the link). */
 static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, uint32_t n,
 		      enum urvt_link_id k, struct urvt_link_tx *tx)
 {
 	struct urvt_link *l = net->links[k];
-	unsigned lost;
+	bool queued = q->pkt[first].where == URVT_TXPKT_QUEUED;
+	unsigned lost = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct urvt_txpkt *t = &q->pkt[first + i];
@@ -145,13 +152,21 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 		tp_count(net, t->qs, URVT_CTR_TX_PKTS, 1);
 		tp_count(net, t->qs, URVT_CTR_TX_BYTES, t->len);
 		tp_count(net, t->qs, link_tx_ctr[k], 1);
+		if (!queued) {
+			lost += t->where == URVT_TXPKT_LOST;
+			/* in the ring already: wake the receiver once per peer */
+			if (t->where == URVT_TXPKT_IN_LINK &&
+			    (i + 1 == n || t[1].dst.shm.peer != t->dst.shm.peer))
+				l->ops->tx_kick(l, &t->dst);
+		}
 	}
-	lost = l ? urvt_link_send(l, tx, n) : n;
+	if (queued)
+		lost = l ? urvt_link_send(l, tx, n) : n;
 	if (unlikely(lost)) {
 		URVT_DBG("send: %u of %u packets lost (%s)", lost, n, l ? l->ops->name : "no link");
 		tp_count(net, NULL, URVT_CTR_TX_ERRORS, lost);
 	}
-	if (unlikely(net->pcap || (l && l->faults)))
+	if (unlikely(queued && (net->pcap || (l && l->faults))))
 		for (uint32_t i = 0; i < n; i++) {
 			if (tx[i].fault)
 				count_faults(net, q->pkt[first + i].qs, tx[i].fault);
@@ -168,7 +183,10 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 		return;
 	for (uint32_t i = 0, j; i < q->n; i = j) {
 		enum urvt_link_id k = q->pkt[i].link;
-		for (j = i + 1; j < q->n && q->pkt[j].link == k; j++)
+		bool queued = q->pkt[i].where == URVT_TXPKT_QUEUED;
+		for (j = i + 1; j < q->n && q->pkt[j].link == k &&
+				(q->pkt[j].where == URVT_TXPKT_QUEUED) == queued;
+		     j++)
 			;
 		flush_run(net, q, i, j - i, k, tx);
 	}
@@ -196,29 +214,63 @@ void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct u
 	memcpy(ip->dgid, av->attr.grh.dgid.raw, 16);
 }
 
-uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			  uint32_t *hlen)
+static union urvt_link_addr shm_dst(const struct urvt_av *av)
 {
-	uint8_t *p = urvt_txq_reserve(qp_net(qp), q, URVT_PKT_MAX);
+	union urvt_link_addr dst;
 
+	memset(&dst, 0, sizeof(dst));
+	dst.shm.family = AF_UNIX;
+	dst.shm.peer = (uint16_t)(av->route - 1);
+	return dst;
+}
+
+uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			  const struct urvt_av *av, uint32_t *hlen)
+{
+	struct urvt_net *net = qp_net(qp);
+	struct urvt_link *shm = net->links[URVT_LINK_SHM];
+	uint8_t *p = NULL;
+
+	q->cur_av = av;
+	q->cur_where = URVT_TXPKT_QUEUED;
+	/* to a same-host peer, without a trace: built in its ring, one copy
+	 * fewer (docs/shm.md "The rings") */
+	if (av->route && likely(!net->pcap) && shm && shm->ops->tx_reserve) {
+		union urvt_link_addr dst = shm_dst(av);
+		if (q->n == URVT_TXQ_PKTS)
+			urvt_txq_flush(net, q); /* a slot for it, before the lock */
+		p = shm->ops->tx_reserve(shm, &dst, URVT_PKT_MAX, !tls_in_rx);
+		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
+	}
+	if (!p)
+		p = txq_reserve(net, q, URVT_PKT_MAX); /* a lost one is built here, unsent */
 	*hlen = (uint32_t)urvt_pkt_build_hdr(p, URVT_PKT_MAX, f);
 	return p;
 }
 
-void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len,
-		       const struct urvt_av *av)
+void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len)
 {
 	struct urvt_net *net = qp_net(qp);
+	const struct urvt_av *av = q->cur_av;
 	struct urvt_ipinfo ip;
 	union urvt_link_addr dst;
 	enum urvt_link_id link;
 	size_t total;
 
+	if (q->cur_where != URVT_TXPKT_QUEUED) {
+		struct urvt_link *shm = net->links[URVT_LINK_SHM];
+		dst = shm_dst(av);
+		total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
+		if (q->cur_where == URVT_TXPKT_IN_LINK)
+			shm->ops->tx_commit(shm, &dst, (uint32_t)(total ? total : len));
+		txq_commit(q, (uint32_t)total, &dst, URVT_LINK_SHM, urvt_qp_stats(qp),
+			   (enum urvt_txpkt_where)q->cur_where);
+		return;
+	}
 	if (av->route) {
 		/* the shm link is lossless: no ICRC, unless a trace wants one */
 		link = URVT_LINK_SHM;
-		dst.shm.family = AF_UNIX;
-		dst.shm.peer = (uint16_t)(av->route - 1);
+		dst = shm_dst(av);
 		if (likely(!net->pcap)) {
 			total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
 		} else {
@@ -233,7 +285,7 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 	}
 	if (unlikely(!total))
 		return; /* cannot happen for lengths the engines build */
-	urvt_txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp));
+	txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp), URVT_TXPKT_QUEUED);
 	if (unlikely(net->pcap))
 		memcpy(q->pkt[q->n - 1].dgid, av->attr.grh.dgid.raw, 16);
 }
