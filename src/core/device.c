@@ -136,6 +136,9 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_ah = URVT_MAX_AH;
 	a->max_srq = URVT_MAX_SRQ;
+	a->max_mcast_grp = URVT_MAX_MCAST_GRP;
+	a->max_mcast_qp_attach = URVT_MAX_MCAST_QP_ATTACH;
+	a->max_total_mcast_qp_attach = URVT_MAX_MCAST_GRP * URVT_MAX_MCAST_QP_ATTACH;
 	a->max_srq_wr = URVT_MAX_SRQ_WR;
 	a->max_srq_sge = URVT_MAX_SRQ_SGE;
 	a->max_pkeys = URVT_PKEY_TABLE_LEN;
@@ -177,6 +180,7 @@ static struct rvt_dev_info *dev_create(urvt_transport_attach_fn attach, int *err
 	}
 	rdi->ibdev = g_ibdev;
 	pthread_mutex_init(&rdi->lock, NULL);
+	rvt_mcast_init(rdi);
 	init_attrs(rdi);
 
 	ret = rvt_qpn_table_init(&rdi->qpn_table);
@@ -206,6 +210,7 @@ err_qpt:
 err_qpn:
 	rvt_qpn_table_fini(&rdi->qpn_table);
 err_free:
+	rvt_mcast_fini(rdi);
 	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 	*err = ret;
@@ -220,6 +225,7 @@ static void dev_destroy(struct rvt_dev_info *rdi)
 	rvt_lkey_table_fini(&rdi->lkey_table);
 	rvt_qp_table_fini(&rdi->qp_table);
 	rvt_qpn_table_fini(&rdi->qpn_table);
+	rvt_mcast_fini(rdi);
 	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 }

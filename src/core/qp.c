@@ -890,6 +890,8 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	struct rvt_dev_info *rdi = qp->rdi;
 	uint32_t one = 1;
 
+	/* off its multicast groups first: no delivery takes a new reference */
+	rvt_mcast_detach_all(qp);
 	pthread_mutex_lock(&qp->state_lock);
 	rvt_reset_qp(qp);
 	pthread_mutex_unlock(&qp->state_lock);

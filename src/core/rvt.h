@@ -43,11 +43,14 @@ struct urvt_context;
 #define URVT_MAX_PD 65536
 #define URVT_MAX_AH 65536
 #define URVT_MAX_SRQ 16384
+/* UD multicast (core/mcast.c): groups, and QPs attached to one group; each
+ * group is a socket of the UDP link */
+#define URVT_MAX_MCAST_GRP 64
+#define URVT_MAX_MCAST_QP_ATTACH 56
 #define URVT_MAX_SRQ_WR 16384
 #define URVT_MAX_SRQ_SGE 32
 #define URVT_MAX_RD_ATOMIC 16           /* rdmavt/hfi1 max_rdma_atomic */
 #define URVT_MAX_MSG_SZ (1u << 31)     /* max_msg_sz: post, responder, query */
-#define URVT_MAX_MCAST_GRP 0
 #define URVT_PORT_COUNT 1
 #define URVT_PKEY_TABLE_LEN 1
 #define URVT_VENDOR_ID 0x0
@@ -127,6 +130,18 @@ struct rvt_dev_info {
 	struct rvt_qpn_table qpn_table;
 	struct rvt_qp_table qp_table;
 	struct rvt_lkey_table lkey_table;
+
+	/* UD multicast groups (core/mcast.c): attach/detach under mcast_mutex
+	 * (they call the transport), the table also under mcast_lock (the
+	 * receive path reads it) */
+	pthread_mutex_t mcast_mutex;
+	urvt_spinlock_t mcast_lock;
+	uint32_t n_mcast_grps, n_mcast_attached;
+	struct rvt_mcast {
+		union ibv_gid mgid;
+		uint32_t n;               /* 0: the slot is free */
+		struct rvt_qp *qp[URVT_MAX_MCAST_QP_ATTACH];
+	} mcast[URVT_MAX_MCAST_GRP];
 
 	struct urvt_progress *progress;   /* timers + network + deferred work */
 	const struct urvt_transport_ops *transport; /* NULL: loopback only */

@@ -93,6 +93,19 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr);
 int rvt_destroy_qp(struct rvt_qp *qp);
+
+/* ---- mcast.c: UD multicast ---- */
+bool rvt_gid_is_mcast(const uint8_t gid[16]);
+int rvt_attach_mcast(struct rvt_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int rvt_detach_mcast(struct rvt_qp *qp, const union ibv_gid *gid, uint16_t lid);
+/* The groups qp is attached to (ibv_destroy_qp refuses while there are). */
+unsigned rvt_mcast_groups_of(struct rvt_qp *qp);
+void rvt_mcast_detach_all(struct rvt_qp *qp);
+/* The QPs attached to gid, each referenced (rvt_put_qp), at most max. */
+unsigned rvt_mcast_qps(struct rvt_dev_info *rdi, const uint8_t gid[16], struct rvt_qp **out,
+		       unsigned max);
+void rvt_mcast_init(struct rvt_dev_info *rdi);
+void rvt_mcast_fini(struct rvt_dev_info *rdi);
 /* rvt_lookup_qpn (referenced), rvt_put_qp: inline, in qp_table.h. */
 void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err);
 

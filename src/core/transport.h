@@ -47,6 +47,11 @@ struct urvt_transport_ops {
 	 * and note it in av->route (0 is the default link). Slow path: may
 	 * make system calls. Optional. */
 	void (*av_resolve)(struct rvt_dev_info *rdi, struct urvt_av *av);
+	/* The first QP attached to multicast group gid: receive what is sent
+	 * to it (0 or a negative errno: the attach fails); the last one left:
+	 * stop. Slow path. Optional (no multicast). */
+	int (*mcast_join)(struct rvt_dev_info *rdi, const union ibv_gid *gid);
+	void (*mcast_leave)(struct rvt_dev_info *rdi, const union ibv_gid *gid);
 };
 
 /* Attach: the port the link picked, as the core reports it (GID index 0,

@@ -107,6 +107,10 @@ struct urvt_link_ops {
 	void (*tx_commit)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len);
 	/* After the commits of a batch: wake dst's receiver if it sleeps. */
 	void (*tx_kick)(struct urvt_link *l, const union urvt_link_addr *dst);
+	/* Optional: receive what is sent to multicast group gid (0 or a
+	 * negative errno), or stop receiving it. Slow path. */
+	int (*mcast_join)(struct urvt_link *l, const uint8_t gid[16]);
+	void (*mcast_leave)(struct urvt_link *l, const uint8_t gid[16]);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };

@@ -8,9 +8,13 @@
 
 #include <errno.h>
 #include <netinet/udp.h>
+#include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,12 +42,29 @@
 /* a GSO send: at most this many segments and bytes (the kernel's limits) */
 #define GSO_MAX_SEGS 64
 #define GSO_MAX_BYTES 65000
+/* multicast groups a link joins in its life (a socket each) */
+#define MC_GROUPS 64
+
+/* A multicast group: a socket bound to the group's address and port 4791,
+ * a member on our interface. Slots are never reused for another group
+ * (the receive path reads them without a lock); leaving drops the
+ * membership, joining again takes it back. */
+struct udp_group {
+	int fd;
+	uint8_t gid[16];
+	_Atomic bool member;
+};
 
 struct urvt_udp {
 	struct urvt_link link;
 	int fd;
+	int epfd;                         /* wake_fd: the socket and the groups' */
 	bool gso;
 	struct urvt_fault *fault;
+	pthread_mutex_t mc_lock;          /* join/leave */
+	_Atomic unsigned mc_n;            /* slots in use, published with release */
+	_Atomic unsigned mc_members;      /* groups we are a member of now */
+	struct udp_group mc[MC_GROUPS];
 
 	/* receive side: one thread at a time (link.h) */
 	unsigned rx_used;                 /* slots the last recvmmsg filled */
@@ -55,6 +76,7 @@ struct urvt_udp {
 		struct cmsghdr align;
 	} ctrl[RX_BATCH];
 	uint8_t *mem;                     /* RX_BATCH x RX_BUF_BYTES */
+	struct urvt_link_rx *rx;          /* the caller's, during recv_batch */
 };
 
 static struct urvt_udp *udp_of(struct urvt_link *l)
@@ -99,6 +121,21 @@ static void socket_setup(int fd, bool v4, bool gro)
 	bufsize(fd, SO_SNDBUFFORCE, SO_SNDBUF, 4 << 20);
 	if (gro)
 		setopt(fd, SOL_UDP, UDP_GRO, 1);
+}
+
+/* What we send to a multicast group leaves by our interface (not by the
+ * default route) and comes back to this host's members too. */
+static void mc_sender_setup(struct urvt_udp *u)
+{
+	if (u->link.info.family == AF_INET) {
+		struct ip_mreqn mr = { .imr_ifindex = (int)u->link.info.ifindex };
+		memcpy(&mr.imr_address, u->link.info.addr6.s6_addr + 12, 4);
+		(void)setsockopt(u->fd, IPPROTO_IP, IP_MULTICAST_IF, &mr, sizeof(mr));
+		setopt(u->fd, IPPROTO_IP, IP_MULTICAST_LOOP, 1);
+	} else {
+		setopt(u->fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, (int)u->link.info.ifindex);
+		setopt(u->fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 1);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -277,13 +314,13 @@ static int cmsg_int(const struct cmsghdr *c)
 }
 
 /* The IP facts a UDP socket can see of one datagram (the ID it cannot). */
-static void rx_ipinfo(struct urvt_udp *u, struct msghdr *mh, struct urvt_link_rx *r)
+static void rx_ipinfo(const uint8_t dgid[16], struct msghdr *mh, struct urvt_link_rx *r)
 {
 	const union urvt_link_addr *src = mh->msg_name;
 	struct urvt_ipinfo *ip = &r->ip;
 
 	memset(ip, 0, sizeof(*ip));
-	memcpy(ip->dgid, &u->link.info.addr6, 16);
+	memcpy(ip->dgid, dgid, 16);
 	ip->dport = URVT_ROCE_UDP_PORT;
 	ip->hop_limit = 64;
 	if (src->sa.sa_family == AF_INET) {
@@ -309,32 +346,160 @@ static void rx_ipinfo(struct urvt_udp *u, struct msghdr *mh, struct urvt_link_rx
 	}
 }
 
+/* Datagrams from fd into slots [first, first + max), their destination
+ * dgid (the socket is bound to it). Returns how many. */
+static unsigned rx_from(struct urvt_udp *u, int fd, const uint8_t dgid[16], unsigned first,
+			unsigned max)
+{
+	int got = recvmmsg(fd, u->msg + first, max, MSG_DONTWAIT, NULL);
+
+	if (got <= 0)
+		return 0;
+	for (unsigned i = first; i < first + (unsigned)got; i++)
+		rx_ipinfo(dgid, &u->msg[i].msg_hdr, &u->rx[i]);
+	return (unsigned)got;
+}
+
 static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
 {
 	struct urvt_udp *u = udp_of(l);
-	int got;
+	unsigned got;
 
 	for (unsigned i = 0; i < u->rx_used; i++)
 		rx_slot_init(u, i);
 	u->rx_used = 0;
 	if (max > RX_BATCH)
 		max = RX_BATCH;
-	got = recvmmsg(u->fd, u->msg, max, MSG_DONTWAIT, NULL);
-	if (got <= 0)
-		return 0;
-	u->rx_used = (unsigned)got;
-	for (int i = 0; i < got; i++) {
+	u->rx = rx;
+	got = rx_from(u, u->fd, u->link.info.addr6.s6_addr, 0, max);
+	/* multicast: only while some group is joined */
+	if (unlikely(atomic_load_explicit(&u->mc_members, memory_order_relaxed))) {
+		unsigned n = atomic_load_explicit(&u->mc_n, memory_order_acquire);
+		for (unsigned g = 0; g < n && got < max; g++)
+			if (atomic_load_explicit(&u->mc[g].member, memory_order_relaxed))
+				got += rx_from(u, u->mc[g].fd, u->mc[g].gid, got, max - got);
+	}
+	u->rx_used = got;
+	for (unsigned i = 0; i < got; i++) {
 		struct msghdr *mh = &u->msg[i].msg_hdr;
 		struct urvt_link_rx *r = &rx[i];
 
 		r->data = u->iov[i].iov_base;
 		r->len = u->msg[i].msg_len;
 		r->trunc = mh->msg_flags & MSG_TRUNC;
-		rx_ipinfo(u, mh, r);
 		if (r->seg >= r->len)
 			r->seg = 0;
 	}
-	return got;
+	return (int)got;
+}
+
+/* ------------------------------------------------------------------ */
+/* Multicast                                                          */
+/* ------------------------------------------------------------------ */
+/* Membership of g on our interface: add or drop. */
+static int mc_member(struct urvt_udp *u, struct udp_group *g, bool add)
+{
+	int r;
+
+	if (u->link.info.family == AF_INET) {
+		struct ip_mreqn mr = { .imr_ifindex = (int)u->link.info.ifindex };
+		memcpy(&mr.imr_multiaddr, g->gid + 12, 4);
+		memcpy(&mr.imr_address, u->link.info.addr6.s6_addr + 12, 4);
+		r = setsockopt(g->fd, IPPROTO_IP, add ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &mr,
+			       sizeof(mr));
+	} else {
+		struct ipv6_mreq mr = { .ipv6mr_interface = u->link.info.ifindex };
+		memcpy(&mr.ipv6mr_multiaddr, g->gid, 16);
+		r = setsockopt(g->fd, IPPROTO_IPV6, add ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &mr,
+			       sizeof(mr));
+	}
+	return r ? -errno : 0;
+}
+
+/* A socket for group gid: bound to its address, port 4791, shared with
+ * the other processes of this host that join it (SO_REUSEADDR: each gets
+ * a copy). */
+static int mc_socket(struct urvt_udp *u, const uint8_t gid[16])
+{
+	bool v4 = u->link.info.family == AF_INET;
+	union urvt_link_addr a;
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd, one = 1;
+
+	if (v4 != urvt_gid_is_v4(gid))
+		return -EINVAL; /* an IPv6 group on an IPv4 device, or the reverse */
+	urvt_udp_gid_addr(gid, &a);
+	fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (!v4)
+		a.in6.sin6_scope_id = u->link.info.ifindex;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(fd, &a.sa, urvt_link_addr_len(&a)) || epoll_ctl(u->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	socket_setup(fd, v4, false);
+	return fd;
+}
+
+static int udp_mcast_join(struct urvt_link *l, const uint8_t gid[16])
+{
+	struct urvt_udp *u = udp_of(l);
+	unsigned n = atomic_load_explicit(&u->mc_n, memory_order_relaxed);
+	struct udp_group *g = NULL;
+	int ret = 0;
+
+	pthread_mutex_lock(&u->mc_lock);
+	for (unsigned i = 0; i < n && !g; i++)
+		if (!memcmp(u->mc[i].gid, gid, 16))
+			g = &u->mc[i];
+	if (g && atomic_load(&g->member))
+		goto out;
+	if (!g) {
+		int fd;
+		ret = -ENOSPC;
+		if (n == MC_GROUPS)
+			goto out;
+		fd = mc_socket(u, gid);
+		ret = fd < 0 ? fd : 0;
+		if (ret)
+			goto out;
+		g = &u->mc[n];
+		g->fd = fd;
+		memcpy(g->gid, gid, 16);
+		atomic_store_explicit(&u->mc_n, n + 1, memory_order_release);
+	} else {
+		/* what came while we were out is not for us */
+		while (recv(g->fd, u->mem, RX_BUF_BYTES, MSG_DONTWAIT) >= 0)
+			;
+	}
+	ret = mc_member(u, g, true);
+	if (!ret) {
+		atomic_store(&g->member, true);
+		atomic_fetch_add(&u->mc_members, 1);
+	}
+out:
+	pthread_mutex_unlock(&u->mc_lock);
+	return ret;
+}
+
+static void udp_mcast_leave(struct urvt_link *l, const uint8_t gid[16])
+{
+	struct urvt_udp *u = udp_of(l);
+	unsigned n = atomic_load_explicit(&u->mc_n, memory_order_relaxed);
+
+	pthread_mutex_lock(&u->mc_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct udp_group *g = &u->mc[i];
+		if (memcmp(g->gid, gid, 16) || !atomic_load(&g->member))
+			continue;
+		(void)mc_member(u, g, false);
+		atomic_store(&g->member, false);
+		atomic_fetch_sub(&u->mc_members, 1);
+	}
+	pthread_mutex_unlock(&u->mc_lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -347,6 +512,10 @@ static void udp_close(struct urvt_link *l)
 	/* held packets leave through fault_release, on the socket */
 	urvt_fault_destroy(u->fault);
 	close(u->fd);
+	for (unsigned i = 0; i < atomic_load(&u->mc_n); i++)
+		close(u->mc[i].fd);
+	close(u->epfd);
+	pthread_mutex_destroy(&u->mc_lock);
 	munmap(u->mem, (size_t)RX_BATCH * RX_BUF_BYTES);
 	free(u);
 }
@@ -364,6 +533,8 @@ static const struct urvt_link_ops udp_ops = {
 	.send_batch = udp_send_batch,
 	.recv_batch = udp_recv_batch,
 	.resolve = udp_resolve,
+	.mcast_join = udp_mcast_join,
+	.mcast_leave = udp_mcast_leave,
 	.close = udp_close,
 };
 
@@ -389,9 +560,20 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 		return NULL;
 	}
 	u->fd = -1;
+	pthread_mutex_init(&u->mc_lock, NULL);
+	u->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (u->epfd < 0) {
+		ret = -errno;
+		pthread_mutex_destroy(&u->mc_lock);
+		free(u);
+		*err = ret;
+		return NULL;
+	}
 	u->mem = mmap(NULL, (size_t)RX_BATCH * RX_BUF_BYTES, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (u->mem == MAP_FAILED) {
+		close(u->epfd);
+		pthread_mutex_destroy(&u->mc_lock);
 		free(u);
 		*err = -ENOMEM;
 		return NULL;
@@ -419,9 +601,19 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 		goto err;
 	}
 	socket_setup(u->fd, u->link.info.family == AF_INET, cfg->gro);
+	mc_sender_setup(u);
+	{
+		struct epoll_event ev = { .events = EPOLLIN };
+		if (epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->fd, &ev)) {
+			ret = -errno;
+			goto err;
+		}
+	}
 	u->gso = cfg->gso;
 	u->link.ops = &udp_ops;
-	u->link.wake_fd = u->fd;
+	/* readable when the socket or a group's is (the progress thread
+	 * sleeps on it) */
+	u->link.wake_fd = u->epfd;
 	u->link.ctl_fd = -1;
 	u->link.faults = u->fault != NULL;
 	return &u->link;
@@ -429,6 +621,8 @@ err:
 	urvt_fault_destroy(u->fault);
 	if (u->fd >= 0)
 		close(u->fd);
+	close(u->epfd);
+	pthread_mutex_destroy(&u->mc_lock);
 	munmap(u->mem, (size_t)RX_BATCH * RX_BUF_BYTES);
 	free(u);
 	*err = ret;

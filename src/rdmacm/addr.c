@@ -22,6 +22,14 @@ socklen_t cma_addrlen(const struct sockaddr *sa)
 	}
 }
 
+bool cma_mcast_addr(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return IN_MULTICAST(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	return sa->sa_family == AF_INET6 &&
+	       IN6_IS_ADDR_MULTICAST(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
 bool cma_zero_addr(const struct sockaddr *sa)
 {
 	switch (sa->sa_family) {

@@ -16,6 +16,7 @@
 /* sizeof the sockaddr of a family we take (AF_INET, AF_INET6), else 0. */
 socklen_t cma_addrlen(const struct sockaddr *sa);
 bool cma_zero_addr(const struct sockaddr *sa);        /* 0.0.0.0 or :: */
+bool cma_mcast_addr(const struct sockaddr *sa);       /* 224.0.0.0/4 or ff00::/8 */
 bool cma_loopback_addr(const struct sockaddr *sa);    /* 127/8 or ::1 */
 uint16_t cma_port(const struct sockaddr *sa);         /* host order */
 void cma_set_port(struct sockaddr *sa, uint16_t port);

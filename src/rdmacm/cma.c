@@ -1225,6 +1225,51 @@ int cma_set_option(struct rdma_id_private *p, int level, int optname, const void
 	}
 }
 
+/* rdma_join_multicast's kernel half for RoCEv2 (docs/multicast.md): the
+ * id is bound to the device, UD, and the group address maps to its MGID
+ * (IPv4: the IPv4-mapped GID; IPv6: the address itself). */
+int cma_mc_gid(struct rdma_id_private *p, const struct sockaddr *addr, union ibv_gid *mgid)
+{
+	if (!p->cma_dev || (p->state != RDMA_CM_ADDR_BOUND && p->state != RDMA_CM_ADDR_RESOLVED) ||
+	    p->id.qp_type != IBV_QPT_UD || !cma_addrlen(addr) || !cma_mcast_addr(addr))
+		return -EINVAL;
+	memset(mgid, 0, sizeof(*mgid));
+	if (addr->sa_family == AF_INET) {
+		mgid->raw[10] = mgid->raw[11] = 0xff;
+		memcpy(mgid->raw + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4);
+	} else {
+		memcpy(mgid->raw, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
+	}
+	return 0;
+}
+
+/* The join's event: MULTICAST_JOIN with what reaches the group (an AH to
+ * the MGID, QPN 0xFFFFFF, the id's Q_Key, the join's context as
+ * private_data), or MULTICAST_ERROR with status. */
+int cma_mc_event(struct rdma_id_private *p, const struct cma_multicast *mc, int status)
+{
+	struct cma_event *evt;
+	struct rdma_ud_param *u;
+	int ret = cma_set_qkey(p, 0);
+
+	if (ret)
+		return ret;
+	ret = cma_queue(p, p, status ? RDMA_CM_EVENT_MULTICAST_ERROR : RDMA_CM_EVENT_MULTICAST_JOIN,
+			status, &evt);
+	if (ret)
+		return ret;
+	u = &evt->event.param.ud;
+	u->private_data = mc->context;
+	u->ah_attr.is_global = 1;
+	u->ah_attr.port_num = 1;
+	u->ah_attr.grh.dgid = mc->mgid;
+	u->ah_attr.grh.hop_limit = 64; /* the kernel's for RoCEv2 groups */
+	u->ah_attr.grh.traffic_class = p->tos;
+	u->qp_num = 0xffffff; /* the multicast QPN */
+	u->qkey = p->qkey;
+	return 0;
+}
+
 /* The kernel's rdma_destroy_id, short of the memory: leave the protocol
  * (REJ/DREQ/DREP as the IB CM state asks), the port, queued events. */
 void cma_destroy(struct rdma_id_private *p)

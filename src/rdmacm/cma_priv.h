@@ -90,6 +90,16 @@ struct cma_bind_list {
 	struct cma_bind_list *next;
 };
 
+/* A multicast group an id joined (ucma.c rdma_join_multicast). */
+struct cma_multicast {
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	uint8_t join_flags;
+	bool attached;                    /* the id's QP is attached to mgid */
+	void *context;
+	struct cma_multicast *next;
+};
+
 struct rdma_id_private {
 	struct rdma_cm_id id;
 
@@ -118,6 +128,7 @@ struct rdma_id_private {
 	struct ibv_qp_init_attr *qp_init_attr; /* passive rdma_create_ep */
 	uint8_t initiator_depth, responder_resources;
 	struct ibv_ece local_ece, remote_ece;
+	struct cma_multicast *mc_list;    /* groups joined */
 };
 
 static inline struct rdma_id_private *to_id_priv(struct rdma_cm_id *id)
@@ -180,6 +191,8 @@ int cma_reject(struct rdma_id_private *id_priv, const void *pdata, uint8_t len, 
 int cma_disconnect(struct rdma_id_private *id_priv);
 int cma_notify(struct rdma_id_private *id_priv, enum ibv_event_type event);
 int cma_init_qp_attr(struct rdma_id_private *id_priv, struct ibv_qp_attr *attr, int *mask);
+int cma_mc_gid(struct rdma_id_private *id_priv, const struct sockaddr *addr, union ibv_gid *mgid);
+int cma_mc_event(struct rdma_id_private *id_priv, const struct cma_multicast *mc, int status);
 int cma_set_option(struct rdma_id_private *id_priv, int level, int optname, const void *optval,
 		   size_t optlen);
 /* An id without a channel (synchronous): wait for its call's event (ucma.c,

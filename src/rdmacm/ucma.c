@@ -72,12 +72,16 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 	return create_id(channel, id, context, ps, qp_type);
 }
 
+static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp);
+
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct rdma_id_private *p = to_id_priv(id);
 	struct rdma_event_channel *priv_ch = NULL;
 
 	pthread_mutex_lock(&cma_lock);
+	while (p->mc_list)
+		leave_mc(id, &p->mc_list);
 	cma_destroy(p);
 	if (id->event) {
 		struct cma_event *evt = (struct cma_event *)id->event;
@@ -461,6 +465,15 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 	 * qperf 0.4.11 -cm1 does this on its listener at every test's end */
 	if (!id->qp)
 		return;
+	/* an attached QP cannot be destroyed (EBUSY): detach it from the
+	 * id's groups first (docs/multicast.md) */
+	pthread_mutex_lock(&cma_lock);
+	for (struct cma_multicast *mc = to_id_priv(id)->mc_list; mc; mc = mc->next)
+		if (mc->attached) {
+			ibv_detach_mcast(id->qp, &mc->mgid, 0);
+			mc->attached = false;
+		}
+	pthread_mutex_unlock(&cma_lock);
 	ibv_destroy_qp(id->qp);
 	pthread_mutex_lock(&cma_lock);
 	id->qp = NULL;
@@ -1083,34 +1096,98 @@ int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 }
 
 /*
- * Multicast needs UD multicast in the device (urvt's max_mcast_grp is 0):
- * until it exists, a join fails at once with ENOSYS, the kernel's answer
- * for a device without multicast, and nothing is ever joined to leave.
+ * Multicast (docs/multicast.md): the kernel half maps the group to its MGID
+ * and queues MULTICAST_JOIN; librdmacm's half attaches the id's QP to the
+ * MGID (not for a send-only join), which urvt does here, at the join, so a
+ * failed attach comes back as MULTICAST_ERROR.
  */
+static int join_mc(struct rdma_cm_id *id, const struct sockaddr *addr, uint32_t flags,
+		   void *context)
+{
+	struct rdma_id_private *p = to_id_priv(id);
+	struct cma_multicast *mc;
+	int ret, status = 0;
+
+	if (flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+		return set_errno(EINVAL);
+	mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return set_errno(ENOMEM);
+	pthread_mutex_lock(&cma_lock);
+	ret = cma_mc_gid(p, addr, &mc->mgid);
+	if (ret)
+		goto err;
+	memcpy(&mc->addr, addr, cma_addrlen(addr));
+	mc->join_flags = (uint8_t)flags;
+	mc->context = context;
+	if (id->qp && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+		status = -ibv_attach_mcast(id->qp, &mc->mgid, 0);
+		mc->attached = !status;
+	}
+	ret = cma_mc_event(p, mc, status);
+	if (ret) {
+		if (mc->attached)
+			ibv_detach_mcast(id->qp, &mc->mgid, 0);
+		goto err;
+	}
+	mc->next = p->mc_list;
+	p->mc_list = mc;
+	pthread_mutex_unlock(&cma_lock);
+	return ucma_complete(id);
+err:
+	pthread_mutex_unlock(&cma_lock);
+	free(mc);
+	return err_ret(ret);
+}
+
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
 			   void *context)
 {
-	(void)id;
-	(void)mc_join_attr;
-	(void)context;
-	return set_errno(ENOSYS);
+	const uint32_t need = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+
+	if (!mc_join_attr || (mc_join_attr->comp_mask & need) != need ||
+	    (mc_join_attr->comp_mask & ~need) || !mc_join_attr->addr)
+		return set_errno(EINVAL);
+	return join_mc(id, mc_join_attr->addr, mc_join_attr->join_flags, context);
 }
 
 int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)id;
-	(void)context;
-	if (!cma_addrlen(addr))
+	if (!addr || !cma_addrlen(addr))
 		return set_errno(EINVAL);
-	return set_errno(ENOSYS);
+	return join_mc(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
+}
+
+/* Off the list and detached (cma_lock held). */
+static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp)
+{
+	struct cma_multicast *mc = *pp;
+
+	*pp = mc->next;
+	if (mc->attached && id->qp)
+		ibv_detach_mcast(id->qp, &mc->mgid, 0);
+	free(mc);
 }
 
 int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id;
-	if (!cma_addrlen(addr))
+	struct rdma_id_private *p = to_id_priv(id);
+	socklen_t len = addr ? cma_addrlen(addr) : 0;
+	struct cma_multicast **pp;
+
+	if (!len)
 		return set_errno(EINVAL);
-	return set_errno(EADDRNOTAVAIL);
+	pthread_mutex_lock(&cma_lock);
+	for (pp = &p->mc_list; *pp; pp = &(*pp)->next)
+		if (!memcmp(&(*pp)->addr, addr, len))
+			break;
+	if (!*pp) {
+		pthread_mutex_unlock(&cma_lock);
+		return set_errno(EADDRNOTAVAIL);
+	}
+	leave_mc(id, pp);
+	pthread_mutex_unlock(&cma_lock);
+	return 0;
 }
 
 /* rsockets' queue sizes (librdmacm's ucma_max_qpsize). */

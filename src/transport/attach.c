@@ -49,6 +49,8 @@ static const struct urvt_transport_ops urvt_udp_transport = {
 	.poll_cq = urvt_net_poll_cq,
 	.app_blocks = urvt_net_app_blocks,
 	.av_resolve = urvt_tp_av_resolve,
+	.mcast_join = urvt_tp_mcast_join,
+	.mcast_leave = urvt_tp_mcast_leave,
 };
 
 /*

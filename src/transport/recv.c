@@ -29,52 +29,15 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 	       qp->type == IBV_QPT_UC ? URVT_TRANSPORT_UC : URVT_TRANSPORT_UD;
 }
 
-void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags)
+/* A packet for qp (referenced: the reference is ours to drop): the checks
+ * of the QP, then the responder or the completer. */
+static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt,
+		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip)
 {
-	struct urvt_pkt pktv, *pkt = &pktv;
-	uint8_t hdr[URVT_HDR_MAX];
 	struct urvt_pktbuf *b;
-	struct rvt_qp *qp;
 	int ret, state;
 	bool consumed;
 
-	if (flags & URVT_RX_SHARED) {
-		/* the sender may still write the ring: parse a private copy of
-		 * the headers (and nothing past them: not the ICRC at the end,
-		 * which the full parser reads); the payload is only ever copied
-		 * out, once */
-		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
-		ret = urvt_pkt_parse_hdrs(hdr, len, pkt);
-		pkt->payload = data + pkt->hdr_len;
-	} else {
-		ret = urvt_pkt_parse(data, len, pkt);
-	}
-	if (unlikely(ret))
-		goto drop_pkt;
-	/* IPv4: the ID is not visible to a UDP socket, verify without it
-	 * (docs/wire.md); IPv6: exact */
-	if (likely(!(flags & URVT_RX_NO_ICRC))) {
-		ret = urvt_icrc_check(ip, data, len,
-				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
-		if (unlikely(ret))
-			goto drop_pkt;
-	}
-	if (unlikely(net->pcap))
-		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
-	if (unlikely(!pkt->dest_qpn)) { /* roce-wire §12: no SMI */
-		ret = URVT_DROP_BAD_QPN;
-		goto drop_pkt;
-	}
-	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN)) {
-		ret = URVT_TDROP_MCAST;
-		goto drop_pkt;
-	}
-	qp = rvt_lookup_qpn(net->rdi, pkt->dest_qpn);
-	if (unlikely(!qp)) {
-		ret = URVT_DROP_NO_QP;
-		goto drop_pkt;
-	}
 	{
 		struct urvt_stats_qp *qs = urvt_qp_stats(qp);
 		urvt_ctr_add(&qs->c, URVT_CTR_RX_PKTS, 1);
@@ -142,10 +105,81 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		urvt_pkt_free(net, b);
 	rvt_put_qp(qp);
 	return;
+drop_qp:
+	drop(net, qp, ret);
+}
+
+/* Destination QPN 0xFFFFFF (rc-protocol §7): a UD SEND to a multicast
+ * group, for every QP attached to it that passes the checks a UD packet
+ * meets. Returns a drop reason if nobody takes it. */
+static int recv_mcast(struct urvt_net *net, struct urvt_pkt *pkt, const uint8_t *data,
+		      uint32_t len, struct urvt_ipinfo *ip)
+{
+	struct rvt_qp *qps[URVT_MAX_MCAST_QP_ATTACH];
+	unsigned n;
+
+	if (!rvt_gid_is_mcast(ip->dgid) ||
+	    urvt_opcode_chk_transport(pkt->opcode, URVT_TRANSPORT_UD))
+		return URVT_TDROP_MCAST;
+	n = rvt_mcast_qps(net->rdi, ip->dgid, qps, URVT_MAX_MCAST_QP_ATTACH);
+	if (!n)
+		return URVT_TDROP_MCAST;
+	for (unsigned i = 0; i < n; i++) {
+		struct urvt_pkt each = *pkt; /* the engines may write theirs */
+		recv_on_qp(net, qps[i], &each, data, len, ip);
+	}
+	return 0;
+}
+
+void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
+		   struct urvt_ipinfo *ip, unsigned flags)
+{
+	struct urvt_pkt pktv, *pkt = &pktv;
+	uint8_t hdr[URVT_HDR_MAX];
+	struct rvt_qp *qp;
+	int ret;
+
+	if (flags & URVT_RX_SHARED) {
+		/* the sender may still write the ring: parse a private copy of
+		 * the headers (and nothing past them: not the ICRC at the end,
+		 * which the full parser reads); the payload is only ever copied
+		 * out, once */
+		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
+		ret = urvt_pkt_parse_hdrs(hdr, len, pkt);
+		pkt->payload = data + pkt->hdr_len;
+	} else {
+		ret = urvt_pkt_parse(data, len, pkt);
+	}
+	if (unlikely(ret))
+		goto drop_pkt;
+	/* IPv4: the ID is not visible to a UDP socket, verify without it
+	 * (docs/wire.md); IPv6: exact */
+	if (likely(!(flags & URVT_RX_NO_ICRC))) {
+		ret = urvt_icrc_check(ip, data, len,
+				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
+		if (unlikely(ret))
+			goto drop_pkt;
+	}
+	if (unlikely(net->pcap))
+		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);
+	if (unlikely(!pkt->dest_qpn)) { /* roce-wire §12: no SMI */
+		ret = URVT_DROP_BAD_QPN;
+		goto drop_pkt;
+	}
+	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN)) {
+		ret = recv_mcast(net, pkt, data, len, ip);
+		if (ret)
+			goto drop_pkt;
+		return;
+	}
+	qp = rvt_lookup_qpn(net->rdi, pkt->dest_qpn);
+	if (unlikely(!qp)) {
+		ret = URVT_DROP_NO_QP;
+		goto drop_pkt;
+	}
+	recv_on_qp(net, qp, pkt, data, len, ip);
+	return;
 
 drop_pkt:
 	drop(net, NULL, ret);
-	return;
-drop_qp:
-	drop(net, qp, ret);
 }

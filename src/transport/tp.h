@@ -197,6 +197,9 @@ struct urvt_txq *urvt_txq_get(void);
 struct urvt_txq *urvt_txq_peek(void);
 /* core->av_resolve: the shm link if it reaches the GID, else UDP. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
+/* core->mcast_join / mcast_leave: the UDP link's groups. */
+int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid);
+void urvt_tp_mcast_leave(struct rvt_dev_info *rdi, const union ibv_gid *gid);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */

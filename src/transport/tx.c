@@ -6,6 +6,7 @@
  * ACKs a batch causes share a system call. Counters and URVT_PCAP are
  * taken here, for every link.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,26 @@ void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
 		av->route = 1u + a.shm.peer;
 		URVT_DBG("route to %s: shm peer %u", "gid", a.shm.peer);
 	}
+}
+
+/* Multicast groups are the UDP link's (an IP multicast group per GID:
+ * docs/multicast.md); what the shm link's peers send to a group goes over
+ * UDP too (no peer has the group's GID). */
+int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	struct urvt_link *l = net ? net->links[URVT_LINK_UDP] : NULL;
+
+	return l && l->ops->mcast_join ? l->ops->mcast_join(l, gid->raw) : -EOPNOTSUPP;
+}
+
+void urvt_tp_mcast_leave(struct rvt_dev_info *rdi, const union ibv_gid *gid)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	struct urvt_link *l = net ? net->links[URVT_LINK_UDP] : NULL;
+
+	if (l && l->ops->mcast_leave)
+		l->ops->mcast_leave(l, gid->raw);
 }
 
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip)

@@ -518,6 +518,9 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	while (qp->events_completed != atomic_load(&rqp->async_events_reported))
 		pthread_cond_wait(&qp->cond, &qp->mutex);
 	pthread_mutex_unlock(&qp->mutex);
+	/* the kernel's verbs core: not while attached to a multicast group */
+	if (rvt_mcast_groups_of(rqp))
+		return fail_int(-EBUSY);
 	ret = rvt_destroy_qp(rqp);
 	if (!ret)
 		urvt_qp_ex_fini(wr_priv);
@@ -558,21 +561,15 @@ int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 	return EOPNOTSUPP;
 }
 
-/* Multicast needs group membership on the link: max_mcast_grp is 0. */
+/* UD multicast (core/mcast.c, docs/multicast.md). */
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp;
-	(void)gid;
-	(void)lid;
-	return EOPNOTSUPP;
+	return fail_int(rvt_attach_mcast(ibqp_to_rvtqp(qp), gid, lid));
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp;
-	(void)gid;
-	(void)lid;
-	return EOPNOTSUPP;
+	return fail_int(rvt_detach_mcast(ibqp_to_rvtqp(qp), gid, lid));
 }
 
 /* ------------------------------------------------------------------ */

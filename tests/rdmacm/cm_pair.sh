@@ -67,6 +67,12 @@ udaddy)
 	scmd="udaddy -b $saddr -c 4 -C 20"
 	ccmd="udaddy -s $saddr -c 4 -C 20"
 	want='return status 0' ;;
+mckey)
+	# UD multicast: the "server" joins 239.41.SLOT.1 and receives, the
+	# client joins as a sender and sends (docs/multicast.md)
+	scmd="mckey -m 239.41.$slot.1 -b $saddr -C 20"
+	ccmd="mckey -m 239.41.$slot.1 -b $caddr -s -C 20"
+	want='return status 0' ;;
 rdma_server)
 	senv="URVT_ADDR=$saddr"
 	scmd="rdma_server -p $port"

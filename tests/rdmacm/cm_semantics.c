@@ -17,7 +17,7 @@
  *   cm_semantics unreach    nobody at the address: UNREACHABLE -ETIMEDOUT
  *                           (URVT_CM_RESPONSE_TIMEOUT / URVT_CM_RETRIES make
  *                           it quick)
- *   cm_semantics misc       options, multicast ENOSYS, ports, a second
+ *   cm_semantics misc       options, multicast joins, ports, a second
  *                           address EADDRNOTAVAIL, getaddrinfo, migrate_id
  *
  * Exit 0 pass, 1 fail (the failed check is printed). Every wait is bounded.
@@ -657,9 +657,38 @@ static void test_misc(void)
 	/* the same port twice: in use */
 	errno = 0;
 	CHECK(rdma_bind_addr(id2, (struct sockaddr *)&s) == -1 && errno == EADDRINUSE);
-	/* multicast fails cleanly until urvt has UD multicast */
-	errno = 0;
-	CHECK(rdma_join_multicast(id, (struct sockaddr *)&other, NULL) == -1 && errno == ENOSYS);
+	/* multicast (docs/multicast.md): UD ids only, group addresses only */
+	{
+		struct sockaddr_in grp = sin_of("239.41.99.1", 0);
+		struct rdma_cm_id *ud;
+		struct rdma_cm_event *ev;
+		int ctx;
+
+		errno = 0;
+		CHECK(rdma_join_multicast(id, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL);
+		CHECK(rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP) == 0);
+		errno = 0;
+		/* not bound yet */
+		CHECK(rdma_join_multicast(ud, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL);
+		s.sin_port = htons(PORT + 1);
+		CHECK(rdma_bind_addr(ud, (struct sockaddr *)&s) == 0);
+		s.sin_port = htons(PORT);
+		errno = 0;
+		CHECK(rdma_join_multicast(ud, (struct sockaddr *)&other, NULL) == -1 && errno == EINVAL);
+		CHECK(rdma_join_multicast(ud, (struct sockaddr *)&grp, &ctx) == 0);
+		ev = expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+		CHECK(ev->status == 0 && ev->param.ud.qp_num == 0xffffff &&
+		      ev->param.ud.qkey == RDMA_UDP_QKEY && ev->param.ud.private_data == &ctx &&
+		      ev->param.ud.ah_attr.is_global &&
+		      ev->param.ud.ah_attr.grh.dgid.raw[10] == 0xff &&
+		      !memcmp(ev->param.ud.ah_attr.grh.dgid.raw + 12, &grp.sin_addr, 4));
+		rdma_ack_cm_event(ev);
+		CHECK(rdma_leave_multicast(ud, (struct sockaddr *)&grp) == 0);
+		errno = 0;
+		CHECK(rdma_leave_multicast(ud, (struct sockaddr *)&grp) == -1 &&
+		      errno == EADDRNOTAVAIL);
+		CHECK(rdma_destroy_id(ud) == 0);
+	}
 	errno = 0;
 	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&other) == -1 && errno == EADDRNOTAVAIL);
 	/* the device list is the one device, with our GID */
