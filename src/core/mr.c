@@ -137,12 +137,12 @@ static struct rvt_mregion *alloc_slot(struct rvt_lkey_table *t, uint32_t *key)
 #define ACCESS_SUPPORTED                                                               \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |  \
 	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |       \
-	 IBV_ACCESS_RELAXED_ORDERING)
+	 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
 
 static int check_access(int access)
 {
 	if (access & ~ACCESS_SUPPORTED)
-		return (access & IBV_ACCESS_ON_DEMAND) ? -EOPNOTSUPP : -EINVAL;
+		return -EINVAL;
 	/* Core rule: remote write/atomic need local write. */
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE))
@@ -186,7 +186,14 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 	ret = check_access(access);
 	if (ret)
 		goto err;
-	if (!length || length > URVT_MAX_MR_SIZE) {
+	if ((access & IBV_ACCESS_ON_DEMAND) && !addr && length == SIZE_MAX) {
+		/* Implicit ODP (man ibv_reg_mr): the whole address space,
+		 * addressed by virtual address. */
+		if (iova) {
+			ret = -EINVAL;
+			goto err;
+		}
+	} else if (!length || length > URVT_MAX_MR_SIZE) {
 		ret = -EINVAL;
 		goto err;
 	}
@@ -196,9 +203,12 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 		ret = -EINVAL;
 		goto err;
 	}
-	ret = check_mapped(addr, length);
-	if (ret)
-		goto err;
+	/* ODP: pages are looked at when they are accessed (odp.h) */
+	if (!(access & IBV_ACCESS_ON_DEMAND)) {
+		ret = check_mapped(addr, length);
+		if (ret)
+			goto err;
+	}
 	if (atomic_fetch_add(&rdi->n_mrs, 1) >= (int)URVT_MAX_MR - 1) {
 		ret = -ENOMEM;
 		goto err_count;

@@ -144,6 +144,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		/* W10. Deviation: LOCAL_WRITE only for READ and atomics, not for
 		 * SEND_WITH_INV sources (qp-semantics §2.2 note). */
 		acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		int odp = 0;
 		if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
 			return -EINVAL; /* inline only for SEND and RDMA WRITE */
 		for (int i = 0; i < wr->num_sge; i++) {
@@ -157,9 +158,11 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 				return -EINVAL;
 			}
 			j += (uint32_t)ret;
+			odp |= wqe->sg_list[j - 1].mr->access; /* ret 0: merged into j - 1 */
 			length += wr->sg_list[i].length;
 		}
-		wqe->wqe_flags = 0;
+		/* its pages are looked at when the WQE starts (core/odp.h) */
+		wqe->wqe_flags = (odp & IBV_ACCESS_ON_DEMAND) ? RVT_SWQE_ODP : 0;
 	}
 	/* W11 [driver, hfi1] */
 	if (qp->type != IBV_QPT_UD) {

@@ -362,6 +362,7 @@ extern const int ib_rvt_state_ops[IBV_QPS_ERR + 1];
 enum {
 	RVT_SWQE_INLINE = 1 << 0,         /* data copied into the slot at post */
 	RVT_SWQE_LOCAL_DONE = 1 << 1,     /* local op executed at post time */
+	RVT_SWQE_ODP = 1 << 2,            /* a segment is of an ODP MR (core/odp.h) */
 };
 
 struct rvt_swqe {

@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "core/odp.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "transport/tp.h"
@@ -346,6 +347,15 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 					return; /* runs once everything before it is done */
 				req_local_inv(qp, wqe);
 				continue;
+			}
+			/* an ODP page fault that cannot be served (core/odp.h):
+			 * LOC_PROT_ERR once everything before it completed */
+			if (unlikely(wqe->wqe_flags & RVT_SWQE_ODP) && !rvt_odp_chk_swqe(wqe)) {
+				if (qp->s_cur != qp->s_last)
+					return;
+				rvt_send_complete(qp, wqe, IBV_WC_LOC_PROT_ERR);
+				rvt_error_qp(qp, IBV_WC_WR_FLUSH_ERR);
+				return;
 			}
 			/* rc-protocol §2.2 fence, rxe rule: wait until it is the oldest */
 			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)

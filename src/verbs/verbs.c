@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/odp.h"
 #include "core/rvt_api.h"
 #include "verbs/ops.h"
 
@@ -101,6 +102,13 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+}
+
+/* verbs_context->advise_mr (the header's inline ibv_advise_mr) */
+int urvt_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		   struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	return -rvt_advise_mr(ibpd_to_rvtpd(pd), (int)advice, flags, sg_list, num_sge);
 }
 
 /* Memory windows need fast-registration hardware semantics: not provided. */
