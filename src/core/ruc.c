@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/progress.h"
+#include "core/mw.h"
 #include "core/odp.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
@@ -302,8 +303,8 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 		if (qp->s_rd_atomic_outstanding)
 			qp->s_rd_atomic_outstanding--;
 	}
-	if (wqe->opcode == IBV_WR_LOCAL_INV && !(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
-	    qp->local_ops_pending)
+	if ((wqe->opcode == IBV_WR_LOCAL_INV || wqe->opcode == IBV_WR_BIND_MW) &&
+	    !(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) && qp->local_ops_pending)
 		__atomic_fetch_sub(&qp->local_ops_pending, 1, __ATOMIC_RELAXED);
 	rvt_put_swqe(wqe);
 	/* s_cur and sq_draining are also read by modify/query (SQD): atomic
@@ -668,15 +669,10 @@ static void flush_send_queue(struct rvt_qp *qp)
 	}
 }
 
-/* A queued LOCAL_INV reaching the engine (qp-semantics §2.5). */
-static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
+/* A queued LOCAL_INV or BIND_MW reaching the engine (qp-semantics §2.5). */
+static void do_local_op(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
-	enum ibv_wc_status st = IBV_WC_SUCCESS;
-
-	if (!(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
-	    rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey))
-		st = IBV_WC_LOC_PROT_ERR;
-	rvt_send_complete(qp, wqe, st);
+	rvt_send_complete(qp, wqe, rvt_do_local_op(qp, wqe));
 }
 
 static void rvt_do_send(struct rvt_qp *qp)
@@ -721,8 +717,8 @@ static void rvt_do_send(struct rvt_qp *qp)
 		if (!(ops & RVT_PROCESS_NEXT_SEND_OK) && qp->s_cur == qp->s_last)
 			return;
 		wqe = rvt_get_swqe_ptr(qp, qp->s_last);
-		if (wqe->opcode == IBV_WR_LOCAL_INV) {
-			do_local_inv(qp, wqe);
+		if (wqe->opcode == IBV_WR_LOCAL_INV || wqe->opcode == IBV_WR_BIND_MW) {
+			do_local_op(qp, wqe);
 			continue;
 		}
 		if (unlikely(wqe->wqe_flags & RVT_SWQE_ODP) && !rvt_odp_chk_swqe(wqe)) {
