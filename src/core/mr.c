@@ -188,7 +188,7 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 	if (ret)
 		goto err;
 	if ((access & IBV_ACCESS_ON_DEMAND) && !addr && length == SIZE_MAX) {
-		/* Implicit ODP (man ibv_reg_mr): the whole address space,
+		/* Implicit ODP (qp-semantics §15): the whole address space,
 		 * addressed by virtual address. */
 		if (iova) {
 			ret = -EINVAL;
@@ -303,7 +303,7 @@ static int mr_retire(struct rvt_dev_info *rdi, struct rvt_mregion *mr)
 
 int rvt_dereg_mr(struct rvt_mregion *mr)
 {
-	/* memory windows are bound to it (man ibv_dereg_mr: EBUSY) */
+	/* memory windows are bound to it (qp-semantics §14.3) */
 	if (atomic_load(&mr->num_mw))
 		return -EBUSY;
 	return mr_retire(to_uctx(mr->ibmr.context)->rdi, mr);
@@ -394,7 +394,7 @@ int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
 }
 
 /*
- * Memory windows (core/mw.c) take a slot of the key table like an MR and
+ * Memory windows (core/mw.c, qp-semantics §14) take a slot of the key table like an MR and
  * count against max_mr with them. A type 1 window starts unbound with its
  * rkey; a type 2 window is free until a BIND_MW gives it a range.
  */

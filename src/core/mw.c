@@ -1,5 +1,5 @@
 /*
- * Memory windows (IBA o10-36, o10-37; rxe's rules): type 1 windows are
+ * Memory windows (qp-semantics §14): type 1 windows are
  * bound by ibv_bind_mw and live on the PD; type 2 windows are bound by an
  * IBV_WR_BIND_MW work request, to the QP that posted it, and invalidated by
  * LOCAL_INV or an incoming SEND_WITH_INV of their rkey. A window sits in the
@@ -48,9 +48,7 @@ bool rvt_mw_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t len, uint64
 	bool ok = false;
 
 	urvt_spin_lock(&mw->mw_lock);
-	/* bound, still this key, the QP's PD, a type 2 window's own QP, in
-	 * the window, every access bit asked for (rxe rxe_lookup_mw, with
-	 * the range checked against the window) */
+	/* qp-semantics §14.2 */
 	if (mw->mw_bound && mw->lkey == rkey && mw->pd == qp->pd &&
 	    (mw->ibmw.type != IBV_MW_TYPE_2 || mw->mw_qpn == qp->qpn) &&
 	    range_ok(mw->iova, mw->length, va, len) && (mw->access & acc) == acc &&
@@ -71,8 +69,7 @@ int rvt_mw_invalidate(struct rvt_qp *qp, struct rvt_mregion *mw, uint32_t rkey)
 	int ret = -EINVAL;
 
 	urvt_spin_lock(&mw->mw_lock);
-	/* o10-37.2.26: a type 1 window is not invalidated (rebind it with
-	 * length 0); a type 2 window only by the QP it is bound to */
+	/* qp-semantics §14.3 */
 	if (mw->ibmw.type == IBV_MW_TYPE_2 && mw->mw_bound && mw->lkey == rkey &&
 	    mw->pd == qp->pd && mw->mw_qpn == qp->qpn) {
 		mw_unbind(mw);
@@ -83,36 +80,36 @@ int rvt_mw_invalidate(struct rvt_qp *qp, struct rvt_mregion *mw, uint32_t rkey)
 	return ret;
 }
 
-/* rxe rxe_check_bind_mw's rules, and the window inside the MR. Caller
- * holds mw_lock; mr is referenced, or NULL for a type 1 unbind. */
+/* qp-semantics §14.1, in order. Caller holds mw_lock; mr is referenced,
+ * or NULL for a type 1 unbind. */
 static int check_bind(const struct rvt_qp *qp, const struct rvt_swqe *wqe,
 		      const struct rvt_mregion *mw, const struct rvt_mregion *mr)
 {
 	int access = (int)wqe->ex.bind_access;
 
-	if (access & ~MW_ACCESS_OK)
+	if (access & ~MW_ACCESS_OK) /* 1 */
 		return -EINVAL;
 	if (mw->ibmw.type == IBV_MW_TYPE_1) {
-		if (access & IBV_ACCESS_ZERO_BASED) /* o10-36.2.2 */
+		if (access & IBV_ACCESS_ZERO_BASED) /* 2 */
 			return -EINVAL;
 	} else {
-		if (mw->mw_bound) /* o10-37.2.30: only a free window */
+		if (mw->mw_bound) /* 3 */
 			return -EINVAL;
-		if (qp->pd != mw->pd) /* C10-72 */
+		if (qp->pd != mw->pd)
 			return -EINVAL;
-		if (!mr || !wqe->wr.bind.length) /* o10-37.2.40 */
+		if (!mr || !wqe->wr.bind.length)
 			return -EINVAL;
 	}
 	if (!mr)
 		return 0;
 	if (mr->pd != mw->pd || (mr->access & IBV_ACCESS_ZERO_BASED))
 		return -EINVAL;
-	if (!(mr->access & IBV_ACCESS_MW_BIND)) /* C10-73 */
+	if (!(mr->access & IBV_ACCESS_MW_BIND)) /* 4 */
 		return -EINVAL;
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	    !(mr->access & IBV_ACCESS_LOCAL_WRITE)) /* C10-74 */
+	    !(mr->access & IBV_ACCESS_LOCAL_WRITE)) /* 5 */
 		return -EINVAL;
-	if (!range_ok(mr->iova, mr->length, wqe->wr.bind.addr, wqe->wr.bind.length)) /* C10-75 */
+	if (!range_ok(mr->iova, mr->length, wqe->wr.bind.addr, wqe->wr.bind.length)) /* 6 */
 		return -EINVAL;
 	return 0;
 }
@@ -155,7 +152,7 @@ int rvt_bind_mw(struct rvt_qp *qp, const struct rvt_swqe *wqe)
 			mw->mw_qpn = qp->qpn;
 			mw->mw_bound = true;
 		}
-		/* the key's low 8 bits are the consumer's (IBA 10.6.7.2) */
+		/* the key's low 8 bits are the consumer's (qp-semantics §14.1) */
 		WRITE_ONCE(mw->lkey, key);
 		if (mw->ibmw.type == IBV_MW_TYPE_2)
 			WRITE_ONCE(mw->ibmw.rkey, key);

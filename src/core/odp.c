@@ -130,7 +130,7 @@ bool rvt_odp_chk_swqe(const struct rvt_swqe *wqe)
 }
 
 /*
- * ibv_advise_mr (man ibv_advise_mr): every range must lie in an ODP MR of
+ * ibv_advise_mr (qp-semantics §15, docs/abi.md): every range must lie in an ODP MR of
  * pd (for PREFETCH_WRITE one with local write); PREFETCH and
  * PREFETCH_WRITE fault the pages in now, PREFETCH_NO_FAULT maps only what
  * is present, which for a software device is nothing to do. With

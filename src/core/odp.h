@@ -1,5 +1,6 @@
 /*
- * On-demand paging MRs (IBV_ACCESS_ON_DEMAND) in a software device.
+ * On-demand paging MRs (IBV_ACCESS_ON_DEMAND; qp-semantics §15) in a
+ * software device.
  *
  * Nothing is pinned, so an ODP MR may cover pages that are not mapped, or
  * not writable, when the device gets to them. Such an access must end as

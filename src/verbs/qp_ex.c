@@ -198,9 +198,10 @@ static void x_bind_mw(struct ibv_qp_ex *ibqpx, struct ibv_mw *mw, uint32_t rkey,
 {
 	struct ibv_send_wr *wr = start_wr(ibqpx, IBV_WR_BIND_MW);
 
-	wr->bind_mw.mw = mw;
+	wr->bind_mw.mw = bind_info ? mw : NULL; /* no window: EINVAL (post.c) */
 	wr->bind_mw.rkey = rkey;
-	wr->bind_mw.bind_info = *bind_info;
+	if (bind_info)
+		wr->bind_mw.bind_info = *bind_info;
 }
 
 /*
