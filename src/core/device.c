@@ -123,12 +123,14 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	a->max_qp_wr = URVT_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
 			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
-			      IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_N_NOTIFY_CQ;
+			      IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_N_NOTIFY_CQ |
+			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_sge = URVT_MAX_SGE;
 	a->max_sge_rd = URVT_MAX_SGE;
 	a->max_cq = URVT_MAX_CQ;
 	a->max_cqe = URVT_MAX_CQE;
 	a->max_mr = URVT_MAX_MR - 1; /* lkey slot 0 is never used: key 0 stays invalid */
+	a->max_mw = URVT_MAX_MR - 1; /* windows share the key table (core/mw.c) */
 	a->max_pd = URVT_MAX_PD;
 	a->max_qp_rd_atom = URVT_MAX_RD_ATOMIC;
 	a->max_qp_init_rd_atom = URVT_MAX_RD_ATOMIC;

@@ -10,6 +10,8 @@
 
 #include <errno.h>
 
+#include "core/mw.h"
+#include "core/odp.h"
 #include "core/rvt.h"
 
 static inline bool mr_get_unless_zero(struct rvt_mregion *mr)
@@ -114,7 +116,8 @@ static inline int rvt_lkey_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, struc
 	mr = rvt_lookup_key(t, key);
 	if (unlikely(!mr))
 		return -EINVAL;
-	if (unlikely(!mr_grants(mr, pd, sge->addr, sge->length, acc))) {
+	/* a window's key is an rkey only */
+	if (unlikely(rvt_mr_is_mw(mr) || !mr_grants(mr, pd, sge->addr, sge->length, acc))) {
 		rvt_put_mr(mr);
 		return -EINVAL;
 	}
@@ -135,6 +138,8 @@ static inline bool rvt_rkey_ok(struct rvt_qp *qp, struct rvt_sge *sge, uint32_t 
 	mr = rvt_lookup_key(&qp->rdi->lkey_table, rkey);
 	if (unlikely(!mr))
 		return false;
+	if (unlikely(rvt_mr_is_mw(mr)))
+		return rvt_mw_rkey_ok(qp, sge, len, vaddr, rkey, acc, mr);
 	if (unlikely(!mr_grants(mr, qp->pd, vaddr, len, acc))) {
 		rvt_put_mr(mr);
 		return false;
@@ -162,7 +167,10 @@ enum rvt_rkey_res {
  *  - the QP does not allow acc, or len is beyond max_msg_sz: invalid;
  *  - len 0: nothing to check, no key (rc-protocol §3.6); sge is left empty;
  *  - an atomic va not 8-aligned: invalid ("misaligned atomic");
- *  - the rkey check (rvt_rkey_ok): access error;
+ *  - the rkey check (rvt_rkey_ok; for a memory window's rkey
+ *    rvt_mw_rkey_ok, core/mw.c): access error;
+ *  - an ODP MR whose pages in the range cannot be faulted in for the
+ *    access (odp.h): access error, as an ODP NIC's failed page fault;
  *  - an atomic whose host word is not 8-aligned (an MR registered with an
  *    iova that differs from its address mod 8): invalid, so no __atomic
  *    ever runs on a misaligned word.
@@ -183,6 +191,10 @@ static inline enum rvt_rkey_res rvt_chk_rkey(struct rvt_qp *qp, struct rvt_sge *
 		return RVT_RKEY_INV;
 	if (unlikely(!rvt_rkey_ok(qp, sge, len, va, rkey, acc)))
 		return RVT_RKEY_ACC;
+	if (rvt_sge_odp(sge) && !rvt_odp_probe(sge->vaddr, len, acc != IBV_ACCESS_REMOTE_READ)) {
+		rvt_put_sge(sge);
+		return RVT_RKEY_ACC;
+	}
 	if (atomic && unlikely((uintptr_t)sge->vaddr & (sizeof(uint64_t) - 1))) {
 		rvt_put_sge(sge);
 		return RVT_RKEY_INV;
@@ -197,7 +209,8 @@ static inline enum rvt_rkey_res rvt_chk_rkey(struct rvt_qp *qp, struct rvt_sge *
  * and then waits for every s_hlock (qp_table.c rvt_direct_barrier), which
  * is what the reference did for the ordinary path. So an MR found in its
  * slot here stays registered, unchanged, until the caller drops s_hlock.
- * Returns the host address of va, or NULL.
+ * Returns the host address of va, or NULL (also for an ODP MR, whose bytes
+ * the ordinary path copies, odp.h, and a memory window's key, mw.c).
  */
 static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd,
 					 uint32_t key, uint64_t va, uint32_t len, int acc)
@@ -210,7 +223,8 @@ static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd
 	_Static_assert(URVT_MAX_MR == 1ull << (32 - RVT_LKEY_GEN_BITS),
 		       "the table holds every key index (device.c sizes it URVT_MAX_MR)");
 	mr = key_slot(t, key);
-	if (unlikely(!mr || !key_live(mr, key) || !mr_grants(mr, pd, va, len, acc)))
+	if (unlikely(!mr || !key_live(mr, key) || !mr_grants(mr, pd, va, len, acc) ||
+		     (mr->access & (IBV_ACCESS_ON_DEMAND | RVT_ACCESS_MW))))
 		return NULL;
 	return (uint8_t *)mr->vaddr + (va - mr->iova);
 }

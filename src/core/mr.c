@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/keys.h"
+#include "core/mw.h"
 #include "core/qp_table.h"
 #include "core/rvt_api.h"
 
@@ -137,12 +138,12 @@ static struct rvt_mregion *alloc_slot(struct rvt_lkey_table *t, uint32_t *key)
 #define ACCESS_SUPPORTED                                                               \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |  \
 	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |       \
-	 IBV_ACCESS_RELAXED_ORDERING)
+	 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
 
 static int check_access(int access)
 {
 	if (access & ~ACCESS_SUPPORTED)
-		return (access & IBV_ACCESS_ON_DEMAND) ? -EOPNOTSUPP : -EINVAL;
+		return -EINVAL;
 	/* Core rule: remote write/atomic need local write. */
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE))
@@ -186,7 +187,14 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 	ret = check_access(access);
 	if (ret)
 		goto err;
-	if (!length || length > URVT_MAX_MR_SIZE) {
+	if ((access & IBV_ACCESS_ON_DEMAND) && !addr && length == SIZE_MAX) {
+		/* Implicit ODP (qp-semantics §15): the whole address space,
+		 * addressed by virtual address. */
+		if (iova) {
+			ret = -EINVAL;
+			goto err;
+		}
+	} else if (!length || length > URVT_MAX_MR_SIZE) {
 		ret = -EINVAL;
 		goto err;
 	}
@@ -196,9 +204,12 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 		ret = -EINVAL;
 		goto err;
 	}
-	ret = check_mapped(addr, length);
-	if (ret)
-		goto err;
+	/* ODP: pages are looked at when they are accessed (odp.h) */
+	if (!(access & IBV_ACCESS_ON_DEMAND)) {
+		ret = check_mapped(addr, length);
+		if (ret)
+			goto err;
+	}
 	if (atomic_fetch_add(&rdi->n_mrs, 1) >= (int)URVT_MAX_MR - 1) {
 		ret = -ENOMEM;
 		goto err_count;
@@ -223,6 +234,7 @@ struct rvt_mregion *rvt_reg_mr(struct rvt_pd *pd, void *addr, size_t length,
 	mr->pd = pd;
 	atomic_store(&mr->lkey_invalid, false);
 	mr->next_free = NULL;
+	atomic_store(&mr->num_mw, 0);
 	atomic_store(&mr->refcount, 1);
 	atomic_fetch_add(&pd->usecnt, 1);
 	publish_mr(&rdi->lkey_table, mr);
@@ -253,9 +265,9 @@ static bool wait_idle(struct rvt_mregion *mr)
 	return true;
 }
 
-int rvt_dereg_mr(struct rvt_mregion *mr)
+/* Take an MR or window out of the table and free its slot. */
+static int mr_retire(struct rvt_dev_info *rdi, struct rvt_mregion *mr)
 {
-	struct rvt_dev_info *rdi = to_uctx(mr->ibmr.context)->rdi;
 	struct rvt_pd *pd = mr->pd;
 	uint32_t one = 1;
 
@@ -268,8 +280,15 @@ int rvt_dereg_mr(struct rvt_mregion *mr)
 		rvt_direct_barrier(&rdi->qp_table);
 		/* A lookup that raced with unpublish holds a reference now:
 		 * publish again and wait for it to go. */
-		if (atomic_compare_exchange_strong(&mr->refcount, &one, 0))
-			break;
+		if (atomic_compare_exchange_strong(&mr->refcount, &one, 0)) {
+			/* a window bound to it meanwhile (a bind holds a
+			 * reference while it counts itself in num_mw) */
+			if (!atomic_load(&mr->num_mw))
+				break;
+			atomic_store(&mr->refcount, 1);
+			publish_mr(&rdi->lkey_table, mr);
+			return -EBUSY;
+		}
 		one = 1;
 		publish_mr(&rdi->lkey_table, mr);
 	}
@@ -280,6 +299,14 @@ int rvt_dereg_mr(struct rvt_mregion *mr)
 	 * generation, i.e. the dead key) before the generation moved. */
 	mr_free_slot(&rdi->lkey_table, mr);
 	return 0;
+}
+
+int rvt_dereg_mr(struct rvt_mregion *mr)
+{
+	/* memory windows are bound to it (qp-semantics §14.3) */
+	if (atomic_load(&mr->num_mw))
+		return -EBUSY;
+	return mr_retire(to_uctx(mr->ibmr.context)->rdi, mr);
 }
 
 int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *addr,
@@ -355,6 +382,8 @@ int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
 	mr = rvt_lookup_key(&qp->rdi->lkey_table, rkey);
 	if (!mr)
 		return -EINVAL;
+	if (rvt_mr_is_mw(mr))
+		return rvt_mw_invalidate(qp, mr, rkey);
 	if (mr->pd != qp->pd) {
 		rvt_put_mr(mr);
 		return -EINVAL;
@@ -362,4 +391,62 @@ int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
 	atomic_store(&mr->lkey_invalid, true);
 	rvt_put_mr(mr);
 	return 0;
+}
+
+/*
+ * Memory windows (core/mw.c, qp-semantics §14) take a slot of the key table like an MR and
+ * count against max_mr with them. A type 1 window starts unbound with its
+ * rkey; a type 2 window is free until a BIND_MW gives it a range.
+ */
+struct rvt_mregion *rvt_alloc_mw(struct rvt_pd *pd, enum ibv_mw_type type, int *err)
+{
+	struct rvt_dev_info *rdi = to_uctx(pd->ibpd.context)->rdi;
+	struct rvt_mregion *mw;
+	uint32_t key;
+
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+		*err = -EOPNOTSUPP;
+		return NULL;
+	}
+	if (atomic_fetch_add(&rdi->n_mrs, 1) >= (int)URVT_MAX_MR - 1)
+		goto err_count;
+	mw = alloc_slot(&rdi->lkey_table, &key);
+	if (!mw)
+		goto err_count;
+	memset(&mw->ibmr, 0, sizeof(mw->ibmr));
+	memset(&mw->ibmw, 0, sizeof(mw->ibmw));
+	mw->ibmw.context = pd->ibpd.context;
+	mw->ibmw.pd = &pd->ibpd;
+	mw->ibmw.rkey = key;
+	mw->ibmw.handle = key;
+	mw->ibmw.type = type;
+	mw->ibmr.context = pd->ibpd.context; /* for mr_retire */
+	mw->lkey = key;
+	mw->vaddr = NULL;
+	mw->iova = 0;
+	mw->length = 0;
+	mw->access = RVT_ACCESS_MW;
+	mw->pd = pd;
+	mw->mw_bound = false;
+	mw->mw_mr = NULL;
+	mw->mw_qpn = 0;
+	atomic_store(&mw->lkey_invalid, false);
+	mw->next_free = NULL;
+	atomic_store(&mw->num_mw, 0);
+	atomic_store(&mw->refcount, 1);
+	atomic_fetch_add(&pd->usecnt, 1);
+	publish_mr(&rdi->lkey_table, mw);
+	return mw;
+
+err_count:
+	atomic_fetch_sub(&rdi->n_mrs, 1);
+	*err = -ENOMEM;
+	return NULL;
+}
+
+int rvt_dealloc_mw(struct rvt_mregion *mw)
+{
+	/* unbound first: its key grants nothing from here on */
+	rvt_mw_retire(mw);
+	return mr_retire(to_uctx(mw->ibmw.context)->rdi, mw);
 }

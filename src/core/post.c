@@ -25,6 +25,7 @@ static const uint8_t post_parms[IBV_WR_ATOMIC_WRITE + 1] = {
 	[IBV_WR_ATOMIC_CMP_AND_SWP] = OP_RC | OPF_RDATOMIC | OPF_ATOMIC,
 	[IBV_WR_ATOMIC_FETCH_AND_ADD] = OP_RC | OPF_RDATOMIC | OPF_ATOMIC,
 	[IBV_WR_LOCAL_INV] = OP_RC | OP_UC | OPF_LOCAL,
+	[IBV_WR_BIND_MW] = OP_RC | OP_UC | OPF_LOCAL,
 	[IBV_WR_SEND_WITH_INV] = OP_RC | OPF_INLINE_OK,
 };
 
@@ -104,8 +105,11 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	/* W8: local operations. Decided once: the engine may lower
 	 * local_ops_pending concurrently (it does not take s_hlock). */
 	if (parms & OPF_LOCAL) {
-		local_now = !b && !(wr->send_flags & IBV_SEND_FENCE) &&
+		/* a bind always runs in the engine (its errors are completions) */
+		local_now = opcode == IBV_WR_LOCAL_INV && !b && !(wr->send_flags & IBV_SEND_FENCE) &&
 			    !READ_ONCE(qp->local_ops_pending);
+		if (opcode == IBV_WR_BIND_MW && unlikely(!wr->bind_mw.mw))
+			return -EINVAL;
 		if (local_now) {
 			int ret = local_inv_now(qp, wr->invalidate_rkey);
 			if (ret)
@@ -144,6 +148,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		/* W10. Deviation: LOCAL_WRITE only for READ and atomics, not for
 		 * SEND_WITH_INV sources (qp-semantics §2.2 note). */
 		acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		int odp = 0;
 		if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
 			return -EINVAL; /* inline only for SEND and RDMA WRITE */
 		for (int i = 0; i < wr->num_sge; i++) {
@@ -157,9 +162,11 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 				return -EINVAL;
 			}
 			j += (uint32_t)ret;
+			odp |= wqe->sg_list[j - 1].mr->access; /* ret 0: merged into j - 1 */
 			length += wr->sg_list[i].length;
 		}
-		wqe->wqe_flags = 0;
+		/* its pages are looked at when the WQE starts (core/odp.h) */
+		wqe->wqe_flags = (odp & IBV_ACCESS_ON_DEMAND) ? RVT_SWQE_ODP : 0;
 	}
 	/* W11 [driver, hfi1] */
 	if (qp->type != IBV_QPT_UD) {
@@ -196,6 +203,14 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		wqe->wr.atomic.compare_add = wr->wr.atomic.compare_add;
 		wqe->wr.atomic.swap = wr->wr.atomic.swap;
 		wqe->wr.atomic.rkey = wr->wr.atomic.rkey;
+		break;
+	case IBV_WR_BIND_MW:
+		wqe->wr.bind.mw = ibmw_to_rvtmw(wr->bind_mw.mw);
+		wqe->wr.bind.addr = wr->bind_mw.bind_info.addr;
+		wqe->wr.bind.length = wr->bind_mw.bind_info.length;
+		wqe->wr.bind.rkey = wr->bind_mw.rkey;
+		wqe->wr.bind.mr_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
+		wqe->ex.bind_access = wr->bind_mw.bind_info.mw_access_flags;
 		break;
 	default:
 		break;

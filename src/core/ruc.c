@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "base/progress.h"
+#include "core/mw.h"
+#include "core/odp.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "core/transport.h"
@@ -35,7 +37,9 @@ static void copy_sge_bytes(struct rvt_sge_state *ss, const uint8_t *src, uint32_
 {
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
-		if (last)
+		if (rvt_sge_odp(&ss->sge))
+			(void)rvt_odp_copy(ss->sge.vaddr, src, len); /* probed (odp.h) */
+		else if (last)
 			rvt_copy_tail(ss->sge.vaddr, src, len);
 		else
 			memmove(ss->sge.vaddr, src, len);
@@ -69,10 +73,35 @@ void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length)
 
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
-		memmove(dst, ss->sge.vaddr, len);
+		if (rvt_sge_odp(&ss->sge))
+			(void)rvt_odp_copy(dst, ss->sge.vaddr, len); /* probed (odp.h) */
+		else
+			memmove(dst, ss->sge.vaddr, len);
 		sge_advance(ss, len, false);
 		dst += len;
 		length -= len;
+	}
+}
+
+/* sge_to_sge when a side is ODP: every piece through rvt_odp_copy (both
+ * sides may fault), the last 8 bytes of a copy_last on their own. */
+static void odp_sge_to_sge(struct rvt_sge_state *dst, struct rvt_sge_state *src,
+			   uint32_t length, bool release, bool copy_last)
+{
+	uint32_t tail = copy_last ? (length < 8 ? length : 8) : 0;
+
+	while (length) {
+		uint32_t len = length - tail ? length - tail : length;
+		if (src->sge.length < len)
+			len = src->sge.length;
+		if (dst->sge.length < len)
+			len = dst->sge.length;
+		(void)rvt_odp_copy(dst->sge.vaddr, src->sge.vaddr, len); /* probed (odp.h) */
+		sge_advance(src, len, false);
+		sge_advance(dst, len, release);
+		length -= len;
+		if (length < tail)
+			tail = length;
 	}
 }
 
@@ -84,6 +113,19 @@ static void sge_to_sge(struct rvt_sge_state *dst, struct rvt_sge_state *src, uin
 
 	if (!length)
 		return;
+	if (rvt_sge_odp(&src->sge) || rvt_sge_odp(&dst->sge) || src->num_sge > 1 ||
+	    dst->num_sge > 1) {
+		/* a later segment may be ODP too: look at them all (rare) */
+		bool odp = rvt_sge_odp(&src->sge) || rvt_sge_odp(&dst->sge);
+		for (uint32_t i = 0; !odp && i + 1 < src->num_sge; i++)
+			odp = rvt_sge_odp(&src->sg_list[i]);
+		for (uint32_t i = 0; !odp && i + 1 < dst->num_sge; i++)
+			odp = rvt_sge_odp(&dst->sg_list[i]);
+		if (odp) {
+			odp_sge_to_sge(dst, src, length, release, copy_last);
+			return;
+		}
+	}
 	/* One segment holds the whole message on each side: the usual case. */
 	if (likely(src->sge.length >= length && dst->sge.length >= length)) {
 		if (copy_last)
@@ -163,6 +205,15 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 			ret = rvt_lkey_ok(&qp->rdi->lkey_table, pd, &qp->r_sg_list[j], NULL,
 					  &wqe->sg_list[i], IBV_ACCESS_LOCAL_WRITE);
 			if (ret < 0) {
+				bad = true;
+				break;
+			}
+			/* an ODP buffer must be writable (core/odp.h); a merged
+			 * segment (ret 0) is probed again as a whole */
+			if (rvt_sge_odp(&qp->r_sg_list[j - !ret]) &&
+			    !rvt_odp_probe(qp->r_sg_list[j - !ret].vaddr,
+					   qp->r_sg_list[j - !ret].sge_length, true)) {
+				j += (uint32_t)ret;
 				bad = true;
 				break;
 			}
@@ -252,8 +303,8 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 		if (qp->s_rd_atomic_outstanding)
 			qp->s_rd_atomic_outstanding--;
 	}
-	if (wqe->opcode == IBV_WR_LOCAL_INV && !(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
-	    qp->local_ops_pending)
+	if ((wqe->opcode == IBV_WR_LOCAL_INV || wqe->opcode == IBV_WR_BIND_MW) &&
+	    !(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) && qp->local_ops_pending)
 		__atomic_fetch_sub(&qp->local_ops_pending, 1, __ATOMIC_RELAXED);
 	rvt_put_swqe(wqe);
 	/* s_cur and sq_draining are also read by modify/query (SQD): atomic
@@ -618,15 +669,10 @@ static void flush_send_queue(struct rvt_qp *qp)
 	}
 }
 
-/* A queued LOCAL_INV reaching the engine (qp-semantics §2.5). */
-static void do_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
+/* A queued LOCAL_INV or BIND_MW reaching the engine (qp-semantics §2.5). */
+static void do_local_op(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
-	enum ibv_wc_status st = IBV_WC_SUCCESS;
-
-	if (!(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
-	    rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey))
-		st = IBV_WC_LOC_PROT_ERR;
-	rvt_send_complete(qp, wqe, st);
+	rvt_send_complete(qp, wqe, rvt_do_local_op(qp, wqe));
 }
 
 static void rvt_do_send(struct rvt_qp *qp)
@@ -671,8 +717,14 @@ static void rvt_do_send(struct rvt_qp *qp)
 		if (!(ops & RVT_PROCESS_NEXT_SEND_OK) && qp->s_cur == qp->s_last)
 			return;
 		wqe = rvt_get_swqe_ptr(qp, qp->s_last);
-		if (wqe->opcode == IBV_WR_LOCAL_INV) {
-			do_local_inv(qp, wqe);
+		if (wqe->opcode == IBV_WR_LOCAL_INV || wqe->opcode == IBV_WR_BIND_MW) {
+			do_local_op(qp, wqe);
+			continue;
+		}
+		if (unlikely(wqe->wqe_flags & RVT_SWQE_ODP) && !rvt_odp_chk_swqe(wqe)) {
+			/* an ODP page fault that cannot be served (core/odp.h) */
+			rvt_send_complete(qp, wqe, IBV_WC_LOC_PROT_ERR);
+			rvt_error_qp(qp, IBV_WC_WR_FLUSH_ERR);
 			continue;
 		}
 		if (qp->type == IBV_QPT_UD) {

@@ -217,7 +217,31 @@ struct rvt_mregion {
 	struct rvt_pd *pd;
 	_Atomic bool lkey_invalid;        /* LOCAL_INV / SEND_WITH_INV executed */
 	struct rvt_mregion *next_free;
+	_Atomic int num_mw;               /* MR: memory windows bound to it */
+	/*
+	 * A memory window (core/mw.c) is one of these too, in the same key
+	 * table, with RVT_ACCESS_MW in access: its rkey is lkey, iova/length/
+	 * access/vaddr are the window's while it is bound. Under mw_lock.
+	 */
+	struct ibv_mw ibmw;
+	urvt_spinlock_t mw_lock;
+	bool mw_bound;
+	struct rvt_mregion *mw_mr;        /* the MR it is bound to (num_mw held) */
+	uint32_t mw_qpn;                  /* type 2: the QP it is bound to */
 };
+
+/* access bit of a memory window (not an IBV_ACCESS_* bit) */
+#define RVT_ACCESS_MW (1 << 30)
+
+static inline bool rvt_mr_is_mw(const struct rvt_mregion *mr)
+{
+	return mr->access & RVT_ACCESS_MW;
+}
+
+static inline struct rvt_mregion *ibmw_to_rvtmw(struct ibv_mw *ibmw)
+{
+	return container_of(ibmw, struct rvt_mregion, ibmw);
+}
 
 static inline struct rvt_mregion *ibmr_to_rvtmr(struct ibv_mr *ibmr)
 {
@@ -377,6 +401,7 @@ extern const int ib_rvt_state_ops[IBV_QPS_ERR + 1];
 enum {
 	RVT_SWQE_INLINE = 1 << 0,         /* data copied into the slot at post */
 	RVT_SWQE_LOCAL_DONE = 1 << 1,     /* local op executed at post time */
+	RVT_SWQE_ODP = 1 << 2,            /* a segment is of an ODP MR (core/odp.h) */
 };
 
 struct rvt_swqe {
@@ -386,6 +411,7 @@ struct rvt_swqe {
 	union {
 		__be32 imm_data;
 		uint32_t invalidate_rkey;
+		uint32_t bind_access;     /* IBV_WR_BIND_MW */
 	} ex;
 	uint32_t length;                  /* message bytes */
 	union {
@@ -403,6 +429,13 @@ struct rvt_swqe {
 			uint32_t remote_qpn;
 			uint32_t remote_qkey;
 		} ud;
+		struct {                  /* IBV_WR_BIND_MW; access in ex */
+			struct rvt_mregion *mw;
+			uint64_t addr;
+			uint64_t length;
+			uint32_t rkey;    /* the window's new rkey */
+			uint32_t mr_lkey;
+		} bind;
 	} wr;
 	uint32_t ssn, psn, lpsn;
 	uint16_t num_sge;

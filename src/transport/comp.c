@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/progress.h"
+#include "core/odp.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "transport/net.h"
@@ -335,7 +336,10 @@ static enum comp_state comp_atomic(struct comp_ctx *c)
 	/* the original value goes to the first SGE (checked >= 8 at post) */
 	if (c->wqe->num_sge) {
 		uint64_t orig = c->pkt->atmack_orig;
-		memcpy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));
+		if (rvt_sge_odp(&c->wqe->sg_list[0])) /* probed when it started */
+			(void)rvt_odp_copy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));
+		else
+			memcpy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));
 	}
 	advance_comp_psn(c->qp, urvt_psn_next(c->pkt->psn));
 	urvt_retire(c->qp, c->wqe, IBV_WC_SUCCESS);

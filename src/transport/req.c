@@ -9,6 +9,8 @@
  */
 #include <string.h>
 
+#include "core/mw.h"
+#include "core/odp.h"
 #include "core/ruc.h"
 #include "core/rvt_api.h"
 #include "transport/tp.h"
@@ -108,15 +110,12 @@ void urvt_req_rewind(struct rvt_qp *qp)
 		 wqe->psn, qp->s_offset);
 }
 
-/* LOCAL_INV reaching the requester (rc-protocol §2.1: done at once, in order). */
-static void req_local_inv(struct rvt_qp *qp, struct rvt_swqe *wqe)
+/* LOCAL_INV or BIND_MW reaching the requester (rc-protocol §2.1: done at
+ * once, in order). */
+static void req_local_op(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
-	enum ibv_wc_status st = IBV_WC_SUCCESS;
-
-	if (!(wqe->wqe_flags & RVT_SWQE_LOCAL_DONE) &&
-	    rvt_invalidate_rkey(qp, wqe->ex.invalidate_rkey))
-		st = IBV_WC_LOC_PROT_ERR;
-	rvt_send_complete(qp, wqe, st); /* s_cur == s_last: moves s_cur too */
+	/* s_cur == s_last: moves s_cur too */
+	rvt_send_complete(qp, wqe, rvt_do_local_op(qp, wqe));
 	cur_next(qp);
 }
 
@@ -341,11 +340,20 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			/* SQD: finish what is in progress, start nothing new */
 			if (!(ops & RVT_PROCESS_NEXT_SEND_OK))
 				return;
-			if (wqe->opcode == IBV_WR_LOCAL_INV) {
+			if (wqe->opcode == IBV_WR_LOCAL_INV || wqe->opcode == IBV_WR_BIND_MW) {
 				if (qp->s_cur != qp->s_last)
 					return; /* runs once everything before it is done */
-				req_local_inv(qp, wqe);
+				req_local_op(qp, wqe);
 				continue;
+			}
+			/* an ODP page fault that cannot be served (core/odp.h):
+			 * LOC_PROT_ERR once everything before it completed */
+			if (unlikely(wqe->wqe_flags & RVT_SWQE_ODP) && !rvt_odp_chk_swqe(wqe)) {
+				if (qp->s_cur != qp->s_last)
+					return;
+				rvt_send_complete(qp, wqe, IBV_WC_LOC_PROT_ERR);
+				rvt_error_qp(qp, IBV_WC_WR_FLUSH_ERR);
+				return;
 			}
 			/* rc-protocol §2.2 fence, rxe rule: wait until it is the oldest */
 			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)

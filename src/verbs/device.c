@@ -114,6 +114,7 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->create_cq_ex = urvt_create_cq_ex;
 	vctx->create_qp_ex = urvt_create_qp_ex;
 	vctx->create_srq_ex = urvt_create_srq_ex;
+	vctx->advise_mr = urvt_advise_mr;
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
@@ -260,7 +261,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 }
 
 /*
- * Reports what urvt has and nothing more: no on-demand paging, TSO, RSS,
+ * Reports what urvt has and nothing more: on-demand paging, but no TSO, RSS,
  * WQs, packet pacing, tag matching, CQ moderation, device memory or
  * completion timestamps. The capability bits of orig_attr are repeated in
  * the low half of device_cap_flags_ex, as the kernel does.
@@ -283,6 +284,17 @@ int urvt_query_device_ex(struct ibv_context *context,
 	ex.completion_timestamp_mask = 0;
 	ex.hca_core_clock = 0;
 	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
+	/* On-demand paging (core/odp.h), implicit too, for every operation
+	 * of the QP types urvt has (UD: SEND and receives only). */
+	ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	ex.odp_caps.per_transport_caps.rc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.uc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.ud_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 
 	/* A caller built against a newer header gets zeros for what we lack. */
 	memset(attr, 0, attr_size);

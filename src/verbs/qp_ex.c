@@ -37,7 +37,7 @@ struct urvt_wr_ctx {
  * qp-semantics §2.3 (no SEND_WITH_INV on UC: rdmavt refuses it). */
 #define OPS_UD ((uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))
 #define OPS_UC (OPS_UD | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
-		IBV_QP_EX_WITH_LOCAL_INV)
+		IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW)
 #define OPS_RC (OPS_UC | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |  \
 		IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
 
@@ -192,6 +192,18 @@ static void x_local_inv(struct ibv_qp_ex *ibqpx, uint32_t invalidate_rkey)
 	start_wr(ibqpx, IBV_WR_LOCAL_INV)->invalidate_rkey = invalidate_rkey;
 }
 
+/* A bind of a type 2 window (core/mw.c), or of a type 1 one as ibv_bind_mw does. */
+static void x_bind_mw(struct ibv_qp_ex *ibqpx, struct ibv_mw *mw, uint32_t rkey,
+		      const struct ibv_mw_bind_info *bind_info)
+{
+	struct ibv_send_wr *wr = start_wr(ibqpx, IBV_WR_BIND_MW);
+
+	wr->bind_mw.mw = bind_info ? mw : NULL; /* no window: EINVAL (post.c) */
+	wr->bind_mw.rkey = rkey;
+	if (bind_info)
+		wr->bind_mw.bind_info = *bind_info;
+}
+
 /*
  * Builders and setters for what urvt lacks (memory windows, TSO, XRC,
  * ATOMIC_WRITE). The header's inline wrappers call through without a NULL
@@ -207,14 +219,6 @@ static void x_unsupported(struct ibv_qp_ex *ibqpx)
 	rvt_post_batch_fail(&c->b, -EOPNOTSUPP);
 }
 
-static void x_bind_mw(struct ibv_qp_ex *ibqpx, struct ibv_mw *mw, uint32_t rkey,
-		      const struct ibv_mw_bind_info *bind_info)
-{
-	(void)mw;
-	(void)rkey;
-	(void)bind_info;
-	x_unsupported(ibqpx);
-}
 
 static void x_send_tso(struct ibv_qp_ex *ibqpx, void *hdr, uint16_t hdr_sz, uint16_t mss)
 {
@@ -324,7 +328,7 @@ static void x_set_inline_data(struct ibv_qp_ex *ibqpx, void *addr, size_t length
 
 /*
  * send_ops_flags naming an operation urvt cannot post on this QP type
- * (unknown bits, BIND_MW, TSO, ATOMIC_WRITE, FLUSH, or one that
+ * (unknown bits, TSO, ATOMIC_WRITE, FLUSH, or one that
  * qp-semantics §2.3 does not allow for the type, e.g. RDMA_READ on UC):
  * EOPNOTSUPP, as rxe answers both cases.
  */

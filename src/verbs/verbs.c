@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mw.h"
+#include "core/odp.h"
 #include "core/rvt_api.h"
 #include "verbs/ops.h"
 
@@ -103,27 +105,51 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
 }
 
-/* Memory windows need fast-registration hardware semantics: not provided. */
-struct ibv_mw *urvt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+/* verbs_context->advise_mr (the header's inline ibv_advise_mr) */
+int urvt_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		   struct ibv_sge *sg_list, uint32_t num_sge)
 {
-	(void)pd;
-	(void)type;
-	errno = EOPNOTSUPP;
-	return NULL;
+	return -rvt_advise_mr(ibpd_to_rvtpd(pd), (int)advice, flags, sg_list, num_sge);
 }
 
+/* Memory windows (core/mw.c): types 1 and 2; any other type EOPNOTSUPP. */
+struct ibv_mw *urvt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	int err = 0;
+	struct rvt_mregion *mw = rvt_alloc_mw(ibpd_to_rvtpd(pd), type, &err);
+
+	return mw ? &mw->ibmw : fail_ptr(err);
+}
+
+/*
+ * ibv_bind_mw of a type 1 window (the header's inline wrapper has checked
+ * the type, the MR's PD and addr/length without an MR): posted as an
+ * IBV_WR_BIND_MW, with the next key (ibv_inc_rkey), which the window has
+ * from now on; a failing bind completes with IBV_WC_MW_BIND_ERR.
+ */
 int urvt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
 {
-	(void)qp;
-	(void)mw;
-	(void)mw_bind;
-	return EOPNOTSUPP;
+	struct ibv_send_wr wr, *bad;
+	int ret;
+
+	if (mw->type != IBV_MW_TYPE_1)
+		return EINVAL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = mw_bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	ret = urvt_post_send(qp, &wr, &bad);
+	if (!ret)
+		mw->rkey = wr.bind_mw.rkey;
+	return ret;
 }
 
 int urvt_dealloc_mw(struct ibv_mw *mw)
 {
-	(void)mw;
-	return EOPNOTSUPP;
+	return fail_int(rvt_dealloc_mw(ibmw_to_rvtmw(mw)));
 }
 
 /* ------------------------------------------------------------------ */

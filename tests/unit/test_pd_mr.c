@@ -118,7 +118,8 @@ static void test_reg_access_rules(void **state)
 		{ IBV_ACCESS_REMOTE_ATOMIC, -EINVAL },
 		{ IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, -EINVAL },
 		{ IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_REMOTE_READ, -EINVAL },
-		{ IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE, -EOPNOTSUPP },
+		{ IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE, 0 }, /* test_odp */
+		{ 1 << 15, -EINVAL },
 		{ 0, 0 },
 		{ IBV_ACCESS_REMOTE_READ, 0 },
 		{ IBV_ACCESS_LOCAL_WRITE, 0 },
@@ -444,7 +445,7 @@ static void test_rereg(void **state)
 	assert_int_equal(rvt_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 				      IBV_ACCESS_REMOTE_WRITE), -EINVAL);
 	assert_int_equal(rvt_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
-				      IBV_ACCESS_ON_DEMAND), -EOPNOTSUPP);
+				      1 << 15), -EINVAL);
 	expect_lkey_ok(pd2, (uintptr_t)buf, 8, mr->ibmr.lkey, IBV_ACCESS_LOCAL_WRITE);
 	assert_int_equal(rvt_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 				      IBV_ACCESS_REMOTE_READ), 0);
