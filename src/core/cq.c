@@ -132,6 +132,35 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	return 0;
 }
 
+/*
+ * Remove every completion of QP qpn from the CQ, the others kept in order:
+ * a QP taken to RESET starts a new life with nothing of its old one left to
+ * poll (qp.c rvt_reset_qp; docs/deviations.md). Both ends stop, as for
+ * resize.
+ */
+void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn)
+{
+	uint32_t tail, head, keep;
+
+	urvt_spin_lock(&cq->c_lock);
+	urvt_spin_lock(&cq->p_lock);
+	tail = cq->tail;
+	head = cq->head;
+	keep = tail;
+	for (uint32_t i = tail; i != head; i++) {
+		const struct ibv_wc *wc = &cq->queue[i & cq->mask];
+
+		if (wc->qp_num == qpn)
+			continue;
+		if (keep != i)
+			cq->queue[keep & cq->mask] = *wc;
+		keep++;
+	}
+	store_release(&cq->head, keep);
+	urvt_spin_unlock(&cq->p_lock);
+	urvt_spin_unlock(&cq->c_lock);
+}
+
 static void notify_channel(struct rvt_cq *cq)
 {
 	/* comp_events_reported counts events the application read

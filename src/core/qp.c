@@ -578,6 +578,12 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		urvt_spin_lock(&qp->r_lock);
 		rvt_release_rsge(qp);
 		urvt_spin_unlock(&qp->r_lock);
+		/* 5. Its completions still in the CQs go too, flushes
+		 * included: nothing of this life is polled in the next one
+		 * (as mlx4/mlx5 clean their CQs; docs/deviations.md). */
+		rvt_cq_clean(qp->send_cq, qp->qpn);
+		if (qp->recv_cq != qp->send_cq)
+			rvt_cq_clean(qp->recv_cq, qp->qpn);
 	}
 	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
 	urvt_spin_lock(&qp->s_hlock);

@@ -70,6 +70,7 @@ int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
 /* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);
+void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn); /* drop qpn's completions */
 
 /* srq.c */
 struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr,

@@ -237,11 +237,72 @@ static void test_default_addr_leaves_localhost(void **state)
 	assert_memory_not_equal(gid.raw, localhost, 16);
 }
 
+/* ------------------------------------------------------------------ */
+/* Modify to RESET                                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A QP taken to RESET leaves none of its completions in its CQs (the flush
+ * errors of its error state included), and other QPs' stay: traffic after
+ * RESET -> RTS polls its own completions, not the old life's. (rdma-core's
+ * test_mr_rereg_addr / _pd restate their QPs from ERR and then expect
+ * success at the first poll.)
+ */
+static void test_reset_cleans_cq(void **state)
+{
+	static char buf[4][64];
+	struct ibv_cq *cq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	struct ibv_mr *mr;
+	struct ibv_qp *a, *b, *other;
+	struct ibv_wc wc[8];
+
+	(void)state;
+	assert_non_null(cq);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	a = rc_qp(pd, cq);
+	b = rc_qp(pd, cq);
+	other = rc_qp(pd, cq);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_non_null(other);
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(rc_connect(b, a->qp_num), 0);
+	assert_int_equal(rc_connect(other, other->qp_num), 0);
+	/* two receives on a, one on other; both go to ERR: three flushes */
+	assert_int_equal(post_recv1(a, mr, buf[0], 64, 100), 0);
+	assert_int_equal(post_recv1(a, mr, buf[1], 64, 101), 0);
+	assert_int_equal(post_recv1(other, mr, buf[2], 64, 200), 0);
+	assert_int_equal(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+	assert_int_equal(ibv_modify_qp(other, &attr, IBV_QP_STATE), 0);
+	/* a to RESET: its two flushes go, other's stays */
+	attr.qp_state = IBV_QPS_RESET;
+	assert_int_equal(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+	assert_int_equal(poll_n(cq, wc, 1), 1);
+	assert_int_equal(wc[0].wr_id, 200);
+	assert_int_equal(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+	assert_int_equal(ibv_poll_cq(cq, 8, wc), 0);
+	/* back to RTS: the first completion is the new SEND's */
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(post_recv1(b, mr, buf[3], 64, 300), 0);
+	assert_int_equal(post_send1(a, mr, buf[0], 16, 301), 0);
+	assert_int_equal(poll_n(cq, wc, 2), 2);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(wc[1].status, IBV_WC_SUCCESS);
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_destroy_qp(other), 0);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	assert_int_equal(ibv_destroy_cq(cq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fork_child_own_device),
 		cmocka_unit_test(test_default_addr_leaves_localhost),
+		cmocka_unit_test(test_reset_cleans_cq),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
