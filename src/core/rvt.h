@@ -50,7 +50,7 @@ struct urvt_context;
 #define URVT_MAX_MCAST_GRP 0
 #define URVT_PORT_COUNT 1
 #define URVT_PKEY_TABLE_LEN 1
-#define URVT_VENDOR_ID 0x0
+#define URVT_VENDOR_ID 0xFFFFFF        /* rxe's (RXE_VENDOR_ID): a software device */
 
 /* ------------------------------------------------------------------ */
 /* Device and context                                                 */

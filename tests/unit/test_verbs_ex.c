@@ -297,12 +297,31 @@ static void test_reset_cleans_cq(void **state)
 	assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* Device attributes                                                  */
+/* ------------------------------------------------------------------ */
+
+/* rxe's vendor id (0xFFFFFF: software, no IEEE OUI), in both queries;
+ * rdma-core's test_query_device(_ex) require a non-zero one. */
+static void test_vendor_id(void **state)
+{
+	struct ibv_device_attr_ex ax;
+	struct ibv_device_attr a;
+
+	(void)state;
+	assert_int_equal(ibv_query_device(ctx, &a), 0);
+	assert_int_equal(a.vendor_id, 0xFFFFFF);
+	assert_int_equal(ibv_query_device_ex(ctx, NULL, &ax), 0);
+	assert_int_equal(ax.orig_attr.vendor_id, 0xFFFFFF);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fork_child_own_device),
 		cmocka_unit_test(test_default_addr_leaves_localhost),
 		cmocka_unit_test(test_reset_cleans_cq),
+		cmocka_unit_test(test_vendor_id),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
