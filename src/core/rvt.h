@@ -123,6 +123,9 @@ struct rvt_dev_info {
 	_Atomic bool gsi_busy;
 
 	_Atomic int n_qps, n_cqs, n_srqs, n_mrs, n_pds, n_ahs;
+	/* every PD by handle (ibv_import_pd), under lock */
+	struct rvt_pd *pd_list;
+	uint32_t pd_last_handle;
 
 	struct rvt_qpn_table qpn_table;
 	struct rvt_qp_table qp_table;
@@ -146,6 +149,11 @@ struct urvt_context {
 	struct verbs_context vctx;
 	struct rvt_dev_info *rdi;
 	struct urvt_evq *async_q;         /* its pipe read end is context.async_fd */
+	/* ibv_import_device (verbs/device.c): contexts opened on one another's
+	 * cmd_fd share objects; share_id names the group. */
+	uint64_t share_id;
+	uint64_t cmd_ino;                 /* inode of context.cmd_fd (a memfd) */
+	struct urvt_context *next_ctx;    /* every open context, verbs/device.c */
 };
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
@@ -160,11 +168,16 @@ static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
 struct rvt_pd {
 	struct ibv_pd ibpd;
 	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs using it */
+	/* The PD itself, or for one made by ibv_import_pd (another handle
+	 * on a PD, for an importing context) the PD it stands for. */
+	struct rvt_pd *real;
+	struct rvt_pd *next, *prev;       /* rdi->pd_list (real PDs), under rdi->lock */
 };
 
+/* The PD an ibv_pd names (an imported one stands for the PD it imported). */
 static inline struct rvt_pd *ibpd_to_rvtpd(struct ibv_pd *ibpd)
 {
-	return container_of(ibpd, struct rvt_pd, ibpd);
+	return container_of(ibpd, struct rvt_pd, ibpd)->real;
 }
 
 /*

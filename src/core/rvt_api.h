@@ -38,6 +38,8 @@ void urvt_cancel_async_events(struct urvt_context *uctx, const void *obj);
 void urvt_comp_channel_cancel(struct urvt_comp_channel *ch, const struct rvt_cq *cq);
 
 /* pd.c, ah.c */
+/* The live PD with this handle (ibv_pd.handle), or NULL. */
+struct rvt_pd *rvt_find_pd(struct rvt_dev_info *rdi, uint32_t handle);
 struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err);
 int rvt_dealloc_pd(struct rvt_pd *pd);
 struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err);

@@ -36,9 +36,55 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	return pd ? &pd->ibpd : fail_ptr(err);
 }
 
+static bool pd_is_import(struct ibv_pd *pd)
+{
+	struct rvt_pd *p = container_of(pd, struct rvt_pd, ibpd);
+
+	return p->real != p;
+}
+
+/* An imported PD deallocates the PD it stands for (the kernel's: the
+ * object is shared), then goes itself. */
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
-	return fail_int(rvt_dealloc_pd(ibpd_to_rvtpd(pd)));
+	int ret = rvt_dealloc_pd(ibpd_to_rvtpd(pd));
+
+	if (!ret && pd_is_import(pd))
+		free(container_of(pd, struct rvt_pd, ibpd));
+	return fail_int(ret);
+}
+
+/* Same device, same share group (ibv_import_device). */
+static bool ctx_shares(struct ibv_context *a, struct ibv_context *b)
+{
+	return to_uctx(a)->rdi == to_uctx(b)->rdi && to_uctx(a)->share_id == to_uctx(b)->share_id;
+}
+
+/*
+ * ibv_import_pd: another ibv_pd, of context, for the PD with this handle in
+ * a context context shares objects with (ibv_import_device). It uses the
+ * PD's own protection: objects made on either are of one PD.
+ */
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct rvt_pd *real = rvt_find_pd(to_uctx(context)->rdi, pd_handle), *pd;
+
+	if (!real || !ctx_shares(real->ibpd.context, context))
+		return fail_ptr(-EINVAL);
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return fail_ptr(-ENOMEM);
+	pd->ibpd.context = context;
+	pd->ibpd.handle = pd_handle;
+	pd->real = real;
+	return &pd->ibpd;
+}
+
+/* Drops the imported handle only; the PD stays. */
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	if (pd_is_import(pd))
+		free(container_of(pd, struct rvt_pd, ibpd));
 }
 
 /* ------------------------------------------------------------------ */
@@ -59,7 +105,81 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	struct rvt_mregion *mr;
 
 	mr = rvt_reg_mr(ibpd_to_rvtpd(pd), addr, length, iova, (int)strip_optional(access), &err);
-	return mr ? &mr->ibmr : fail_ptr(err);
+	if (!mr)
+		return fail_ptr(err);
+	/* what ibv_import_mr names it by: the key (rereg keeps it) */
+	mr->ibmr.handle = mr->lkey;
+	mr->ibmr.pd = pd;
+	return &mr->ibmr;
+}
+
+/*
+ * Imported MRs (ibv_import_mr): a copy of the MR's ibv_mr for the
+ * importing PD, listed so that dereg and unimport know them (the MR
+ * structures proper are mr.c's, type-stable).
+ */
+struct mr_import {
+	struct ibv_mr ibmr;
+	struct mr_import *next;
+};
+static pthread_mutex_t mr_import_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mr_import *mr_imports;
+static _Atomic int n_mr_imports;
+
+/* Unlist mr if it is an imported one; true if it was. */
+static bool mr_unlist_import(struct ibv_mr *mr)
+{
+	struct mr_import **pp;
+	bool found = false;
+
+	if (!atomic_load(&n_mr_imports))
+		return false;
+	pthread_mutex_lock(&mr_import_lock);
+	for (pp = &mr_imports; *pp; pp = &(*pp)->next) {
+		if (&(*pp)->ibmr == mr) {
+			*pp = (*pp)->next;
+			atomic_fetch_sub(&n_mr_imports, 1);
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mr_import_lock);
+	return found;
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	struct rvt_mregion *real;
+	struct mr_import *im;
+
+	real = rvt_lookup_key(&to_uctx(pd->context)->rdi->lkey_table, mr_handle);
+	if (!real)
+		return fail_ptr(-EINVAL);
+	if (real->pd != ibpd_to_rvtpd(pd) || !ctx_shares(real->ibmr.context, pd->context)) {
+		rvt_put_mr(real);
+		return fail_ptr(-EINVAL);
+	}
+	im = calloc(1, sizeof(*im));
+	if (!im) {
+		rvt_put_mr(real);
+		return fail_ptr(-ENOMEM);
+	}
+	im->ibmr = real->ibmr;
+	im->ibmr.context = pd->context;
+	im->ibmr.pd = pd;
+	rvt_put_mr(real);
+	pthread_mutex_lock(&mr_import_lock);
+	im->next = mr_imports;
+	mr_imports = im;
+	atomic_fetch_add(&n_mr_imports, 1);
+	pthread_mutex_unlock(&mr_import_lock);
+	return &im->ibmr;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	if (mr_unlist_import(mr))
+		free(container_of(mr, struct mr_import, ibmr));
 }
 
 #undef ibv_reg_mr
@@ -98,9 +218,34 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	return 0;
 }
 
+/* An imported MR deregisters the MR it stands for (shared, as the
+ * kernel's), then goes itself. */
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
-	return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+	struct rvt_mregion *real;
+	int ret;
+
+	if (!mr_unlist_import(mr))
+		return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+	real = rvt_lookup_key(&to_uctx(mr->context)->rdi->lkey_table, mr->lkey);
+	ret = real ? 0 : -EINVAL;
+	if (real) {
+		rvt_put_mr(real);
+		ret = rvt_dereg_mr(real);
+	}
+	if (ret) {
+		/* still listed: the caller may try again */
+		struct mr_import *im = container_of(mr, struct mr_import, ibmr);
+
+		pthread_mutex_lock(&mr_import_lock);
+		im->next = mr_imports;
+		mr_imports = im;
+		atomic_fetch_add(&n_mr_imports, 1);
+		pthread_mutex_unlock(&mr_import_lock);
+		return fail_int(ret);
+	}
+	free(container_of(mr, struct mr_import, ibmr));
+	return 0;
 }
 
 /* Memory windows need fast-registration hardware semantics: not provided. */

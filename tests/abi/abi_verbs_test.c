@@ -65,6 +65,15 @@ static int failures;
 		CHECK_EQ(errno, EOPNOTSUPP);                                   \
 	} while (0)
 
+/* A constructor that must fail with NULL and errno e. */
+#define CHECK_NULL_ERRNO(expr, e)                                              \
+	do {                                                                   \
+		errno = 0;                                                     \
+		void *p_ = (void *)(expr);                                     \
+		CHECK(p_ == NULL);                                             \
+		CHECK_EQ(errno, e);                                            \
+	} while (0)
+
 /* Exported functions no installed header declares (rdma-core private). */
 void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_attr *src);
 void ibv_copy_ah_attr_from_kern(struct ibv_ah_attr *dst, struct ib_uverbs_ah_attr *src);
@@ -376,10 +385,13 @@ static void test_unsupported(struct ibv_context *ctx)
 	CHECK_EQ(ibv_modify_qp_rate_limit(&qp, &rl), EOPNOTSUPP);
 	CHECK_EQ(ibv_query_rt_values_ex(ctx, &values), EOPNOTSUPP);
 
-	/* Exported verbs urvt cannot offer. */
+	/* Import: only a context's own cmd_fd (tests/unit/test_verbs_ex.c);
+	 * handle 0 is never issued. */
 	CHECK_NULL_EOPNOTSUPP(ibv_import_device(-1));
-	CHECK_NULL_EOPNOTSUPP(ibv_import_pd(ctx, 1));
-	CHECK_NULL_EOPNOTSUPP(ibv_import_mr(&fake_pd, 1));
+	CHECK(ctx->cmd_fd >= 0);
+	CHECK_NULL_ERRNO(ibv_import_pd(ctx, 0), EINVAL);
+	CHECK_NULL_ERRNO(ibv_import_mr(&fake_pd, 0), EINVAL);
+	/* Exported verbs urvt cannot offer. */
 	CHECK_NULL_EOPNOTSUPP(ibv_import_dm(ctx, 1));
 	CHECK_NULL_EOPNOTSUPP(ibv_reg_dmabuf_mr(&fake_pd, 0, 4096, 0, -1, 0));
 

@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -315,6 +316,101 @@ static void test_vendor_id(void **state)
 	assert_int_equal(ax.orig_attr.vendor_id, 0xFFFFFF);
 }
 
+/* ------------------------------------------------------------------ */
+/* Import                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A context's cmd_fd is a real fd; ibv_import_device on a dup of it opens a
+ * context that shares the first one's objects: ibv_import_pd and
+ * ibv_import_mr by handle give the same PD (a QP of the importing context
+ * sends from the imported MR to a QP of the first) and the same keys.
+ * Unknown fds are EOPNOTSUPP, unknown handles EINVAL.
+ */
+static void test_import(void **state)
+{
+	static char buf[2][64] = { "imported" };
+	struct ibv_context *c2, *c3;
+	struct ibv_pd *pd2, *other;
+	struct ibv_mr *mr, *mr2;
+	struct ibv_cq *cq, *cq2;
+	struct ibv_qp *a, *b;
+	struct ibv_wc wc[2];
+	int fds[2], fd;
+
+	(void)state;
+	assert_true(ctx->cmd_fd >= 0);
+	fd = dup(ctx->cmd_fd);
+	assert_true(fd >= 0);
+	assert_int_equal(pipe(fds), 0);
+	errno = 0;
+	assert_null(ibv_import_device(fds[0]));
+	assert_int_equal(errno, EOPNOTSUPP);
+	close(fds[0]);
+	close(fds[1]);
+	c2 = ibv_import_device(fd);
+	assert_non_null(c2);
+	assert_int_equal(c2->cmd_fd, fd);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	assert_non_null(mr);
+	pd2 = ibv_import_pd(c2, pd->handle);
+	assert_non_null(pd2);
+	assert_ptr_equal(pd2->context, c2);
+	assert_int_equal(pd2->handle, pd->handle);
+	errno = 0;
+	assert_null(ibv_import_pd(c2, pd->handle + 1000));
+	assert_int_equal(errno, EINVAL);
+	mr2 = ibv_import_mr(pd2, mr->handle);
+	assert_non_null(mr2);
+	assert_int_equal(mr2->lkey, mr->lkey);
+	assert_int_equal(mr2->rkey, mr->rkey);
+	assert_int_equal(mr2->length, mr->length);
+	/* an MR of another PD is not this PD's */
+	other = ibv_alloc_pd(ctx);
+	assert_non_null(other);
+	errno = 0;
+	assert_null(ibv_import_mr(other, mr->handle));
+	assert_int_equal(errno, EINVAL);
+	/* a context that did not import shares nothing */
+	c3 = open_first();
+	assert_non_null(c3);
+	errno = 0;
+	assert_null(ibv_import_pd(c3, pd->handle));
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(ibv_close_device(c3), 0);
+
+	cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	cq2 = ibv_create_cq(c2, 8, NULL, NULL, 0);
+	assert_non_null(cq);
+	assert_non_null(cq2);
+	a = rc_qp(pd2, cq2);
+	b = rc_qp(pd, cq);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(rc_connect(b, a->qp_num), 0);
+	assert_int_equal(post_recv1(b, mr, buf[1], 64, 1), 0);
+	assert_int_equal(post_send1(a, mr2, buf[0], 16, 2), 0);
+	assert_int_equal(poll_n(cq2, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(poll_n(cq, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_string_equal(buf[1], "imported");
+
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_destroy_cq(cq), 0);
+	assert_int_equal(ibv_destroy_cq(cq2), 0);
+	ibv_unimport_mr(mr2);
+	ibv_unimport_pd(pd2);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	assert_int_equal(ibv_dealloc_pd(other), 0);
+	assert_int_equal(ibv_close_device(c2), 0);
+	/* the importing context owned the dup: closed with it */
+	assert_int_equal(fcntl(fd, F_GETFD), -1);
+	assert_true(fcntl(ctx->cmd_fd, F_GETFD) >= 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -322,6 +418,7 @@ int main(void)
 		cmocka_unit_test(test_default_addr_leaves_localhost),
 		cmocka_unit_test(test_reset_cleans_cq),
 		cmocka_unit_test(test_vendor_id),
+		cmocka_unit_test(test_import),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
