@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/rvt_api.h"
@@ -51,6 +52,15 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 	if (ex) {
 		cq->ex = true;
 		cq->wc_flags = ex->wc_flags;
+		cq->ts_clock = ex->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+		cq->ts_wall = ex->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+	}
+	if (cq->ts_clock || cq->ts_wall) {
+		cq->ts = calloc(cq->ring_size, sizeof(*cq->ts));
+		if (!cq->ts) {
+			ret = -ENOMEM;
+			goto err_free_queue;
+		}
 	}
 	urvt_spin_init(&cq->p_lock);
 	urvt_spin_init(&cq->c_lock);
@@ -63,6 +73,8 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 		__atomic_fetch_add(&ch->ibch.refcnt, 1, __ATOMIC_RELAXED);
 	return cq;
 
+err_free_queue:
+	free(cq->queue);
 err_free:
 	free(cq);
 err_count:
@@ -88,6 +100,7 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
 	free(cq->queue);
+	free(cq->ts);
 	free(cq);
 	atomic_fetch_sub(&rdi->n_cqs, 1);
 	return 0;
@@ -96,6 +109,7 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 {
 	struct ibv_wc *queue, *old;
+	struct rvt_cq_ts *ts = NULL, *old_ts;
 	uint32_t size, head, tail, n;
 	int ret;
 
@@ -104,6 +118,13 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	ret = ring_alloc((uint32_t)cqe, &queue, &size);
 	if (ret)
 		return ret;
+	if (cq->ts) {
+		ts = calloc(size, sizeof(*ts));
+		if (!ts) {
+			free(queue);
+			return -ENOMEM;
+		}
+	}
 	/* Both ends stop while the entries move, in order, to the new ring. */
 	urvt_spin_lock(&cq->c_lock);
 	urvt_spin_lock(&cq->p_lock);
@@ -114,12 +135,18 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 		urvt_spin_unlock(&cq->p_lock);
 		urvt_spin_unlock(&cq->c_lock);
 		free(queue);
+		free(ts);
 		return -EINVAL;
 	}
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		queue[i] = cq->queue[(tail + i) & cq->mask];
+		if (ts)
+			ts[i] = cq->ts[(tail + i) & cq->mask];
+	}
 	old = cq->queue;
+	old_ts = cq->ts;
 	cq->queue = queue;
+	cq->ts = ts;
 	cq->ring_size = size;
 	cq->mask = size - 1;
 	cq->cqe = size - 1;
@@ -129,6 +156,7 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	urvt_spin_unlock(&cq->p_lock);
 	urvt_spin_unlock(&cq->c_lock);
 	free(old);
+	free(old_ts);
 	return 0;
 }
 
@@ -152,8 +180,11 @@ void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn)
 
 		if (wc->qp_num == qpn)
 			continue;
-		if (keep != i)
+		if (keep != i) {
 			cq->queue[keep & cq->mask] = *wc;
+			if (cq->ts)
+				cq->ts[keep & cq->mask] = cq->ts[i & cq->mask];
+		}
 		keep++;
 	}
 	store_release(&cq->head, keep);
@@ -168,6 +199,23 @@ static void notify_channel(struct rvt_cq *cq)
 	 * for events still sitting unread in the channel. */
 	if (cq->channel)
 		urvt_comp_channel_notify(cq->channel, cq);
+}
+
+static inline uint64_t clock_ns(clockid_t id)
+{
+	struct timespec t;
+
+	clock_gettime(id, &t); /* vDSO: no system call */
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Only CQs that asked for timestamps pay for them (one or two vDSO reads). */
+static void cq_stamp(const struct rvt_cq *cq, struct rvt_cq_ts *ts)
+{
+	if (cq->ts_clock)
+		ts->clock = clock_ns(CLOCK_MONOTONIC);
+	if (cq->ts_wall)
+		ts->wall = clock_ns(CLOCK_REALTIME);
 }
 
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
@@ -188,6 +236,8 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 		return false;
 	}
 	cq->queue[head & cq->mask] = *wc;
+	if (unlikely(cq->ts))
+		cq_stamp(cq, &cq->ts[head & cq->mask]);
 	/* CQ-P1: publish the entry to poll_cq (CQ-C1). */
 	store_release(&cq->head, head + 1);
 	notify = atomic_load_explicit(&cq->notify, memory_order_relaxed);

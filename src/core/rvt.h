@@ -255,6 +255,11 @@ enum rvt_cq_notify {
 	RVT_CQ_NOTIFY_NEXT = 2,
 };
 
+struct rvt_cq_ts {
+	uint64_t clock;                   /* IBV_WC_EX_WITH_COMPLETION_TIMESTAMP */
+	uint64_t wall;                    /* ..._WALLCLOCK */
+};
+
 /*
  * The CQ ring: producers (send/receive engines of any QP, on any thread)
  * serialise on p_lock, fill the entry, then publish 'head' with a release
@@ -271,6 +276,12 @@ struct rvt_cq {
 	uint32_t mask;
 	uint32_t cqe;                     /* capacity reported to the user */
 	struct ibv_wc *queue;
+	/* Completion timestamps, only for a CQ that asked for them
+	 * (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)): per slot, the
+	 * device clock (CLOCK_MONOTONIC ns, hca_core_clock 1 GHz) and the
+	 * wall clock (CLOCK_REALTIME ns) when the entry was made; NULL if none. */
+	struct rvt_cq_ts *ts;
+	bool ts_clock, ts_wall;           /* which of the two to take */
 	bool ex;                          /* created by ibv_create_cq_ex */
 	uint64_t wc_flags;                /* cq_ex: requested read_* fields */
 

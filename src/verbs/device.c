@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/report.h"
@@ -114,6 +115,7 @@ static void init_ops(struct urvt_context *uctx)
 	 */
 	vctx->query_port = urvt_vctx_query_port;
 	vctx->query_device_ex = urvt_query_device_ex;
+	vctx->query_rt_values = urvt_query_rt_values;
 	vctx->create_cq_ex = urvt_create_cq_ex;
 	vctx->create_qp_ex = urvt_create_qp_ex;
 	vctx->create_srq_ex = urvt_create_srq_ex;
@@ -365,10 +367,17 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 }
 
 /*
+ * The device clock completion timestamps and ibv_query_rt_values_ex read:
+ * CLOCK_MONOTONIC in nanoseconds, so hca_core_clock (kHz) is 1 GHz and the
+ * counter never wraps in practice (all 64 bits valid).
+ */
+#define URVT_HCA_CORE_CLOCK_KHZ 1000000ull
+
+/*
  * Reports what urvt has and nothing more: no on-demand paging, TSO, RSS,
- * WQs, packet pacing, tag matching, CQ moderation, device memory or
- * completion timestamps. The capability bits of orig_attr are repeated in
- * the low half of device_cap_flags_ex, as the kernel does.
+ * WQs, packet pacing, tag matching, CQ moderation or device memory. The
+ * capability bits of orig_attr are repeated in the low half of
+ * device_cap_flags_ex, as the kernel does.
  */
 int urvt_query_device_ex(struct ibv_context *context,
 			 const struct ibv_query_device_ex_input *input,
@@ -385,13 +394,35 @@ int urvt_query_device_ex(struct ibv_context *context,
 	memset(&ex, 0, sizeof(ex));
 	ex.orig_attr = *dattr;
 	ex.device_cap_flags_ex = dattr->device_cap_flags;
-	ex.completion_timestamp_mask = 0;
-	ex.hca_core_clock = 0;
+	ex.completion_timestamp_mask = UINT64_MAX;
+	ex.hca_core_clock = URVT_HCA_CORE_CLOCK_KHZ;
 	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
 
 	/* A caller built against a newer header gets zeros for what we lack. */
 	memset(attr, 0, attr_size);
 	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
+	return 0;
+}
+
+/*
+ * verbs_context->query_rt_values: the device clock now (IBV_VALUES_MASK_RAW_CLOCK),
+ * in the units of completion timestamps: the count of hca_core_clock ticks in
+ * raw_clock.tv_nsec (tv_sec 0), as mlx5 reports its cycle counter. comp_mask
+ * says what was filled.
+ */
+int urvt_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values)
+{
+	struct timespec t;
+
+	(void)context;
+	if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		values->raw_clock.tv_sec = 0;
+		values->raw_clock.tv_nsec = (long)((uint64_t)t.tv_sec * 1000000000ull +
+						   (uint64_t)t.tv_nsec);
+	}
 	return 0;
 }
 

@@ -27,6 +27,7 @@ int urvt_vctx_query_port(struct ibv_context *context, uint8_t port_num,
 int urvt_query_device_ex(struct ibv_context *context,
 			 const struct ibv_query_device_ex_input *input,
 			 struct ibv_device_attr_ex *attr, size_t attr_size);
+int urvt_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values);
 struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 				    struct ibv_cq_init_attr_ex *init_attr);
 struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,

@@ -392,6 +392,10 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr->comp_mask)
 		return EINVAL;
+	/* Nothing there: let the transport receive for a polling application,
+	 * as poll_cq does (rvt_app_poll_cq with no entries to take). */
+	if (load_acquire(&cq->tail) == load_acquire(&cq->head))
+		rvt_app_poll_cq(cq, 0, NULL);
 	urvt_spin_lock(&cq->c_lock);
 	cq->ex_cur = cq->tail;
 	ret = ex_load(cq);
@@ -466,11 +470,25 @@ static uint8_t ex_read_dlid_path_bits(struct ibv_cq_ex *cq)
 {
 	return ex_entry(excq(cq))->dlid_path_bits;
 }
+/* The stamps cq.c took when the entry was made (device.c: the clock). */
+static uint64_t ex_read_completion_ts(struct ibv_cq_ex *cq)
+{
+	struct rvt_cq *c = excq(cq);
+
+	return c->ts[c->ex_cur & c->mask].clock;
+}
+static uint64_t ex_read_completion_wallclock_ns(struct ibv_cq_ex *cq)
+{
+	struct rvt_cq *c = excq(cq);
+
+	return c->ts[c->ex_cur & c->mask].wall;
+}
 
 #define URVT_CQ_EX_WC_FLAGS                                                              \
 	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |          \
 	 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                \
-	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+	 IBV_WC_EX_WITH_DLID_PATH_BITS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |            \
+	 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 
 struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 				    struct ibv_cq_init_attr_ex *attr)
@@ -480,7 +498,7 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 
 	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
 		return fail_ptr(-EINVAL);
-	/* Timestamps, flow tags, tag matching: nothing to report them from. */
+	/* Flow tags, tag matching, VLANs: nothing to report them from. */
 	if (attr->wc_flags & ~(uint64_t)URVT_CQ_EX_WC_FLAGS)
 		return fail_ptr(-EOPNOTSUPP);
 	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
@@ -513,6 +531,10 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 		cq->ibcq.read_sl = ex_read_sl;
 	if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
 		cq->ibcq.read_dlid_path_bits = ex_read_dlid_path_bits;
+	if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+		cq->ibcq.read_completion_ts = ex_read_completion_ts;
+	if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+		cq->ibcq.read_completion_wallclock_ns = ex_read_completion_wallclock_ns;
 	return &cq->ibcq;
 }
 

@@ -411,6 +411,114 @@ static void test_import(void **state)
 	assert_true(fcntl(ctx->cmd_fd, F_GETFD) >= 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* Completion timestamps and the device clock                         */
+/* ------------------------------------------------------------------ */
+
+static uint64_t rt_clock(void)
+{
+	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+
+	assert_int_equal(ibv_query_rt_values_ex(ctx, &v), 0);
+	assert_int_equal(v.comp_mask, IBV_VALUES_MASK_RAW_CLOCK);
+	assert_int_equal(v.raw_clock.tv_sec, 0);
+	return (uint64_t)v.raw_clock.tv_nsec;
+}
+
+static uint64_t wall_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * hca_core_clock 1 GHz with a 64-bit mask; ibv_query_rt_values_ex reads the
+ * device clock; a CQ created with both timestamp flags stamps each
+ * completion with the device clock and the wall clock of its making (both
+ * between readings taken before the post and after the poll), and the
+ * stamps survive ibv_resize_cq. A CQ without the flags has no readers.
+ */
+static void test_completion_timestamps(void **state)
+{
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 8,
+		.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+			    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_QP_NUM,
+	};
+	struct ibv_poll_cq_attr pa = { 0 };
+	static char buf[2][64];
+	uint64_t c0, c1, w0, w1, ts[2], wall[2];
+	struct ibv_device_attr_ex ax;
+	struct ibv_values_ex bad = { .comp_mask = 2 };
+	struct ibv_cq_ex *cq, *plain;
+	struct ibv_qp *a, *b;
+	struct ibv_mr *mr;
+	int n = 0, ret;
+
+	(void)state;
+	assert_int_equal(ibv_query_device_ex(ctx, NULL, &ax), 0);
+	assert_int_equal(ax.hca_core_clock, 1000000);
+	assert_true(ax.completion_timestamp_mask == UINT64_MAX);
+	assert_int_equal(ibv_query_rt_values_ex(ctx, &bad), EINVAL);
+	c0 = rt_clock();
+	assert_true(rt_clock() >= c0);
+
+	cq = ibv_create_cq_ex(ctx, &ca);
+	assert_non_null(cq);
+	assert_non_null(cq->read_completion_ts);
+	assert_non_null(cq->read_completion_wallclock_ns);
+	ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+	plain = ibv_create_cq_ex(ctx, &ca);
+	assert_non_null(plain);
+	assert_null(plain->read_completion_ts);
+	assert_null(plain->read_completion_wallclock_ns);
+
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	a = rc_qp(pd, ibv_cq_ex_to_cq(cq));
+	b = rc_qp(pd, ibv_cq_ex_to_cq(cq));
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(rc_connect(b, a->qp_num), 0);
+	c0 = rt_clock();
+	w0 = wall_ns();
+	assert_int_equal(post_recv1(b, mr, buf[1], 64, 1), 0);
+	assert_int_equal(post_send1(a, mr, buf[0], 16, 2), 0);
+	usleep(50000); /* both completions are in (in-process: at post time) */
+	c1 = rt_clock();
+	w1 = wall_ns();
+	/* the stamps move with the entries when the ring does */
+	assert_int_equal(ibv_resize_cq(ibv_cq_ex_to_cq(cq), 64), 0);
+	for (int i = 0; i < 3000 && n < 2; i++) {
+		ret = ibv_start_poll(cq, &pa);
+		if (ret == ENOENT) {
+			usleep(1000);
+			continue;
+		}
+		assert_int_equal(ret, 0);
+		do {
+			assert_int_equal(cq->status, IBV_WC_SUCCESS);
+			ts[n] = ibv_wc_read_completion_ts(cq);
+			wall[n] = ibv_wc_read_completion_wallclock_ns(cq);
+			n++;
+		} while (n < 2 && ibv_next_poll(cq) == 0);
+		ibv_end_poll(cq);
+	}
+	assert_int_equal(n, 2);
+	for (int i = 0; i < 2; i++) {
+		assert_true(ts[i] >= c0 && ts[i] <= c1);
+		assert_true(wall[i] >= w0 && wall[i] <= w1);
+	}
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(plain)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -419,6 +527,7 @@ int main(void)
 		cmocka_unit_test(test_reset_cleans_cq),
 		cmocka_unit_test(test_vendor_id),
 		cmocka_unit_test(test_import),
+		cmocka_unit_test(test_completion_timestamps),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
