@@ -7,13 +7,14 @@
 
 #include "core/rvt_api.h"
 
-static int ring_alloc(uint32_t cqe, struct ibv_wc **queue, uint32_t *size)
+static int ring_alloc(struct rvt_pd *domain, uint32_t cqe, struct ibv_wc **queue,
+		      uint32_t *size, bool *custom)
 {
 	/* rxe rounds the ring up to a power of two and reports the slack as
 	 * usable capacity; indices run free and are masked on access. */
 	uint32_t n = urvt_roundup_pow2(cqe + 1);
 
-	*queue = calloc(n, sizeof(**queue));
+	*queue = rvt_buf_alloc(domain, n, sizeof(**queue), RVT_RES_TYPE_CQ, custom);
 	if (!*queue)
 		return -ENOMEM;
 	*size = n;
@@ -42,7 +43,16 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 		goto err_count;
 	}
 	memset(cq, 0, sizeof(*cq));
-	ret = ring_alloc((uint32_t)cqe, &cq->queue, &cq->ring_size);
+	/* a parent domain's allocators make the ring (IBV_CQ_INIT_ATTR_MASK_PD) */
+	if (ex && (ex->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)) {
+		cq->domain = ex->parent_domain ? ibpd_to_domain(ex->parent_domain) : NULL;
+		if (!cq->domain || !cq->domain->parent ||
+		    cq->domain->ibpd.context != &uctx->vctx.context) {
+			ret = -EINVAL;
+			goto err_free;
+		}
+	}
+	ret = ring_alloc(cq->domain, (uint32_t)cqe, &cq->queue, &cq->ring_size, &cq->queue_custom);
 	if (ret)
 		goto err_free;
 	cq->mask = cq->ring_size - 1;
@@ -71,10 +81,11 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 	pthread_cond_init(&cq->ibcq.cond, NULL);
 	if (ch)
 		__atomic_fetch_add(&ch->ibch.refcnt, 1, __ATOMIC_RELAXED);
+	rvt_domain_get(cq->domain);
 	return cq;
 
 err_free_queue:
-	free(cq->queue);
+	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
 err_free:
 	free(cq);
 err_count:
@@ -99,7 +110,8 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 	urvt_spin_destroy(&cq->c_lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
-	free(cq->queue);
+	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
+	rvt_domain_put(cq->domain);
 	free(cq->ts);
 	free(cq);
 	atomic_fetch_sub(&rdi->n_cqs, 1);
@@ -111,17 +123,18 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	struct ibv_wc *queue, *old;
 	struct rvt_cq_ts *ts = NULL, *old_ts;
 	uint32_t size, head, tail, n;
+	bool custom, old_custom;
 	int ret;
 
 	if (cqe < 1 || (uint32_t)cqe > (uint32_t)cq->uctx->rdi->dattr.max_cqe)
 		return -EINVAL;
-	ret = ring_alloc((uint32_t)cqe, &queue, &size);
+	ret = ring_alloc(cq->domain, (uint32_t)cqe, &queue, &size, &custom);
 	if (ret)
 		return ret;
 	if (cq->ts) {
 		ts = calloc(size, sizeof(*ts));
 		if (!ts) {
-			free(queue);
+			rvt_buf_free(cq->domain, queue, RVT_RES_TYPE_CQ, custom);
 			return -ENOMEM;
 		}
 	}
@@ -134,7 +147,7 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	if (n > size - 1) {
 		urvt_spin_unlock(&cq->p_lock);
 		urvt_spin_unlock(&cq->c_lock);
-		free(queue);
+		rvt_buf_free(cq->domain, queue, RVT_RES_TYPE_CQ, custom);
 		free(ts);
 		return -EINVAL;
 	}
@@ -145,7 +158,9 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	}
 	old = cq->queue;
 	old_ts = cq->ts;
+	old_custom = cq->queue_custom;
 	cq->queue = queue;
+	cq->queue_custom = custom;
 	cq->ts = ts;
 	cq->ring_size = size;
 	cq->mask = size - 1;
@@ -155,7 +170,7 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	cq->head = n;
 	urvt_spin_unlock(&cq->p_lock);
 	urvt_spin_unlock(&cq->c_lock);
-	free(old);
+	rvt_buf_free(cq->domain, old, RVT_RES_TYPE_CQ, old_custom);
 	free(old_ts);
 	return 0;
 }

@@ -59,6 +59,49 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 	return 0;
 }
 
+void *rvt_buf_alloc(struct rvt_pd *domain, size_t n, size_t size, uint32_t type, bool *custom)
+{
+	const struct rvt_parent *pa = domain ? domain->parent : NULL;
+	void *buf;
+
+	*custom = false;
+	if (n && size > SIZE_MAX / n)
+		return NULL;
+	if (pa && pa->alloc) {
+		buf = pa->alloc(&domain->ibpd, pa->pd_context, n * size, URVT_CACHELINE, type);
+		if (buf != IBV_ALLOCATOR_USE_DEFAULT) {
+			if (buf) {
+				memset(buf, 0, n * size);
+				*custom = true;
+			}
+			return buf;
+		}
+	}
+	return calloc(n, size);
+}
+
+void rvt_buf_free(struct rvt_pd *domain, void *buf, uint32_t type, bool custom)
+{
+	if (!buf)
+		return;
+	if (custom)
+		domain->parent->free(&domain->ibpd, domain->parent->pd_context, buf, type);
+	else
+		free(buf);
+}
+
+void rvt_domain_get(struct rvt_pd *domain)
+{
+	if (domain && domain->parent)
+		atomic_fetch_add(&domain->usecnt, 1);
+}
+
+void rvt_domain_put(struct rvt_pd *domain)
+{
+	if (domain && domain->parent)
+		atomic_fetch_sub(&domain->usecnt, 1);
+}
+
 struct rvt_pd *rvt_find_pd(struct rvt_dev_info *rdi, uint32_t handle)
 {
 	struct rvt_pd *pd;

@@ -165,19 +165,53 @@ static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
 /* ------------------------------------------------------------------ */
 /* PD, AH                                                             */
 /* ------------------------------------------------------------------ */
+/*
+ * A parent domain (ibv_alloc_parent_domain): the application's allocators
+ * for the rings of the QPs, SRQs and CQs made on it (rvt_buf_alloc), and a
+ * thread domain, a hint urvt needs not (its locks stay).
+ */
+/*
+ * The resource_type a parent domain's allocators are called with: the
+ * provider's own numbers, (driver id << 32) | n. urvt has no kernel driver
+ * id (0, RDMA_DRIVER_UNKNOWN) and numbers its rings as mlx5 does
+ * (docs/abi.md).
+ */
+enum {
+	RVT_RES_TYPE_QP = 1,              /* a QP's send and receive rings */
+	RVT_RES_TYPE_SRQ = 4,
+	RVT_RES_TYPE_CQ = 5,
+};
+
+struct rvt_parent {
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	void *pd_context;
+	struct ibv_td *td;
+};
+
 struct rvt_pd {
 	struct ibv_pd ibpd;
-	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs using it */
-	/* The PD itself, or for one made by ibv_import_pd (another handle
-	 * on a PD, for an importing context) the PD it stands for. */
+	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs (CQs: a parent) using it */
+	/* The PD itself; for one made by ibv_import_pd (another handle on a
+	 * PD, for an importing context) or a parent domain, the protection
+	 * domain it stands for. */
 	struct rvt_pd *real;
+	struct rvt_parent *parent;        /* a parent domain's, else NULL */
 	struct rvt_pd *next, *prev;       /* rdi->pd_list (real PDs), under rdi->lock */
 };
 
-/* The PD an ibv_pd names (an imported one stands for the PD it imported). */
+/* The protection domain an ibv_pd names (an imported PD or a parent domain
+ * stands for another). */
 static inline struct rvt_pd *ibpd_to_rvtpd(struct ibv_pd *ibpd)
 {
 	return container_of(ibpd, struct rvt_pd, ibpd)->real;
+}
+
+/* The ibv_pd as given: the domain whose allocators an object's rings use. */
+static inline struct rvt_pd *ibpd_to_domain(struct ibv_pd *ibpd)
+{
+	return container_of(ibpd, struct rvt_pd, ibpd);
 }
 
 /*
@@ -282,6 +316,8 @@ struct rvt_cq {
 	 * wall clock (CLOCK_REALTIME ns) when the entry was made; NULL if none. */
 	struct rvt_cq_ts *ts;
 	bool ts_clock, ts_wall;           /* which of the two to take */
+	struct rvt_pd *domain;            /* a parent domain (IBV_CQ_INIT_ATTR_MASK_PD), or NULL */
+	bool queue_custom;                /* queue came from its allocator */
 	bool ex;                          /* created by ibv_create_cq_ex */
 	uint64_t wc_flags;                /* cq_ex: requested read_* fields */
 
@@ -331,6 +367,9 @@ struct rvt_rq {
 	uint32_t max_sge;
 	uint32_t stride;                  /* bytes per slot */
 	uint8_t *wq;
+	struct rvt_pd *wq_domain;         /* whose allocator made wq (rvt_buf_alloc) */
+	uint32_t wq_type;                 /* its RVT_RES_TYPE_* */
+	bool wq_custom;
 	struct {
 		urvt_spinlock_t p_lock;
 		uint32_t head;
@@ -465,6 +504,8 @@ struct rvt_qp {
 	uint32_t max_send_wr;             /* capacity reported */
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	uint8_t *s_wq;                    /* send ring slots */
+	struct rvt_pd *domain;            /* the ibv_pd as given (a parent domain's allocators) */
+	bool s_wq_custom;                 /* s_wq came from them */
 	struct urvt_av *s_ud_av;          /* UD: one AV snapshot per slot */
 	uint32_t r_max_sge;               /* size of r_sg_list */
 	void *wr_priv;                    /* ibv_wr_* state (verbs/qp_ex.c); NULL: plain QP */

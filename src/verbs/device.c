@@ -119,6 +119,9 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->create_cq_ex = urvt_create_cq_ex;
 	vctx->create_qp_ex = urvt_create_qp_ex;
 	vctx->create_srq_ex = urvt_create_srq_ex;
+	vctx->alloc_td = urvt_alloc_td;
+	vctx->dealloc_td = urvt_dealloc_td;
+	vctx->alloc_parent_domain = urvt_alloc_parent_domain;
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 

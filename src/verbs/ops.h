@@ -35,6 +35,12 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
 
+/* verbs.c: thread and parent domains */
+struct ibv_td *urvt_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
+int urvt_dealloc_td(struct ibv_td *td);
+struct ibv_pd *urvt_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr);
+
 /* device.c: verbs_open_device's urvt case (verbs/open_at.h) */
 struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data);
 

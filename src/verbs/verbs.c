@@ -38,17 +38,110 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 
 static bool pd_is_import(struct ibv_pd *pd)
 {
-	struct rvt_pd *p = container_of(pd, struct rvt_pd, ibpd);
+	struct rvt_pd *p = ibpd_to_domain(pd);
 
-	return p->real != p;
+	return p->real != p && !p->parent;
+}
+
+/* ---- thread and parent domains ---- */
+struct urvt_td {
+	struct ibv_td ibtd;
+	_Atomic int usecnt;               /* parent domains naming it */
+};
+
+/* A thread domain promises that one thread uses what is made on it;
+ * urvt's locks stay, so it is only an object to name. */
+struct ibv_td *urvt_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct urvt_td *td;
+
+	if (attr->comp_mask)
+		return fail_ptr(-EINVAL);
+	td = calloc(1, sizeof(*td));
+	if (!td)
+		return fail_ptr(-ENOMEM);
+	td->ibtd.context = context;
+	return &td->ibtd;
+}
+
+int urvt_dealloc_td(struct ibv_td *ibtd)
+{
+	struct urvt_td *td = container_of(ibtd, struct urvt_td, ibtd);
+
+	if (atomic_load(&td->usecnt))
+		return EBUSY;
+	free(td);
+	return 0;
+}
+
+/*
+ * ibv_alloc_parent_domain: a PD that stands for attr->pd (MRs, QPs, AHs,
+ * SRQs made on it are of that protection domain) and whose QPs', SRQs' and
+ * extended CQs' rings come from attr->alloc / free (core/pd.c
+ * rvt_buf_alloc) when IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS is given.
+ */
+struct ibv_pd *urvt_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr)
+{
+	struct rvt_pd *prot, *pd;
+	struct rvt_parent *pa;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
+		return fail_ptr(-EINVAL);
+	if (!attr->pd || attr->pd->context != context || ibpd_to_domain(attr->pd)->parent ||
+	    (attr->td && attr->td->context != context))
+		return fail_ptr(-EINVAL);
+	if ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	    (!attr->alloc || !attr->free))
+		return fail_ptr(-EINVAL);
+	prot = ibpd_to_rvtpd(attr->pd);
+	pd = calloc(1, sizeof(*pd));
+	pa = calloc(1, sizeof(*pa));
+	if (!pd || !pa) {
+		free(pd);
+		free(pa);
+		return fail_ptr(-ENOMEM);
+	}
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		pa->alloc = attr->alloc;
+		pa->free = attr->free;
+	}
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		pa->pd_context = attr->pd_context;
+	pa->td = attr->td;
+	if (pa->td)
+		atomic_fetch_add(&container_of(pa->td, struct urvt_td, ibtd)->usecnt, 1);
+	pd->ibpd.context = context;
+	pd->ibpd.handle = prot->ibpd.handle;
+	pd->real = prot;
+	pd->parent = pa;
+	/* the protection domain stays while the parent names it */
+	atomic_fetch_add(&prot->usecnt, 1);
+	return &pd->ibpd;
+}
+
+static int dealloc_parent_domain(struct rvt_pd *pd)
+{
+	if (atomic_load(&pd->usecnt))
+		return EBUSY;
+	if (pd->parent->td)
+		atomic_fetch_sub(&container_of(pd->parent->td, struct urvt_td, ibtd)->usecnt, 1);
+	atomic_fetch_sub(&pd->real->usecnt, 1);
+	free(pd->parent);
+	free(pd);
+	return 0;
 }
 
 /* An imported PD deallocates the PD it stands for (the kernel's: the
- * object is shared), then goes itself. */
+ * object is shared), then goes itself; a parent domain only itself. */
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
-	int ret = rvt_dealloc_pd(ibpd_to_rvtpd(pd));
+	int ret;
 
+	if (ibpd_to_domain(pd)->parent)
+		return dealloc_parent_domain(ibpd_to_domain(pd));
+	ret = rvt_dealloc_pd(ibpd_to_rvtpd(pd));
 	if (!ret && pd_is_import(pd))
 		free(container_of(pd, struct rvt_pd, ibpd));
 	return fail_int(ret);
@@ -544,7 +637,7 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	int err = 0;
-	struct rvt_srq *srq = rvt_create_srq(ibpd_to_rvtpd(pd), attr, &err);
+	struct rvt_srq *srq = rvt_create_srq(ibpd_to_domain(pd), attr, &err);
 
 	if (!srq)
 		return fail_ptr(err);

@@ -519,6 +519,180 @@ static void test_completion_timestamps(void **state)
 	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(plain)), 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* Thread and parent domains                                          */
+/* ------------------------------------------------------------------ */
+
+struct alloc_log {
+	int allocs, frees, defaults;
+	uint64_t types;                   /* bit per resource_type seen */
+	void *last;
+	struct ibv_pd *pd;                /* the parent domain they were called with */
+	bool use_default;                 /* answer IBV_ALLOCATOR_USE_DEFAULT */
+};
+
+static void *log_alloc(struct ibv_pd *p, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type)
+{
+	struct alloc_log *l = pd_context;
+	void *buf;
+
+	l->pd = p;
+	l->types |= 1ull << (resource_type & 63);
+	if (l->use_default) {
+		l->defaults++;
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	}
+	if (posix_memalign(&buf, alignment < sizeof(void *) ? sizeof(void *) : alignment, size))
+		return NULL;
+	memset(buf, 0xa5, size); /* urvt must zero what it gets */
+	l->allocs++;
+	l->last = buf;
+	return buf;
+}
+
+static void log_free(struct ibv_pd *p, void *pd_context, void *ptr, uint64_t resource_type)
+{
+	struct alloc_log *l = pd_context;
+
+	(void)p;
+	(void)resource_type;
+	l->frees++;
+	free(ptr);
+}
+
+/*
+ * A parent domain on a PD (and a thread domain): the QP's rings and the
+ * SRQ's and extended CQ's come from its allocators, called with the parent
+ * domain and pd_context, and go back to them at destroy; traffic over a QP
+ * made on it with an MR of the protection domain works; the PD, the TD and
+ * the parent stay while something uses them (EBUSY). An allocator that
+ * answers IBV_ALLOCATOR_USE_DEFAULT gets nothing to free. Bad attributes:
+ * EINVAL.
+ */
+static void test_parent_domain(void **state)
+{
+	struct alloc_log log = { 0 };
+	struct ibv_td_init_attr ta = { 0 };
+	struct ibv_parent_domain_init_attr pa = { 0 };
+	struct ibv_cq_init_attr_ex ca = { .cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS,
+					  .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD };
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	static char buf[2][64] = { "parent domain" };
+	struct ibv_pd *parent;
+	struct ibv_cq_ex *cq;
+	struct ibv_qp *a, *b;
+	struct ibv_srq *srq;
+	struct ibv_td *td;
+	struct ibv_mr *mr;
+	struct ibv_wc wc[2];
+
+	(void)state;
+	td = ibv_alloc_td(ctx, &ta);
+	assert_non_null(td);
+	ta.comp_mask = 1;
+	errno = 0;
+	assert_null(ibv_alloc_td(ctx, &ta));
+	assert_int_equal(errno, EINVAL);
+
+	pa.pd = pd;
+	pa.td = td;
+	pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+	pa.alloc = log_alloc;
+	pa.free = log_free;
+	pa.pd_context = &log;
+	parent = ibv_alloc_parent_domain(ctx, &pa);
+	assert_non_null(parent);
+	assert_ptr_equal(parent->context, ctx);
+	/* not on a parent domain, not without free */
+	pa.pd = parent;
+	errno = 0;
+	assert_null(ibv_alloc_parent_domain(ctx, &pa));
+	assert_int_equal(errno, EINVAL);
+	pa.pd = pd;
+	pa.free = NULL;
+	errno = 0;
+	assert_null(ibv_alloc_parent_domain(ctx, &pa));
+	assert_int_equal(errno, EINVAL);
+	pa.free = log_free;
+	/* a CQ may name only a parent domain */
+	ca.parent_domain = pd;
+	errno = 0;
+	assert_null(ibv_create_cq_ex(ctx, &ca));
+	assert_int_equal(errno, EINVAL);
+
+	ca.parent_domain = parent;
+	cq = ibv_create_cq_ex(ctx, &ca);
+	assert_non_null(cq);
+	assert_int_equal(log.allocs, 1);
+	assert_true(log.types & (1u << 5));
+	srq = ibv_create_srq(parent, &sa);
+	assert_non_null(srq);
+	assert_int_equal(log.allocs, 2);
+	assert_true(log.types & (1u << 4));
+	a = rc_qp(parent, ibv_cq_ex_to_cq(cq));
+	b = rc_qp(parent, ibv_cq_ex_to_cq(cq));
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(log.allocs, 6); /* send and receive ring each */
+	assert_true(log.types & (1u << 1));
+	assert_ptr_equal(log.pd, parent);
+	assert_ptr_equal(a->pd, parent);
+
+	/* an MR of the protection domain serves QPs of the parent */
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(rc_connect(b, a->qp_num), 0);
+	assert_int_equal(post_recv1(b, mr, buf[1], 64, 1), 0);
+	assert_int_equal(post_send1(a, mr, buf[0], 16, 2), 0);
+	assert_int_equal(poll_n(ibv_cq_ex_to_cq(cq), wc, 2), 2);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(wc[1].status, IBV_WC_SUCCESS);
+	assert_string_equal(buf[1], "parent domain");
+	/* a resize takes a new ring from the allocator and frees the old */
+	assert_int_equal(ibv_resize_cq(ibv_cq_ex_to_cq(cq), 64), 0);
+	assert_int_equal(log.allocs, 7);
+	assert_int_equal(log.frees, 1);
+
+	assert_int_equal(ibv_dealloc_pd(parent), EBUSY);
+	assert_int_equal(ibv_dealloc_td(td), EBUSY);
+	assert_int_equal(ibv_dealloc_pd(pd), EBUSY);
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_destroy_srq(srq), 0);
+	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+	assert_int_equal(log.frees, log.allocs);
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	assert_int_equal(ibv_dealloc_pd(parent), 0);
+
+	/* USE_DEFAULT: urvt allocates, and frees, itself */
+	memset(&log, 0, sizeof(log));
+	log.use_default = true;
+	pa.td = NULL;
+	parent = ibv_alloc_parent_domain(ctx, &pa);
+	assert_non_null(parent);
+	ca.parent_domain = parent;
+	a = rc_qp(parent, ibv_cq_ex_to_cq(cq = ibv_create_cq_ex(ctx, &ca)));
+	assert_non_null(a);
+	assert_true(log.defaults >= 3);
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+	assert_int_equal(log.frees, 0);
+	assert_int_equal(ibv_dealloc_pd(parent), 0);
+	/* without allocators: a PD like any other */
+	pa.comp_mask = 0;
+	parent = ibv_alloc_parent_domain(ctx, &pa);
+	assert_non_null(parent);
+	ca.parent_domain = parent;
+	a = rc_qp(parent, ibv_cq_ex_to_cq(cq = ibv_create_cq_ex(ctx, &ca)));
+	assert_non_null(a);
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+	assert_int_equal(ibv_dealloc_pd(parent), 0);
+	assert_int_equal(ibv_dealloc_td(td), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -528,6 +702,7 @@ int main(void)
 		cmocka_unit_test(test_vendor_id),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_completion_timestamps),
+		cmocka_unit_test(test_parent_domain),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
