@@ -122,6 +122,9 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->alloc_td = urvt_alloc_td;
 	vctx->dealloc_td = urvt_dealloc_td;
 	vctx->alloc_parent_domain = urvt_alloc_parent_domain;
+	vctx->alloc_dm = urvt_alloc_dm;
+	vctx->free_dm = urvt_free_dm;
+	vctx->reg_dm_mr = urvt_reg_dm_mr;
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
@@ -378,7 +381,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 
 /*
  * Reports what urvt has and nothing more: no on-demand paging, TSO, RSS,
- * WQs, packet pacing, tag matching, CQ moderation or device memory. The
+ * WQs, packet pacing, tag matching or CQ moderation. The
  * capability bits of orig_attr are repeated in the low half of
  * device_cap_flags_ex, as the kernel does.
  */
@@ -400,6 +403,7 @@ int urvt_query_device_ex(struct ibv_context *context,
 	ex.completion_timestamp_mask = UINT64_MAX;
 	ex.hca_core_clock = URVT_HCA_CORE_CLOCK_KHZ;
 	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
+	ex.max_dm_size = URVT_MAX_DM_SIZE;
 
 	/* A caller built against a newer header gets zeros for what we lack. */
 	memset(attr, 0, attr_size);

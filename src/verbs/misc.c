@@ -444,21 +444,10 @@ int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr 
 /* ------------------------------------------------------------------ */
 
 /*
- * Device memory is not imported (urvt's stands in host memory of the
- * process, verbs.c); dma-buf registration needs a device that can DMA from
- * the buffer. These fail the way a provider without them does.
- * ibv_import_device, _pd, _mr: device.c and verbs.c.
+ * dma-buf registration needs a device that can DMA from the buffer: it
+ * fails the way a provider without it does. (ibv_import_device, _pd, _mr:
+ * device.c and verbs.c; ibv_import_dm: dm.c.)
  */
-struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-void ibv_unimport_dm(struct ibv_dm *dm)
-{
-}
-
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
 				 uint64_t iova, int fd, int access)
 {

@@ -35,6 +35,14 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
 
+/* dm.c: device memory (host memory of the process standing in) */
+#define URVT_MAX_DM_SIZE (256u << 10)   /* max_dm_size: all DMs of the device together */
+struct ibv_dm *urvt_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int urvt_free_dm(struct ibv_dm *dm);
+struct ibv_mr *urvt_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
+			      size_t length, unsigned int access);
+void urvt_dm_mr_deregistered(struct ibv_mr *mr); /* after a successful dereg */
+
 /* verbs.c: thread and parent domains */
 struct ibv_td *urvt_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
 int urvt_dealloc_td(struct ibv_td *td);

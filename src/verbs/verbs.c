@@ -318,13 +318,19 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	struct rvt_mregion *real;
 	int ret;
 
-	if (!mr_unlist_import(mr))
-		return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+	if (!mr_unlist_import(mr)) {
+		ret = rvt_dereg_mr(ibmr_to_rvtmr(mr));
+		if (!ret)
+			urvt_dm_mr_deregistered(mr);
+		return fail_int(ret);
+	}
 	real = rvt_lookup_key(&to_uctx(mr->context)->rdi->lkey_table, mr->lkey);
 	ret = real ? 0 : -EINVAL;
 	if (real) {
 		rvt_put_mr(real);
 		ret = rvt_dereg_mr(real);
+		if (!ret)
+			urvt_dm_mr_deregistered(&real->ibmr);
 	}
 	if (ret) {
 		/* still listed: the caller may try again */

@@ -693,6 +693,137 @@ static void test_parent_domain(void **state)
 	assert_int_equal(ibv_dealloc_td(td), 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* Device memory                                                      */
+/* ------------------------------------------------------------------ */
+
+static int post_write1(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint32_t len,
+		       uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, len, mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { raddr, rkey } },
+			   *bad;
+
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/*
+ * max_dm_size is reported and enforced (one pool); copies to and from a DM
+ * take 4-byte-aligned offsets and lengths inside it (else EINVAL); a DM MR
+ * needs IBV_ACCESS_ZERO_BASED and must fit the DM (length 0 is allowed); a SEND lands in a DM MR
+ * and an RDMA WRITE to it at zero-based address 16 lands at DM offset
+ * 16 + the MR's dm_offset, read back with ibv_memcpy_from_dm; the DM stays
+ * while an MR is on it (EBUSY); ibv_import_dm in an importing context reads
+ * the same memory.
+ */
+static void test_device_memory(void **state)
+{
+	struct ibv_alloc_dm_attr da = { .length = 4096, .log_align_req = 6 };
+	const unsigned acc = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
+			     IBV_ACCESS_REMOTE_WRITE;
+	static char host[2][64] = { "to device memory", "written" };
+	struct ibv_device_attr_ex ax;
+	struct ibv_dm *dm, *big, *dm2;
+	struct ibv_mr *dmr, *hmr;
+	struct ibv_context *c2;
+	struct ibv_cq *cq;
+	struct ibv_qp *a, *b;
+	struct ibv_wc wc[2];
+	char out[64];
+	uint32_t word = 0x11223344, back = 0;
+
+	(void)state;
+	assert_int_equal(ibv_query_device_ex(ctx, NULL, &ax), 0);
+	assert_true(ax.max_dm_size >= 4096);
+	dm = ibv_alloc_dm(ctx, &da);
+	assert_non_null(dm);
+	assert_non_null(dm->memcpy_to_dm);
+	/* the pool: what is left is less than max_dm_size now */
+	da.length = ax.max_dm_size;
+	errno = 0;
+	assert_null(ibv_alloc_dm(ctx, &da));
+	assert_int_equal(errno, ENOMEM);
+	da.length = ax.max_dm_size - 4096;
+	big = ibv_alloc_dm(ctx, &da);
+	assert_non_null(big);
+	assert_int_equal(ibv_free_dm(big), 0);
+	da.length = 64;
+	da.comp_mask = 1;
+	errno = 0;
+	assert_null(ibv_alloc_dm(ctx, &da));
+	assert_int_equal(errno, EINVAL);
+
+	assert_int_equal(ibv_memcpy_to_dm(dm, 8, &word, 4), 0);
+	assert_int_equal(ibv_memcpy_from_dm(&back, dm, 8, 4), 0);
+	assert_int_equal(back, word);
+	assert_int_equal(ibv_memcpy_to_dm(dm, 9, &word, 4), EINVAL);
+	assert_int_equal(ibv_memcpy_to_dm(dm, 8, &word, 3), EINVAL);
+	assert_int_equal(ibv_memcpy_from_dm(&back, dm, 4096, 4), EINVAL);
+	assert_int_equal(ibv_memcpy_from_dm(out, dm, 4, 4096), EINVAL);
+
+	errno = 0;
+	assert_null(ibv_reg_dm_mr(pd, dm, 0, 64, IBV_ACCESS_LOCAL_WRITE));
+	assert_int_equal(errno, EINVAL);
+	errno = 0;
+	assert_null(ibv_reg_dm_mr(pd, dm, 1024, 4096, acc));
+	assert_int_equal(errno, EINVAL);
+	/* zero length: an MR that grants nothing (mlx5 makes them) */
+	dmr = ibv_reg_dm_mr(pd, dm, 0, 0, acc);
+	assert_non_null(dmr);
+	assert_int_equal(dmr->length, 0);
+	assert_int_equal(ibv_dereg_mr(dmr), 0);
+	dmr = ibv_reg_dm_mr(pd, dm, 1024, 1024, acc);
+	assert_non_null(dmr);
+	assert_int_equal(ibv_free_dm(dm), EBUSY);
+
+	hmr = ibv_reg_mr(pd, host, sizeof(host), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(hmr);
+	cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	assert_non_null(cq);
+	a = rc_qp(pd, cq);
+	b = rc_qp(pd, cq);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(rc_connect(a, b->qp_num), 0);
+	assert_int_equal(rc_connect(b, a->qp_num), 0);
+	/* SEND into the DM MR (its addresses start at 0) */
+	assert_int_equal(post_recv1(b, dmr, NULL, 64, 1), 0);
+	assert_int_equal(post_send1(a, hmr, host[0], 20, 2), 0);
+	assert_int_equal(poll_n(cq, wc, 2), 2);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(wc[1].status, IBV_WC_SUCCESS);
+	assert_int_equal(ibv_memcpy_from_dm(out, dm, 1024, 20), 0);
+	assert_string_equal(out, "to device memory");
+	/* RDMA WRITE to zero-based address 64 of it */
+	assert_int_equal(post_write1(a, hmr, host[1], 8, 64, dmr->rkey), 0);
+	assert_int_equal(poll_n(cq, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(ibv_memcpy_from_dm(out, dm, 1024 + 64, 8), 0);
+	assert_string_equal(out, "written");
+
+	/* an importing context's handle on it */
+	c2 = ibv_import_device(dup(ctx->cmd_fd));
+	assert_non_null(c2);
+	dm2 = ibv_import_dm(c2, dm->handle);
+	assert_non_null(dm2);
+	assert_int_equal(ibv_memcpy_from_dm(out, dm2, 1024, 20), 0);
+	assert_string_equal(out, "to device memory");
+	ibv_unimport_dm(dm2);
+	errno = 0;
+	assert_null(ibv_import_dm(ctx, dm->handle + 1000));
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(ibv_close_device(c2), 0);
+
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_destroy_cq(cq), 0);
+	assert_int_equal(ibv_dereg_mr(hmr), 0);
+	assert_int_equal(ibv_dereg_mr(dmr), 0);
+	assert_int_equal(ibv_free_dm(dm), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -703,6 +834,7 @@ int main(void)
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_completion_timestamps),
 		cmocka_unit_test(test_parent_domain),
+		cmocka_unit_test(test_device_memory),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
