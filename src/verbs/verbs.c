@@ -137,12 +137,14 @@ static int dealloc_parent_domain(struct rvt_pd *pd)
  * object is shared), then goes itself; a parent domain only itself. */
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
+	bool import;
 	int ret;
 
 	if (ibpd_to_domain(pd)->parent)
 		return dealloc_parent_domain(ibpd_to_domain(pd));
+	import = pd_is_import(pd); /* before: the PD itself may go */
 	ret = rvt_dealloc_pd(ibpd_to_rvtpd(pd));
-	if (!ret && pd_is_import(pd))
+	if (!ret && import)
 		free(container_of(pd, struct rvt_pd, ibpd));
 	return fail_int(ret);
 }
