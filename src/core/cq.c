@@ -2,17 +2,19 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/rvt_api.h"
 
-static int ring_alloc(uint32_t cqe, struct ibv_wc **queue, uint32_t *size)
+static int ring_alloc(struct rvt_pd *domain, uint32_t cqe, struct ibv_wc **queue,
+		      uint32_t *size, bool *custom)
 {
 	/* rxe rounds the ring up to a power of two and reports the slack as
 	 * usable capacity; indices run free and are masked on access. */
 	uint32_t n = urvt_roundup_pow2(cqe + 1);
 
-	*queue = calloc(n, sizeof(**queue));
+	*queue = rvt_buf_alloc(domain, n, sizeof(**queue), RVT_RES_TYPE_CQ, custom);
 	if (!*queue)
 		return -ENOMEM;
 	*size = n;
@@ -41,7 +43,16 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 		goto err_count;
 	}
 	memset(cq, 0, sizeof(*cq));
-	ret = ring_alloc((uint32_t)cqe, &cq->queue, &cq->ring_size);
+	/* a parent domain's allocators make the ring (IBV_CQ_INIT_ATTR_MASK_PD) */
+	if (ex && (ex->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)) {
+		cq->domain = ex->parent_domain ? ibpd_to_domain(ex->parent_domain) : NULL;
+		if (!cq->domain || !cq->domain->parent ||
+		    cq->domain->ibpd.context != &uctx->vctx.context) {
+			ret = -EINVAL;
+			goto err_free;
+		}
+	}
+	ret = ring_alloc(cq->domain, (uint32_t)cqe, &cq->queue, &cq->ring_size, &cq->queue_custom);
 	if (ret)
 		goto err_free;
 	cq->mask = cq->ring_size - 1;
@@ -51,6 +62,15 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 	if (ex) {
 		cq->ex = true;
 		cq->wc_flags = ex->wc_flags;
+		cq->ts_clock = ex->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+		cq->ts_wall = ex->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+	}
+	if (cq->ts_clock || cq->ts_wall) {
+		cq->ts = calloc(cq->ring_size, sizeof(*cq->ts));
+		if (!cq->ts) {
+			ret = -ENOMEM;
+			goto err_free_queue;
+		}
 	}
 	urvt_spin_init(&cq->p_lock);
 	urvt_spin_init(&cq->c_lock);
@@ -61,8 +81,11 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 	pthread_cond_init(&cq->ibcq.cond, NULL);
 	if (ch)
 		__atomic_fetch_add(&ch->ibch.refcnt, 1, __ATOMIC_RELAXED);
+	rvt_domain_get(cq->domain);
 	return cq;
 
+err_free_queue:
+	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
 err_free:
 	free(cq);
 err_count:
@@ -87,7 +110,9 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 	urvt_spin_destroy(&cq->c_lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
-	free(cq->queue);
+	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
+	rvt_domain_put(cq->domain);
+	free(cq->ts);
 	free(cq);
 	atomic_fetch_sub(&rdi->n_cqs, 1);
 	return 0;
@@ -96,14 +121,23 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 {
 	struct ibv_wc *queue, *old;
+	struct rvt_cq_ts *ts = NULL, *old_ts;
 	uint32_t size, head, tail, n;
+	bool custom, old_custom;
 	int ret;
 
 	if (cqe < 1 || (uint32_t)cqe > (uint32_t)cq->uctx->rdi->dattr.max_cqe)
 		return -EINVAL;
-	ret = ring_alloc((uint32_t)cqe, &queue, &size);
+	ret = ring_alloc(cq->domain, (uint32_t)cqe, &queue, &size, &custom);
 	if (ret)
 		return ret;
+	if (cq->ts) {
+		ts = calloc(size, sizeof(*ts));
+		if (!ts) {
+			rvt_buf_free(cq->domain, queue, RVT_RES_TYPE_CQ, custom);
+			return -ENOMEM;
+		}
+	}
 	/* Both ends stop while the entries move, in order, to the new ring. */
 	urvt_spin_lock(&cq->c_lock);
 	urvt_spin_lock(&cq->p_lock);
@@ -113,13 +147,21 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	if (n > size - 1) {
 		urvt_spin_unlock(&cq->p_lock);
 		urvt_spin_unlock(&cq->c_lock);
-		free(queue);
+		rvt_buf_free(cq->domain, queue, RVT_RES_TYPE_CQ, custom);
+		free(ts);
 		return -EINVAL;
 	}
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		queue[i] = cq->queue[(tail + i) & cq->mask];
+		if (ts)
+			ts[i] = cq->ts[(tail + i) & cq->mask];
+	}
 	old = cq->queue;
+	old_ts = cq->ts;
+	old_custom = cq->queue_custom;
 	cq->queue = queue;
+	cq->queue_custom = custom;
+	cq->ts = ts;
 	cq->ring_size = size;
 	cq->mask = size - 1;
 	cq->cqe = size - 1;
@@ -128,8 +170,41 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	cq->head = n;
 	urvt_spin_unlock(&cq->p_lock);
 	urvt_spin_unlock(&cq->c_lock);
-	free(old);
+	rvt_buf_free(cq->domain, old, RVT_RES_TYPE_CQ, old_custom);
+	free(old_ts);
 	return 0;
+}
+
+/*
+ * Remove every completion of QP qpn from the CQ, the others kept in order:
+ * a QP taken to RESET starts a new life with nothing of its old one left to
+ * poll (qp.c rvt_reset_qp; docs/deviations.md). Both ends stop, as for
+ * resize.
+ */
+void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn)
+{
+	uint32_t tail, head, keep;
+
+	urvt_spin_lock(&cq->c_lock);
+	urvt_spin_lock(&cq->p_lock);
+	tail = cq->tail;
+	head = cq->head;
+	keep = tail;
+	for (uint32_t i = tail; i != head; i++) {
+		const struct ibv_wc *wc = &cq->queue[i & cq->mask];
+
+		if (wc->qp_num == qpn)
+			continue;
+		if (keep != i) {
+			cq->queue[keep & cq->mask] = *wc;
+			if (cq->ts)
+				cq->ts[keep & cq->mask] = cq->ts[i & cq->mask];
+		}
+		keep++;
+	}
+	store_release(&cq->head, keep);
+	urvt_spin_unlock(&cq->p_lock);
+	urvt_spin_unlock(&cq->c_lock);
 }
 
 static void notify_channel(struct rvt_cq *cq)
@@ -139,6 +214,23 @@ static void notify_channel(struct rvt_cq *cq)
 	 * for events still sitting unread in the channel. */
 	if (cq->channel)
 		urvt_comp_channel_notify(cq->channel, cq);
+}
+
+static inline uint64_t clock_ns(clockid_t id)
+{
+	struct timespec t;
+
+	clock_gettime(id, &t); /* vDSO: no system call */
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Only CQs that asked for timestamps pay for them (one or two vDSO reads). */
+static void cq_stamp(const struct rvt_cq *cq, struct rvt_cq_ts *ts)
+{
+	if (cq->ts_clock)
+		ts->clock = clock_ns(CLOCK_MONOTONIC);
+	if (cq->ts_wall)
+		ts->wall = clock_ns(CLOCK_REALTIME);
 }
 
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
@@ -159,6 +251,8 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 		return false;
 	}
 	cq->queue[head & cq->mask] = *wc;
+	if (unlikely(cq->ts))
+		cq_stamp(cq, &cq->ts[head & cq->mask]);
 	/* CQ-P1: publish the entry to poll_cq (CQ-C1). */
 	store_release(&cq->head, head + 1);
 	notify = atomic_load_explicit(&cq->notify, memory_order_relaxed);

@@ -20,6 +20,7 @@
 
 static pthread_mutex_t g_dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rvt_dev_info *g_rdi;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 static struct ibv_device g_ibdev = {
 	.node_type = IBV_NODE_CA,
@@ -232,10 +233,44 @@ static void dev_destroy(struct rvt_dev_info *rdi)
 	free(rdi);
 }
 
+/*
+ * fork(): the child gets a copy of the device but none of its threads (the
+ * progress thread that runs timers, the network and deferred work), so the
+ * copy can never make progress there. The child forgets it: its contexts and
+ * objects stay as inert memory, and its next ibv_open_device makes a device
+ * of its own, with its own address, as a process started afresh would. On
+ * rdma-core the child likewise opens a new context (the parent's is unusable
+ * there without ibv_fork_init). The lock is held across fork, so the child
+ * never inherits it taken by a thread that no longer exists.
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&g_dev_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&g_dev_lock);
+}
+
+static void fork_child(void)
+{
+	if (g_rdi)
+		g_rdi->orphaned = true;
+	g_rdi = NULL;
+	pthread_mutex_unlock(&g_dev_lock);
+}
+
+static void fork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 struct rvt_dev_info *rvt_dev_get(urvt_transport_attach_fn attach, int *err)
 {
 	struct rvt_dev_info *rdi;
 
+	pthread_once(&g_fork_once, fork_init);
 	pthread_mutex_lock(&g_dev_lock);
 	if (!g_rdi)
 		g_rdi = dev_create(attach, err);
@@ -249,7 +284,9 @@ struct rvt_dev_info *rvt_dev_get(urvt_transport_attach_fn attach, int *err)
 void rvt_dev_put(struct rvt_dev_info *rdi)
 {
 	pthread_mutex_lock(&g_dev_lock);
-	if (--rdi->open_count == 0) {
+	/* A device inherited across fork has no threads to stop: it is left
+	 * as it is (fork_child). */
+	if (--rdi->open_count == 0 && !rdi->orphaned) {
 		dev_destroy(rdi);
 		g_rdi = NULL;
 	}

@@ -24,6 +24,18 @@ struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err)
 		return NULL;
 	}
 	pd->ibpd.context = &uctx->vctx.context;
+	pd->real = pd;
+	/* A handle, as the kernel's uverbs object id: what ibv_import_pd
+	 * names it by. Never 0; not reused before 2^32 allocations. */
+	pthread_mutex_lock(&rdi->lock);
+	if (!++rdi->pd_last_handle)
+		++rdi->pd_last_handle;
+	pd->ibpd.handle = rdi->pd_last_handle;
+	pd->next = rdi->pd_list;
+	if (pd->next)
+		pd->next->prev = pd;
+	rdi->pd_list = pd;
+	pthread_mutex_unlock(&rdi->lock);
 	return pd;
 }
 
@@ -34,9 +46,71 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 	/* The kernel refuses to free a PD that objects still reference. */
 	if (atomic_load(&pd->usecnt))
 		return -EBUSY;
+	pthread_mutex_lock(&rdi->lock);
+	if (pd->prev)
+		pd->prev->next = pd->next;
+	else
+		rdi->pd_list = pd->next;
+	if (pd->next)
+		pd->next->prev = pd->prev;
+	pthread_mutex_unlock(&rdi->lock);
 	atomic_fetch_sub(&rdi->n_pds, 1);
 	free(pd);
 	return 0;
+}
+
+void *rvt_buf_alloc(struct rvt_pd *domain, size_t n, size_t size, uint32_t type, bool *custom)
+{
+	const struct rvt_parent *pa = domain ? domain->parent : NULL;
+	void *buf;
+
+	*custom = false;
+	if (n && size > SIZE_MAX / n)
+		return NULL;
+	if (pa && pa->alloc) {
+		buf = pa->alloc(&domain->ibpd, pa->pd_context, n * size, URVT_CACHELINE, type);
+		if (buf != IBV_ALLOCATOR_USE_DEFAULT) {
+			if (buf) {
+				memset(buf, 0, n * size);
+				*custom = true;
+			}
+			return buf;
+		}
+	}
+	return calloc(n, size);
+}
+
+void rvt_buf_free(struct rvt_pd *domain, void *buf, uint32_t type, bool custom)
+{
+	if (!buf)
+		return;
+	if (custom)
+		domain->parent->free(&domain->ibpd, domain->parent->pd_context, buf, type);
+	else
+		free(buf);
+}
+
+void rvt_domain_get(struct rvt_pd *domain)
+{
+	if (domain && domain->parent)
+		atomic_fetch_add(&domain->usecnt, 1);
+}
+
+void rvt_domain_put(struct rvt_pd *domain)
+{
+	if (domain && domain->parent)
+		atomic_fetch_sub(&domain->usecnt, 1);
+}
+
+struct rvt_pd *rvt_find_pd(struct rvt_dev_info *rdi, uint32_t handle)
+{
+	struct rvt_pd *pd;
+
+	pthread_mutex_lock(&rdi->lock);
+	for (pd = rdi->pd_list; pd && pd->ibpd.handle != handle; pd = pd->next)
+		;
+	pthread_mutex_unlock(&rdi->lock);
+	return pd;
 }
 
 /*

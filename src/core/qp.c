@@ -323,7 +323,9 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	sge_slots = qp->max_send_sge ? qp->max_send_sge : 1;
 	qp->s_stride = (uint32_t)((sizeof(struct rvt_swqe) + sge_slots * sizeof(struct rvt_sge) +
 				   inline_bytes + URVT_CACHELINE - 1) & ~(size_t)(URVT_CACHELINE - 1));
-	qp->s_wq = calloc(qp->s_size, qp->s_stride);
+	qp->domain = ibpd_to_domain(attr->pd);
+	qp->s_wq = rvt_buf_alloc(qp->domain, qp->s_size, qp->s_stride, RVT_RES_TYPE_QP,
+				 &qp->s_wq_custom);
 	if (!qp->s_wq) {
 		ret = -ENOMEM;
 		goto err_struct;
@@ -337,7 +339,8 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	}
 	if (!qp->srq) {
 		qp->max_recv_sge = attr->cap.max_recv_sge;
-		ret = rvt_rq_init(&qp->rq, attr->cap.max_recv_wr, attr->cap.max_recv_sge);
+		ret = rvt_rq_init(&qp->rq, attr->cap.max_recv_wr, attr->cap.max_recv_sge,
+				  qp->domain, RVT_RES_TYPE_QP);
 		if (ret)
 			goto err_udav;
 		qp->r_max_sge = qp->max_recv_sge;
@@ -405,6 +408,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	atomic_fetch_add(&qp->recv_cq->usecnt, 1);
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->usecnt, 1);
+	rvt_domain_get(qp->domain);
 	/* Live from now on: lookups may take references once it is published
 	 * (RESET -> INIT). */
 	atomic_store_explicit(&qp->refcount, 1, memory_order_release);
@@ -425,7 +429,7 @@ err_rq:
 err_udav:
 	free(qp->s_ud_av);
 err_swq:
-	free(qp->s_wq);
+	rvt_buf_free(qp->domain, qp->s_wq, RVT_RES_TYPE_QP, qp->s_wq_custom);
 err_struct:
 	rvt_qp_struct_free(&rdi->qp_table, qp);
 err:
@@ -578,6 +582,12 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		urvt_spin_lock(&qp->r_lock);
 		rvt_release_rsge(qp);
 		urvt_spin_unlock(&qp->r_lock);
+		/* 5. Its completions still in the CQs go too, flushes
+		 * included: nothing of this life is polled in the next one
+		 * (as mlx4/mlx5 clean their CQs; docs/deviations.md). */
+		rvt_cq_clean(qp->send_cq, qp->qpn);
+		if (qp->recv_cq != qp->send_cq)
+			rvt_cq_clean(qp->recv_cq, qp->qpn);
 	}
 	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
 	urvt_spin_lock(&qp->s_hlock);
@@ -922,7 +932,8 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	pthread_mutex_destroy(&qp->state_lock);
 	pthread_mutex_destroy(&qp->ibqp_ex.qp_base.mutex);
 	pthread_cond_destroy(&qp->ibqp_ex.qp_base.cond);
-	free(qp->s_wq);
+	rvt_buf_free(qp->domain, qp->s_wq, RVT_RES_TYPE_QP, qp->s_wq_custom);
+	rvt_domain_put(qp->domain);
 	free(qp->s_ud_av);
 	free(qp->r_sg_list);
 	free(qp->r_ack_queue);

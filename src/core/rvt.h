@@ -53,7 +53,7 @@ struct urvt_context;
 #define URVT_MAX_MSG_SZ (1u << 31)     /* max_msg_sz: post, responder, query */
 #define URVT_PORT_COUNT 1
 #define URVT_PKEY_TABLE_LEN 1
-#define URVT_VENDOR_ID 0x0
+#define URVT_VENDOR_ID 0xFFFFFF        /* rxe's (RXE_VENDOR_ID): a software device */
 
 /* ------------------------------------------------------------------ */
 /* Device and context                                                 */
@@ -126,6 +126,9 @@ struct rvt_dev_info {
 	_Atomic bool gsi_busy;
 
 	_Atomic int n_qps, n_cqs, n_srqs, n_mrs, n_pds, n_ahs;
+	/* every PD by handle (ibv_import_pd), under lock */
+	struct rvt_pd *pd_list;
+	uint32_t pd_last_handle;
 
 	struct rvt_qpn_table qpn_table;
 	struct rvt_qp_table qp_table;
@@ -148,6 +151,8 @@ struct rvt_dev_info {
 	void *transport_priv;             /* the transport's device state */
 	bool no_inproc;                   /* the transport carries even this process's
 					     own peers (URVT_PATH=shm|udp; set at attach) */
+	bool orphaned;                    /* a copy inherited across fork: no threads
+					     (core/device.c fork_child) */
 };
 
 /*
@@ -159,6 +164,11 @@ struct urvt_context {
 	struct verbs_context vctx;
 	struct rvt_dev_info *rdi;
 	struct urvt_evq *async_q;         /* its pipe read end is context.async_fd */
+	/* ibv_import_device (verbs/device.c): contexts opened on one another's
+	 * cmd_fd share objects; share_id names the group. */
+	uint64_t share_id;
+	uint64_t cmd_ino;                 /* inode of context.cmd_fd (a memfd) */
+	struct urvt_context *next_ctx;    /* every open context, verbs/device.c */
 };
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
@@ -170,12 +180,51 @@ static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
 /* ------------------------------------------------------------------ */
 /* PD, AH                                                             */
 /* ------------------------------------------------------------------ */
-struct rvt_pd {
-	struct ibv_pd ibpd;
-	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs using it */
+/*
+ * A parent domain (ibv_alloc_parent_domain): the application's allocators
+ * for the rings of the QPs, SRQs and CQs made on it (rvt_buf_alloc), and a
+ * thread domain, a hint urvt needs not (its locks stay).
+ */
+/*
+ * The resource_type a parent domain's allocators are called with: the
+ * provider's own numbers, (driver id << 32) | n. urvt has no kernel driver
+ * id (0, RDMA_DRIVER_UNKNOWN) and numbers its rings as mlx5 does
+ * (docs/abi.md).
+ */
+enum {
+	RVT_RES_TYPE_QP = 1,              /* a QP's send and receive rings */
+	RVT_RES_TYPE_SRQ = 4,
+	RVT_RES_TYPE_CQ = 5,
 };
 
+struct rvt_parent {
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	void *pd_context;
+	struct ibv_td *td;
+};
+
+struct rvt_pd {
+	struct ibv_pd ibpd;
+	_Atomic int usecnt;               /* MRs, QPs, SRQs, AHs (CQs: a parent) using it */
+	/* The PD itself; for one made by ibv_import_pd (another handle on a
+	 * PD, for an importing context) or a parent domain, the protection
+	 * domain it stands for. */
+	struct rvt_pd *real;
+	struct rvt_parent *parent;        /* a parent domain's, else NULL */
+	struct rvt_pd *next, *prev;       /* rdi->pd_list (real PDs), under rdi->lock */
+};
+
+/* The protection domain an ibv_pd names (an imported PD or a parent domain
+ * stands for another). */
 static inline struct rvt_pd *ibpd_to_rvtpd(struct ibv_pd *ibpd)
+{
+	return container_of(ibpd, struct rvt_pd, ibpd)->real;
+}
+
+/* The ibv_pd as given: the domain whose allocators an object's rings use. */
+static inline struct rvt_pd *ibpd_to_domain(struct ibv_pd *ibpd)
 {
 	return container_of(ibpd, struct rvt_pd, ibpd);
 }
@@ -279,6 +328,11 @@ enum rvt_cq_notify {
 	RVT_CQ_NOTIFY_NEXT = 2,
 };
 
+struct rvt_cq_ts {
+	uint64_t clock;                   /* IBV_WC_EX_WITH_COMPLETION_TIMESTAMP */
+	uint64_t wall;                    /* ..._WALLCLOCK */
+};
+
 /*
  * The CQ ring: producers (send/receive engines of any QP, on any thread)
  * serialise on p_lock, fill the entry, then publish 'head' with a release
@@ -295,6 +349,14 @@ struct rvt_cq {
 	uint32_t mask;
 	uint32_t cqe;                     /* capacity reported to the user */
 	struct ibv_wc *queue;
+	/* Completion timestamps, only for a CQ that asked for them
+	 * (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)): per slot, the
+	 * device clock (CLOCK_MONOTONIC ns, hca_core_clock 1 GHz) and the
+	 * wall clock (CLOCK_REALTIME ns) when the entry was made; NULL if none. */
+	struct rvt_cq_ts *ts;
+	bool ts_clock, ts_wall;           /* which of the two to take */
+	struct rvt_pd *domain;            /* a parent domain (IBV_CQ_INIT_ATTR_MASK_PD), or NULL */
+	bool queue_custom;                /* queue came from its allocator */
 	bool ex;                          /* created by ibv_create_cq_ex */
 	uint64_t wc_flags;                /* cq_ex: requested read_* fields */
 
@@ -344,6 +406,9 @@ struct rvt_rq {
 	uint32_t max_sge;
 	uint32_t stride;                  /* bytes per slot */
 	uint8_t *wq;
+	struct rvt_pd *wq_domain;         /* whose allocator made wq (rvt_buf_alloc) */
+	uint32_t wq_type;                 /* its RVT_RES_TYPE_* */
+	bool wq_custom;
 	struct {
 		urvt_spinlock_t p_lock;
 		uint32_t head;
@@ -487,6 +552,8 @@ struct rvt_qp {
 	uint32_t max_send_wr;             /* capacity reported */
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	uint8_t *s_wq;                    /* send ring slots */
+	struct rvt_pd *domain;            /* the ibv_pd as given (a parent domain's allocators) */
+	bool s_wq_custom;                 /* s_wq came from them */
 	struct urvt_av *s_ud_av;          /* UD: one AV snapshot per slot */
 	uint32_t r_max_sge;               /* size of r_sg_list */
 	void *wr_priv;                    /* ibv_wr_* state (verbs/qp_ex.c); NULL: plain QP */

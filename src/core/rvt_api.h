@@ -38,6 +38,16 @@ void urvt_cancel_async_events(struct urvt_context *uctx, const void *obj);
 void urvt_comp_channel_cancel(struct urvt_comp_channel *ch, const struct rvt_cq *cq);
 
 /* pd.c, ah.c */
+/* The live PD with this handle (ibv_pd.handle), or NULL. */
+struct rvt_pd *rvt_find_pd(struct rvt_dev_info *rdi, uint32_t handle);
+/* A ring's memory, zeroed: from the parent domain's allocator if domain is
+ * one and it does not answer IBV_ALLOCATOR_USE_DEFAULT, else calloc
+ * (*custom says which; rvt_buf_free takes it back). n * size bytes. */
+void *rvt_buf_alloc(struct rvt_pd *domain, size_t n, size_t size, uint32_t type, bool *custom);
+void rvt_buf_free(struct rvt_pd *domain, void *buf, uint32_t type, bool custom);
+/* A parent domain's objects (its usecnt): taken at create, dropped at destroy. */
+void rvt_domain_get(struct rvt_pd *domain);
+void rvt_domain_put(struct rvt_pd *domain);
 struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err);
 int rvt_dealloc_pd(struct rvt_pd *pd);
 struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err);
@@ -70,6 +80,7 @@ int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
 /* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);
+void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn); /* drop qpn's completions */
 
 /* srq.c */
 struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr,
@@ -79,7 +90,9 @@ int rvt_query_srq(struct rvt_srq *srq, struct ibv_srq_attr *attr);
 int rvt_destroy_srq(struct rvt_srq *srq);
 int rvt_post_srq_recv(struct rvt_srq *srq, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr);
-int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge);
+/* domain: whose allocators the ring uses (NULL: none); type RVT_RES_TYPE_*. */
+int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt_pd *domain,
+		uint32_t type);
 /* Queue one receive WR (caller holds rq->p_lock): -EINVAL too many SGEs, -ENOMEM full. */
 int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr);
 void rvt_rq_fini(struct rvt_rq *rq);

@@ -5,7 +5,8 @@
 
 #include "core/rvt_api.h"
 
-int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge)
+int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt_pd *domain,
+		uint32_t type)
 {
 	uint32_t size = urvt_roundup_pow2(max_wr + 1);
 
@@ -13,7 +14,9 @@ int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge)
 	rq->mask = size - 1;
 	rq->max_sge = max_sge;
 	rq->stride = (uint32_t)(sizeof(struct rvt_rwqe) + max_sge * sizeof(struct ibv_sge));
-	rq->wq = calloc(size, rq->stride);
+	rq->wq_domain = domain;
+	rq->wq_type = type;
+	rq->wq = rvt_buf_alloc(domain, size, rq->stride, type, &rq->wq_custom);
 	if (!rq->wq)
 		return -ENOMEM;
 	rq->head = 0;
@@ -29,7 +32,7 @@ void rvt_rq_fini(struct rvt_rq *rq)
 		return;
 	urvt_spin_destroy(&rq->p_lock);
 	urvt_spin_destroy(&rq->c_lock);
-	free(rq->wq);
+	rvt_buf_free(rq->wq_domain, rq->wq, rq->wq_type, rq->wq_custom);
 	rq->wq = NULL;
 }
 
@@ -40,9 +43,11 @@ static inline uint32_t rq_capacity(const struct rvt_rq *rq)
 	return rq->size - 1;
 }
 
-struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr, int *err)
+/* pd may be a parent domain: its allocators make the ring (rvt_buf_alloc). */
+struct rvt_srq *rvt_create_srq(struct rvt_pd *domain, struct ibv_srq_init_attr *attr, int *err)
 {
-	struct urvt_context *uctx = to_uctx(pd->ibpd.context);
+	struct rvt_pd *pd = domain->real;
+	struct urvt_context *uctx = to_uctx(domain->ibpd.context);
 	struct rvt_dev_info *rdi = uctx->rdi;
 	struct rvt_srq *srq;
 	int ret;
@@ -61,7 +66,8 @@ struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr
 		goto err_count;
 	}
 	memset(srq, 0, sizeof(*srq));
-	ret = rvt_rq_init(&srq->rq, attr->attr.max_wr, attr->attr.max_sge);
+	ret = rvt_rq_init(&srq->rq, attr->attr.max_wr, attr->attr.max_sge, domain,
+			  RVT_RES_TYPE_SRQ);
 	if (ret)
 		goto err_free;
 	srq->uctx = uctx;
@@ -70,12 +76,13 @@ struct rvt_srq *rvt_create_srq(struct rvt_pd *pd, struct ibv_srq_init_attr *attr
 	/* Stored as given: armed if non-zero, not checked against max_wr
 	 * (qp-semantics §12). */
 	atomic_store(&srq->limit, attr->attr.srq_limit);
-	srq->ibsrq.context = pd->ibpd.context;
-	srq->ibsrq.pd = &pd->ibpd;
+	srq->ibsrq.context = domain->ibpd.context;
+	srq->ibsrq.pd = &domain->ibpd;
 	pthread_mutex_init(&srq->ibsrq.mutex, NULL);
 	pthread_cond_init(&srq->ibsrq.cond, NULL);
 	attr->attr.max_wr = srq->max_wr;
 	atomic_fetch_add(&pd->usecnt, 1);
+	rvt_domain_get(domain);
 	return srq;
 
 err_free:
@@ -92,7 +99,7 @@ static int srq_resize(struct rvt_srq *srq, uint32_t max_wr)
 {
 	struct rvt_rq nrq;
 	uint32_t n;
-	int ret = rvt_rq_init(&nrq, max_wr, srq->rq.max_sge);
+	int ret = rvt_rq_init(&nrq, max_wr, srq->rq.max_sge, srq->rq.wq_domain, srq->rq.wq_type);
 
 	if (ret)
 		return ret;
@@ -108,8 +115,9 @@ static int srq_resize(struct rvt_srq *srq, uint32_t max_wr)
 	for (uint32_t i = 0; i < n; i++)
 		memcpy(rvt_get_rwqe_ptr(&nrq, i), rvt_get_rwqe_ptr(&srq->rq, srq->rq.tail + i),
 		       srq->rq.stride);
-	free(srq->rq.wq);
+	rvt_buf_free(srq->rq.wq_domain, srq->rq.wq, srq->rq.wq_type, srq->rq.wq_custom);
 	srq->rq.wq = nrq.wq;
+	srq->rq.wq_custom = nrq.wq_custom;
 	srq->rq.size = nrq.size;
 	srq->rq.mask = nrq.mask;
 	srq->rq.tail = 0;
@@ -170,6 +178,7 @@ int rvt_destroy_srq(struct rvt_srq *srq)
 	urvt_cancel_async_events(srq->uctx, srq);
 	atomic_fetch_sub(&srq->pd->usecnt, 1);
 	rvt_rq_fini(&srq->rq);
+	rvt_domain_put(srq->rq.wq_domain);
 	pthread_mutex_destroy(&srq->ibsrq.mutex);
 	pthread_cond_destroy(&srq->ibsrq.cond);
 	free(srq);

@@ -29,9 +29,9 @@ void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p);
 
 /*
  * Pick the device address and bind the RoCEv2 port on it. Order: addr,
- * netdev, else the first address in 127.0.0.1-127.0.0.254 whose port 4791
- * is free, so several processes on one host get distinct GIDs with no
- * configuration. Returns the bound socket (>= 0) or a negative errno.
+ * netdev, else the first address in 127.0.0.2-127.0.0.254 (127.0.0.1
+ * last) whose port 4791 is free, so several processes on one host get
+ * distinct GIDs with no configuration. Returns the bound socket (>= 0) or a negative errno.
  */
 int urvt_udp_bind(const char *addr, const char *netdev, struct urvt_link_info *out);
 

@@ -199,9 +199,17 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 		}
 		return fd;
 	}
-	/* Zero configuration: first free loopback address. */
+	/*
+	 * Zero configuration: the first free loopback address from 127.0.0.2
+	 * on, 127.0.0.1 last. 127.0.0.1 is the one programs name ("localhost",
+	 * rdma_bind_addr(127.0.0.1), rdma-core's tests): a process that did
+	 * not ask for an address leaves it to one that does. (A process that
+	 * opened the device and then forks keeps its address; the child that
+	 * binds 127.0.0.1 must find it free.)
+	 */
 	out->family = AF_INET;
-	for (int host = 1; host <= 254; host++) {
+	for (int i = 0; i < 254; i++) {
+		int host = i < 253 ? i + 2 : 1;
 		struct in_addr a4 = { .s_addr = htonl(0x7f000000u | (uint32_t)host) };
 		v4_to_mapped(&out->addr6, a4);
 		fd = bind_roce(AF_INET, &out->addr6);

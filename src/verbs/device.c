@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/report.h"
 #include "core/rvt_api.h"
@@ -111,15 +115,93 @@ static void init_ops(struct urvt_context *uctx)
 	 */
 	vctx->query_port = urvt_vctx_query_port;
 	vctx->query_device_ex = urvt_query_device_ex;
+	vctx->query_rt_values = urvt_query_rt_values;
 	vctx->create_cq_ex = urvt_create_cq_ex;
 	vctx->create_qp_ex = urvt_create_qp_ex;
 	vctx->create_srq_ex = urvt_create_srq_ex;
 	vctx->advise_mr = urvt_advise_mr;
+	vctx->alloc_td = urvt_alloc_td;
+	vctx->dealloc_td = urvt_dealloc_td;
+	vctx->alloc_parent_domain = urvt_alloc_parent_domain;
+	vctx->alloc_dm = urvt_alloc_dm;
+	vctx->free_dm = urvt_free_dm;
+	vctx->reg_dm_mr = urvt_reg_dm_mr;
 	vctx->close_xrcd = close_xrcd_unsupported;
 }
 
-/* ibv_open_device; want: the GID (address) the device must have (NULL: any). */
-static struct ibv_context *open_device(struct ibv_device *device, const union ibv_gid *want)
+/*
+ * Every open context, for ibv_import_device. A context's cmd_fd is a memfd
+ * of its own (no commands go through it: urvt has no kernel channel), so
+ * that the fd, or a dup of it, names the context as a uverbs fd does.
+ */
+static pthread_mutex_t ctx_list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct urvt_context *ctx_list;
+static uint64_t last_share_id;
+
+static int ctx_cmd_fd(struct urvt_context *uctx, int fd)
+{
+	struct stat st;
+
+	if (fd < 0)
+		fd = memfd_create("urvt-context", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	uctx->cmd_ino = (uint64_t)st.st_ino;
+	uctx->vctx.context.cmd_fd = fd;
+	return 0;
+}
+
+static void ctx_publish(struct urvt_context *uctx, uint64_t share_id)
+{
+	pthread_mutex_lock(&ctx_list_lock);
+	uctx->share_id = share_id ? share_id : ++last_share_id;
+	uctx->next_ctx = ctx_list;
+	ctx_list = uctx;
+	pthread_mutex_unlock(&ctx_list_lock);
+}
+
+static void ctx_unpublish(struct urvt_context *uctx)
+{
+	struct urvt_context **pp;
+
+	pthread_mutex_lock(&ctx_list_lock);
+	for (pp = &ctx_list; *pp && *pp != uctx; pp = &(*pp)->next_ctx)
+		;
+	if (*pp)
+		*pp = uctx->next_ctx;
+	pthread_mutex_unlock(&ctx_list_lock);
+}
+
+/* The share group of the open context whose cmd_fd is the file fd names; 0 if none. */
+static uint64_t ctx_share_of_fd(int fd)
+{
+	struct urvt_context *c;
+	struct stat st;
+	uint64_t id = 0;
+
+	if (fstat(fd, &st))
+		return 0;
+	pthread_mutex_lock(&ctx_list_lock);
+	for (c = ctx_list; c; c = c->next_ctx) {
+		if (c->cmd_ino == (uint64_t)st.st_ino) {
+			id = c->share_id;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx_list_lock);
+	return id;
+}
+
+/* ibv_open_device; want: the GID (address) the device must have (NULL: any);
+ * import_fd >= 0: the cmd_fd to adopt (ibv_import_device), share_id its group. */
+static struct ibv_context *open_context(struct ibv_device *device, const union ibv_gid *want,
+					int import_fd, uint64_t share_id)
 {
 	char addr[INET6_ADDRSTRLEN] = "";
 	struct urvt_context *uctx;
@@ -164,6 +246,9 @@ static struct ibv_context *open_device(struct ibv_device *device, const union ib
 	ret = urvt_context_init(uctx, rdi);	/* sets rdi, async_fd */
 	if (ret)
 		goto err_put_dev;
+	ret = ctx_cmd_fd(uctx, import_fd);
+	if (ret)
+		goto err_fini;
 
 	ctx = &uctx->vctx.context;
 	/*
@@ -175,12 +260,14 @@ static struct ibv_context *open_device(struct ibv_device *device, const union ib
 	uctx->vctx.sz = sizeof(struct verbs_context);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	ctx->device = device;
-	ctx->cmd_fd = -1;		/* no kernel command channel */
 	ctx->num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	init_ops(uctx);
+	ctx_publish(uctx, share_id);
 	return ctx;
 
+err_fini:
+	urvt_context_fini(uctx);
 err_put_dev:
 	rvt_dev_put(rdi);
 err_free:
@@ -189,9 +276,33 @@ err_free:
 	return NULL;
 }
 
+static struct ibv_context *open_device(struct ibv_device *device, const union ibv_gid *want)
+{
+	return open_context(device, want, -1, 0);
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	return open_device(device, NULL);
+}
+
+/*
+ * ibv_import_device: cmd_fd is the cmd_fd of an open context of this
+ * process, or a dup of it. The new context takes the fd over (closing the
+ * context closes it) and shares that context's objects: ibv_import_pd and
+ * ibv_import_mr find them by handle. A uverbs fd of another process (urvt
+ * has none to share) or any other fd: EOPNOTSUPP, as a provider without
+ * import answers.
+ */
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	uint64_t share = cmd_fd >= 0 ? ctx_share_of_fd(cmd_fd) : 0;
+
+	if (!share) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return open_context(urvt_ibdev(), NULL, cmd_fd, share);
 }
 
 /* verbs_open_device with struct urvt_open_attr (verbs/open_at.h). */
@@ -227,6 +338,8 @@ int ibv_close_device(struct ibv_context *context)
 	struct urvt_context *uctx = to_uctx(context);
 	struct rvt_dev_info *rdi = uctx->rdi;
 
+	ctx_unpublish(uctx);
+	close(context->cmd_fd);
 	urvt_context_fini(uctx);
 	pthread_mutex_destroy(&context->mutex);
 	free(uctx);
@@ -261,10 +374,17 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 }
 
 /*
- * Reports what urvt has and nothing more: on-demand paging, but no TSO, RSS,
- * WQs, packet pacing, tag matching, CQ moderation, device memory or
- * completion timestamps. The capability bits of orig_attr are repeated in
- * the low half of device_cap_flags_ex, as the kernel does.
+ * The device clock completion timestamps and ibv_query_rt_values_ex read:
+ * CLOCK_MONOTONIC in nanoseconds, so hca_core_clock (kHz) is 1 GHz and the
+ * counter never wraps in practice (all 64 bits valid).
+ */
+#define URVT_HCA_CORE_CLOCK_KHZ 1000000ull
+
+/*
+ * Reports what urvt has and nothing more: on-demand paging, completion
+ * timestamps and device memory, but no TSO, RSS, WQs, packet pacing, tag
+ * matching or CQ moderation. The capability bits of orig_attr are repeated
+ * in the low half of device_cap_flags_ex, as the kernel does.
  */
 int urvt_query_device_ex(struct ibv_context *context,
 			 const struct ibv_query_device_ex_input *input,
@@ -281,24 +401,35 @@ int urvt_query_device_ex(struct ibv_context *context,
 	memset(&ex, 0, sizeof(ex));
 	ex.orig_attr = *dattr;
 	ex.device_cap_flags_ex = dattr->device_cap_flags;
-	ex.completion_timestamp_mask = 0;
-	ex.hca_core_clock = 0;
+	ex.completion_timestamp_mask = UINT64_MAX;
+	ex.hca_core_clock = URVT_HCA_CORE_CLOCK_KHZ;
 	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
-	/* On-demand paging (core/odp.h), implicit too, for every operation
-	 * of the QP types urvt has (UD: SEND and receives only). */
-	ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
-	ex.odp_caps.per_transport_caps.rc_odp_caps =
-		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-		IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
-	ex.odp_caps.per_transport_caps.uc_odp_caps =
-		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-		IBV_ODP_SUPPORT_SRQ_RECV;
-	ex.odp_caps.per_transport_caps.ud_odp_caps =
-		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 
 	/* A caller built against a newer header gets zeros for what we lack. */
 	memset(attr, 0, attr_size);
 	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
+	return 0;
+}
+
+/*
+ * verbs_context->query_rt_values: the device clock now (IBV_VALUES_MASK_RAW_CLOCK),
+ * in the units of completion timestamps: the count of hca_core_clock ticks in
+ * raw_clock.tv_nsec (tv_sec 0), as mlx5 reports its cycle counter. comp_mask
+ * says what was filled.
+ */
+int urvt_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values)
+{
+	struct timespec t;
+
+	(void)context;
+	if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		values->raw_clock.tv_sec = 0;
+		values->raw_clock.tv_nsec = (long)((uint64_t)t.tv_sec * 1000000000ull +
+						   (uint64_t)t.tv_nsec);
+	}
 	return 0;
 }
 

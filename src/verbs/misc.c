@@ -444,46 +444,10 @@ int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr 
 /* ------------------------------------------------------------------ */
 
 /*
- * Importing shares objects of another process through its uverbs command
- * fd; dma-buf registration needs a device that can DMA from the buffer.
- * urvt has neither, so these fail the way a provider without them does.
+ * dma-buf registration needs a device that can DMA from the buffer: it
+ * fails the way a provider without it does. (ibv_import_device, _pd, _mr:
+ * device.c and verbs.c; ibv_import_dm: dm.c.)
  */
-struct ibv_context *ibv_import_device(int cmd_fd)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-void ibv_unimport_pd(struct ibv_pd *pd)
-{
-}
-
-struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-void ibv_unimport_mr(struct ibv_mr *mr)
-{
-}
-
-struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-void ibv_unimport_dm(struct ibv_dm *dm)
-{
-}
-
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
 				 uint64_t iova, int fd, int access)
 {

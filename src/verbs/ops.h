@@ -29,12 +29,27 @@ int urvt_query_device_ex(struct ibv_context *context,
 			 struct ibv_device_attr_ex *attr, size_t attr_size);
 int urvt_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		   struct ibv_sge *sg_list, uint32_t num_sge);
+int urvt_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values);
 struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 				    struct ibv_cq_init_attr_ex *init_attr);
 struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 				 struct ibv_qp_init_attr_ex *init_attr);
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
+
+/* dm.c: device memory (host memory of the process standing in) */
+#define URVT_MAX_DM_SIZE (256u << 10)   /* max_dm_size: all DMs of the device together */
+struct ibv_dm *urvt_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int urvt_free_dm(struct ibv_dm *dm);
+struct ibv_mr *urvt_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
+			      size_t length, unsigned int access);
+void urvt_dm_mr_deregistered(struct ibv_mr *mr); /* after a successful dereg */
+
+/* verbs.c: thread and parent domains */
+struct ibv_td *urvt_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
+int urvt_dealloc_td(struct ibv_td *td);
+struct ibv_pd *urvt_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr);
 
 /* device.c: verbs_open_device's urvt case (verbs/open_at.h) */
 struct ibv_context *urvt_open_device_at(struct ibv_device *device, void *private_data);

@@ -38,9 +38,150 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	return pd ? &pd->ibpd : fail_ptr(err);
 }
 
+static bool pd_is_import(struct ibv_pd *pd)
+{
+	struct rvt_pd *p = ibpd_to_domain(pd);
+
+	return p->real != p && !p->parent;
+}
+
+/* ---- thread and parent domains ---- */
+struct urvt_td {
+	struct ibv_td ibtd;
+	_Atomic int usecnt;               /* parent domains naming it */
+};
+
+/* A thread domain promises that one thread uses what is made on it;
+ * urvt's locks stay, so it is only an object to name. */
+struct ibv_td *urvt_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct urvt_td *td;
+
+	if (attr->comp_mask)
+		return fail_ptr(-EINVAL);
+	td = calloc(1, sizeof(*td));
+	if (!td)
+		return fail_ptr(-ENOMEM);
+	td->ibtd.context = context;
+	return &td->ibtd;
+}
+
+int urvt_dealloc_td(struct ibv_td *ibtd)
+{
+	struct urvt_td *td = container_of(ibtd, struct urvt_td, ibtd);
+
+	if (atomic_load(&td->usecnt))
+		return EBUSY;
+	free(td);
+	return 0;
+}
+
+/*
+ * ibv_alloc_parent_domain: a PD that stands for attr->pd (MRs, QPs, AHs,
+ * SRQs made on it are of that protection domain) and whose QPs', SRQs' and
+ * extended CQs' rings come from attr->alloc / free (core/pd.c
+ * rvt_buf_alloc) when IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS is given.
+ */
+struct ibv_pd *urvt_alloc_parent_domain(struct ibv_context *context,
+					struct ibv_parent_domain_init_attr *attr)
+{
+	struct rvt_pd *prot, *pd;
+	struct rvt_parent *pa;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
+		return fail_ptr(-EINVAL);
+	if (!attr->pd || attr->pd->context != context || ibpd_to_domain(attr->pd)->parent ||
+	    (attr->td && attr->td->context != context))
+		return fail_ptr(-EINVAL);
+	if ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	    (!attr->alloc || !attr->free))
+		return fail_ptr(-EINVAL);
+	prot = ibpd_to_rvtpd(attr->pd);
+	pd = calloc(1, sizeof(*pd));
+	pa = calloc(1, sizeof(*pa));
+	if (!pd || !pa) {
+		free(pd);
+		free(pa);
+		return fail_ptr(-ENOMEM);
+	}
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		pa->alloc = attr->alloc;
+		pa->free = attr->free;
+	}
+	if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		pa->pd_context = attr->pd_context;
+	pa->td = attr->td;
+	if (pa->td)
+		atomic_fetch_add(&container_of(pa->td, struct urvt_td, ibtd)->usecnt, 1);
+	pd->ibpd.context = context;
+	pd->ibpd.handle = prot->ibpd.handle;
+	pd->real = prot;
+	pd->parent = pa;
+	/* the protection domain stays while the parent names it */
+	atomic_fetch_add(&prot->usecnt, 1);
+	return &pd->ibpd;
+}
+
+static int dealloc_parent_domain(struct rvt_pd *pd)
+{
+	if (atomic_load(&pd->usecnt))
+		return EBUSY;
+	if (pd->parent->td)
+		atomic_fetch_sub(&container_of(pd->parent->td, struct urvt_td, ibtd)->usecnt, 1);
+	atomic_fetch_sub(&pd->real->usecnt, 1);
+	free(pd->parent);
+	free(pd);
+	return 0;
+}
+
+/* An imported PD deallocates the PD it stands for (the kernel's: the
+ * object is shared), then goes itself; a parent domain only itself. */
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
-	return fail_int(rvt_dealloc_pd(ibpd_to_rvtpd(pd)));
+	bool import;
+	int ret;
+
+	if (ibpd_to_domain(pd)->parent)
+		return dealloc_parent_domain(ibpd_to_domain(pd));
+	import = pd_is_import(pd); /* before: the PD itself may go */
+	ret = rvt_dealloc_pd(ibpd_to_rvtpd(pd));
+	if (!ret && import)
+		free(container_of(pd, struct rvt_pd, ibpd));
+	return fail_int(ret);
+}
+
+/* Same device, same share group (ibv_import_device). */
+static bool ctx_shares(struct ibv_context *a, struct ibv_context *b)
+{
+	return to_uctx(a)->rdi == to_uctx(b)->rdi && to_uctx(a)->share_id == to_uctx(b)->share_id;
+}
+
+/*
+ * ibv_import_pd: another ibv_pd, of context, for the PD with this handle in
+ * a context context shares objects with (ibv_import_device). It uses the
+ * PD's own protection: objects made on either are of one PD.
+ */
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct rvt_pd *real = rvt_find_pd(to_uctx(context)->rdi, pd_handle), *pd;
+
+	if (!real || !ctx_shares(real->ibpd.context, context))
+		return fail_ptr(-EINVAL);
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return fail_ptr(-ENOMEM);
+	pd->ibpd.context = context;
+	pd->ibpd.handle = pd_handle;
+	pd->real = real;
+	return &pd->ibpd;
+}
+
+/* Drops the imported handle only; the PD stays. */
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	if (pd_is_import(pd))
+		free(container_of(pd, struct rvt_pd, ibpd));
 }
 
 /* ------------------------------------------------------------------ */
@@ -61,7 +202,81 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	struct rvt_mregion *mr;
 
 	mr = rvt_reg_mr(ibpd_to_rvtpd(pd), addr, length, iova, (int)strip_optional(access), &err);
-	return mr ? &mr->ibmr : fail_ptr(err);
+	if (!mr)
+		return fail_ptr(err);
+	/* what ibv_import_mr names it by: the key (rereg keeps it) */
+	mr->ibmr.handle = mr->lkey;
+	mr->ibmr.pd = pd;
+	return &mr->ibmr;
+}
+
+/*
+ * Imported MRs (ibv_import_mr): a copy of the MR's ibv_mr for the
+ * importing PD, listed so that dereg and unimport know them (the MR
+ * structures proper are mr.c's, type-stable).
+ */
+struct mr_import {
+	struct ibv_mr ibmr;
+	struct mr_import *next;
+};
+static pthread_mutex_t mr_import_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mr_import *mr_imports;
+static _Atomic int n_mr_imports;
+
+/* Unlist mr if it is an imported one; true if it was. */
+static bool mr_unlist_import(struct ibv_mr *mr)
+{
+	struct mr_import **pp;
+	bool found = false;
+
+	if (!atomic_load(&n_mr_imports))
+		return false;
+	pthread_mutex_lock(&mr_import_lock);
+	for (pp = &mr_imports; *pp; pp = &(*pp)->next) {
+		if (&(*pp)->ibmr == mr) {
+			*pp = (*pp)->next;
+			atomic_fetch_sub(&n_mr_imports, 1);
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mr_import_lock);
+	return found;
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	struct rvt_mregion *real;
+	struct mr_import *im;
+
+	real = rvt_lookup_key(&to_uctx(pd->context)->rdi->lkey_table, mr_handle);
+	if (!real)
+		return fail_ptr(-EINVAL);
+	if (real->pd != ibpd_to_rvtpd(pd) || !ctx_shares(real->ibmr.context, pd->context)) {
+		rvt_put_mr(real);
+		return fail_ptr(-EINVAL);
+	}
+	im = calloc(1, sizeof(*im));
+	if (!im) {
+		rvt_put_mr(real);
+		return fail_ptr(-ENOMEM);
+	}
+	im->ibmr = real->ibmr;
+	im->ibmr.context = pd->context;
+	im->ibmr.pd = pd;
+	rvt_put_mr(real);
+	pthread_mutex_lock(&mr_import_lock);
+	im->next = mr_imports;
+	mr_imports = im;
+	atomic_fetch_add(&n_mr_imports, 1);
+	pthread_mutex_unlock(&mr_import_lock);
+	return &im->ibmr;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	if (mr_unlist_import(mr))
+		free(container_of(mr, struct mr_import, ibmr));
 }
 
 #undef ibv_reg_mr
@@ -100,9 +315,40 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	return 0;
 }
 
+/* An imported MR deregisters the MR it stands for (shared, as the
+ * kernel's), then goes itself. */
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
-	return fail_int(rvt_dereg_mr(ibmr_to_rvtmr(mr)));
+	struct rvt_mregion *real;
+	int ret;
+
+	if (!mr_unlist_import(mr)) {
+		ret = rvt_dereg_mr(ibmr_to_rvtmr(mr));
+		if (!ret)
+			urvt_dm_mr_deregistered(mr);
+		return fail_int(ret);
+	}
+	real = rvt_lookup_key(&to_uctx(mr->context)->rdi->lkey_table, mr->lkey);
+	ret = real ? 0 : -EINVAL;
+	if (real) {
+		rvt_put_mr(real);
+		ret = rvt_dereg_mr(real);
+		if (!ret)
+			urvt_dm_mr_deregistered(&real->ibmr);
+	}
+	if (ret) {
+		/* still listed: the caller may try again */
+		struct mr_import *im = container_of(mr, struct mr_import, ibmr);
+
+		pthread_mutex_lock(&mr_import_lock);
+		im->next = mr_imports;
+		mr_imports = im;
+		atomic_fetch_add(&n_mr_imports, 1);
+		pthread_mutex_unlock(&mr_import_lock);
+		return fail_int(ret);
+	}
+	free(container_of(mr, struct mr_import, ibmr));
+	return 0;
 }
 
 /* verbs_context->advise_mr (the header's inline ibv_advise_mr) */
@@ -273,6 +519,10 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr->comp_mask)
 		return EINVAL;
+	/* Nothing there: let the transport receive for a polling application,
+	 * as poll_cq does (rvt_app_poll_cq with no entries to take). */
+	if (load_acquire(&cq->tail) == load_acquire(&cq->head))
+		rvt_app_poll_cq(cq, 0, NULL);
 	urvt_spin_lock(&cq->c_lock);
 	cq->ex_cur = cq->tail;
 	ret = ex_load(cq);
@@ -347,11 +597,25 @@ static uint8_t ex_read_dlid_path_bits(struct ibv_cq_ex *cq)
 {
 	return ex_entry(excq(cq))->dlid_path_bits;
 }
+/* The stamps cq.c took when the entry was made (device.c: the clock). */
+static uint64_t ex_read_completion_ts(struct ibv_cq_ex *cq)
+{
+	struct rvt_cq *c = excq(cq);
+
+	return c->ts[c->ex_cur & c->mask].clock;
+}
+static uint64_t ex_read_completion_wallclock_ns(struct ibv_cq_ex *cq)
+{
+	struct rvt_cq *c = excq(cq);
+
+	return c->ts[c->ex_cur & c->mask].wall;
+}
 
 #define URVT_CQ_EX_WC_FLAGS                                                              \
 	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |          \
 	 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |                \
-	 IBV_WC_EX_WITH_DLID_PATH_BITS)
+	 IBV_WC_EX_WITH_DLID_PATH_BITS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |            \
+	 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
 
 struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 				    struct ibv_cq_init_attr_ex *attr)
@@ -361,7 +625,7 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 
 	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
 		return fail_ptr(-EINVAL);
-	/* Timestamps, flow tags, tag matching: nothing to report them from. */
+	/* Flow tags, tag matching, VLANs: nothing to report them from. */
 	if (attr->wc_flags & ~(uint64_t)URVT_CQ_EX_WC_FLAGS)
 		return fail_ptr(-EOPNOTSUPP);
 	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
@@ -394,6 +658,10 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 		cq->ibcq.read_sl = ex_read_sl;
 	if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
 		cq->ibcq.read_dlid_path_bits = ex_read_dlid_path_bits;
+	if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+		cq->ibcq.read_completion_ts = ex_read_completion_ts;
+	if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+		cq->ibcq.read_completion_wallclock_ns = ex_read_completion_wallclock_ns;
 	return &cq->ibcq;
 }
 
@@ -403,7 +671,7 @@ struct ibv_cq_ex *urvt_create_cq_ex(struct ibv_context *context,
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	int err = 0;
-	struct rvt_srq *srq = rvt_create_srq(ibpd_to_rvtpd(pd), attr, &err);
+	struct rvt_srq *srq = rvt_create_srq(ibpd_to_domain(pd), attr, &err);
 
 	if (!srq)
 		return fail_ptr(err);

@@ -1406,12 +1406,17 @@ static void test_query_device_ex(void)
 	      dx.odp_caps.per_transport_caps.uc_odp_caps, dx.odp_caps.per_transport_caps.ud_odp_caps);
 	CHECK(da.max_mw > 0 && (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW),
 	      "query_device: max_mw %d", da.max_mw);
-	CHECK(!dx.comp_mask && !dx.completion_timestamp_mask &&
-		      !dx.hca_core_clock && !dx.tso_caps.max_tso && !dx.rss_caps.max_rwq_indirection_tables &&
+	CHECK(!dx.comp_mask &&
+		      !dx.tso_caps.max_tso && !dx.rss_caps.max_rwq_indirection_tables &&
 		      !dx.max_wq_type_rq && !dx.packet_pacing_caps.qp_rate_limit_max &&
 		      !dx.raw_packet_caps && !dx.tm_caps.max_num_tags && !dx.cq_mod_caps.max_cq_count &&
-		      !dx.max_dm_size && !dx.xrc_odp_caps,
+		      !dx.xrc_odp_caps,
 	      "query_device_ex: a capability urvt lacks is reported");
+	/* what it has: completion timestamps (1 GHz clock), device memory */
+	CHECK(dx.completion_timestamp_mask && dx.hca_core_clock == 1000000 && dx.max_dm_size,
+	      "query_device_ex: timestamps %#llx/%llu kHz, max_dm_size %llu",
+	      (unsigned long long)dx.completion_timestamp_mask,
+	      (unsigned long long)dx.hca_core_clock, (unsigned long long)dx.max_dm_size);
 	/* what the ibv_wr_* tests rely on */
 	CHECK(da.max_sge >= NSGE && da.max_qp_rd_atom > 0 && da.atomic_cap != IBV_ATOMIC_NONE,
 	      "query_device: max_sge %d max_qp_rd_atom %d atomic_cap %d", da.max_sge,
