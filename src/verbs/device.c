@@ -404,6 +404,18 @@ int urvt_query_device_ex(struct ibv_context *context,
 	ex.completion_timestamp_mask = UINT64_MAX;
 	ex.hca_core_clock = URVT_HCA_CORE_CLOCK_KHZ;
 	ex.phys_port_cnt_ex = dattr->phys_port_cnt;
+	/* On-demand paging (core/odp.h), implicit too, for every operation
+	 * of the QP types urvt has (UD: SEND and receives only). */
+	ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	ex.odp_caps.per_transport_caps.rc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.uc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.ud_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.max_dm_size = URVT_MAX_DM_SIZE;
 
 	/* A caller built against a newer header gets zeros for what we lack. */
 	memset(attr, 0, attr_size);
