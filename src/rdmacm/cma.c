@@ -329,20 +329,36 @@ err:
  * Deviation (docs/rdmacm.md): a loopback address names this host. On Linux
  * all of 127/8 is every process's; here each process's device has its own
  * address, so a loopback address it does not hold (or holds busy) binds the
- * wildcard instead, the port kept: rdma-core's tests connect 127.0.0.1 ->
+ * wildcard instead, the port kept (on the process's device if that is a
+ * loopback one): rdma-core's tests connect 127.0.0.1 ->
  * 127.0.0.1 from two processes, libfabric's verbs provider binds
  * "localhost" when given no source.
  */
+static bool env_set(const char *name);
+
 int cma_bind_host(struct rdma_id_private *p, const struct sockaddr *addr)
 {
 	struct sockaddr_storage any = { .ss_family = addr->sa_family };
+	struct cma_device *dev;
 	int ret = cma_bind_addr(p, addr);
 
 	if (!cma_loopback_addr(addr) || (ret != -EADDRNOTAVAIL && ret != -EADDRINUSE))
 		return ret;
 	cma_set_port((struct sockaddr *)&any, cma_port(addr));
 	/* that failing too, the address's own answer (a port in use) */
-	return cma_bind_addr(p, (struct sockaddr *)&any) ? ret : 0;
+	if (cma_bind_addr(p, (struct sockaddr *)&any))
+		return ret;
+	/* and on the process's device when that is a loopback one too, as a
+	 * bound address is (id->verbs: pyverbs' bind_addr takes the id's
+	 * context at once); a device on another interface stays unbound
+	 * here, as libfabric's verbs provider expects in a namespace */
+	dev = cma_device_if_open();
+	if (dev ? cma_loopback_addr((struct sockaddr *)&dev->addr) :
+		  !env_set("URVT_ADDR") && !env_set("URVT_NETDEV")) {
+		if (!cma_get_device(NULL, &dev))
+			cma_attach_to_dev(p, dev);
+	}
+	return 0;
 }
 
 static bool env_set(const char *name)
@@ -363,7 +379,10 @@ static int cma_dev_for_dst(const struct sockaddr *dst, struct cma_device **dev)
 	struct sockaddr_storage src;
 	int ret;
 
-	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV"))
+	/* a multicast group: the process's device, wherever it is (the
+	 * route to a group names no device of ours) */
+	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV") ||
+	    cma_mcast_addr(dst))
 		return cma_get_device(NULL, dev);
 	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET) {
 		/* a free 127.0.0.x, never dst itself: a client started before
