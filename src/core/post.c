@@ -14,7 +14,8 @@
 
 /* Operation table (qp-semantics §2.3): which QP types may post each opcode. */
 enum { OP_RC = 1 << 0, OP_UC = 1 << 1, OP_UD = 1 << 2 };
-enum { OPF_ATOMIC = 1 << 3, OPF_RDATOMIC = 1 << 4, OPF_LOCAL = 1 << 5, OPF_INLINE_OK = 1 << 6 };
+enum { OPF_ATOMIC = 1 << 3, OPF_RDATOMIC = 1 << 4, OPF_LOCAL = 1 << 5, OPF_INLINE_OK = 1 << 6,
+       OPF_VALUE = 1 << 7 /* ATOMIC_WRITE: 8 bytes taken at post time */ };
 
 static const uint8_t post_parms[IBV_WR_ATOMIC_WRITE + 1] = {
 	[IBV_WR_RDMA_WRITE] = OP_RC | OP_UC | OPF_INLINE_OK,
@@ -27,6 +28,7 @@ static const uint8_t post_parms[IBV_WR_ATOMIC_WRITE + 1] = {
 	[IBV_WR_LOCAL_INV] = OP_RC | OP_UC | OPF_LOCAL,
 	[IBV_WR_BIND_MW] = OP_RC | OP_UC | OPF_LOCAL,
 	[IBV_WR_SEND_WITH_INV] = OP_RC | OPF_INLINE_OK,
+	[IBV_WR_ATOMIC_WRITE] = OP_RC | OPF_RDATOMIC | OPF_VALUE,
 };
 
 static inline uint8_t qp_type_bit(enum ibv_qp_type t)
@@ -59,6 +61,34 @@ static int local_inv_now(struct rvt_qp *qp, uint32_t rkey)
 }
 
 /*
+ * ATOMIC_WRITE's 8 bytes (qp-semantics §2.10): inline (the extended API
+ * passes its value so), or one SGE of exactly 8 bytes that the lkey
+ * check lets the QP read. Taken now, into the WQE: the responder stores
+ * them as one 8-byte write.
+ */
+static int atomic_write_value(struct rvt_qp *qp, const struct ibv_send_wr *wr, uint64_t *val)
+{
+	struct rvt_sge sge;
+	int ret;
+
+	if (wr->num_sge != 1 || wr->sg_list[0].length != sizeof(uint64_t))
+		return -EINVAL;
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		memcpy(val, (const void *)(uintptr_t)wr->sg_list[0].addr, sizeof(*val));
+		return 0;
+	}
+	ret = rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &sge, NULL, &wr->sg_list[0], 0);
+	if (ret < 0)
+		return -EINVAL;
+	if (rvt_sge_odp(&sge))
+		ret = rvt_odp_copy(val, sge.vaddr, sizeof(*val)) ? 0 : -EFAULT;
+	else
+		memcpy(val, sge.vaddr, sizeof(*val));
+	rvt_put_sge(&sge);
+	return ret < 0 ? ret : 0;
+}
+
+/*
  * Check one WR (qp-semantics §2.2 W1-W11, in rdmavt's order) and fill the
  * send slot after the ones already taken: s_head for post_send, s_head + b->n
  * inside an ibv_wr_* batch. The caller publishes the slot (advances s_head).
@@ -76,6 +106,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	struct rvt_swqe *wqe;
 	uint32_t opcode = wr->opcode, parms, acc, j = 0;
 	uint64_t length = 0; /* 64-bit: 32 SGEs of up to 4 GiB must not wrap (W11, inline) */
+	uint64_t value = 0;
 	uint32_t head = qp->s_head + (b ? b->n : 0);
 	bool is_inline, local_now = false;
 
@@ -124,7 +155,13 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 
 	wqe = rvt_get_swqe_ptr(qp, head);
 	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
-	if (is_inline) {
+	if (parms & OPF_VALUE) {
+		int ret = atomic_write_value(qp, wr, &value);
+		if (ret)
+			return ret;
+		length = sizeof(value);
+		wqe->wqe_flags = 0;
+	} else if (is_inline) {
 		/* rxe-style inline (qp-semantics §2.7 decision): copy now, no lkey check. */
 		uint8_t *buf = (uint8_t *)&wqe->sg_list[qp->max_send_sge ? qp->max_send_sge : 1];
 		for (int i = 0; i < wr->num_sge; i++)
@@ -203,6 +240,13 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 		wqe->wr.atomic.compare_add = wr->wr.atomic.compare_add;
 		wqe->wr.atomic.swap = wr->wr.atomic.swap;
 		wqe->wr.atomic.rkey = wr->wr.atomic.rkey;
+		break;
+	case IBV_WR_ATOMIC_WRITE:
+		/* addressed as an RDMA WRITE; the value in the atomic fields */
+		wqe->wr.atomic.remote_addr = wr->wr.rdma.remote_addr;
+		wqe->wr.atomic.rkey = wr->wr.rdma.rkey;
+		wqe->wr.atomic.compare_add = value;
+		wqe->wr.atomic.swap = 0;
 		break;
 	case IBV_WR_BIND_MW:
 		wqe->wr.bind.mw = ibmw_to_rvtmw(wr->bind_mw.mw);

@@ -265,7 +265,7 @@ void rvt_put_swqe(struct rvt_swqe *wqe)
 		rvt_put_sge(&wqe->sg_list[i]);
 }
 
-static const enum ibv_wc_opcode wr_to_wc_opcode[IBV_WR_SEND_WITH_INV + 1] = {
+static const enum ibv_wc_opcode wr_to_wc_opcode[IBV_WR_ATOMIC_WRITE + 1] = {
 	[IBV_WR_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
 	[IBV_WR_RDMA_WRITE_WITH_IMM] = IBV_WC_RDMA_WRITE,
 	[IBV_WR_SEND] = IBV_WC_SEND,
@@ -276,7 +276,30 @@ static const enum ibv_wc_opcode wr_to_wc_opcode[IBV_WR_SEND_WITH_INV + 1] = {
 	[IBV_WR_LOCAL_INV] = IBV_WC_LOCAL_INV,
 	[IBV_WR_BIND_MW] = IBV_WC_BIND_MW,
 	[IBV_WR_SEND_WITH_INV] = IBV_WC_SEND,
+	[IBV_WR_ATOMIC_WRITE] = IBV_WC_ATOMIC_WRITE,
 };
+
+/*
+ * ATOMIC_WRITE's target (qp-semantics §2.10), one rule for the in-process
+ * path and the responder: remote write access for 8 bytes, an aligned
+ * address, then one atomic 8-byte store of the bytes as they came.
+ */
+enum rvt_rkey_res rvt_atomic_write(struct rvt_qp *qp, uint64_t va, uint32_t rkey, uint64_t val)
+{
+	struct rvt_sge sge;
+	enum rvt_rkey_res r = rvt_chk_rkey(qp, &sge, va, sizeof(val), rkey,
+					   IBV_ACCESS_REMOTE_WRITE);
+
+	if (r != RVT_RKEY_OK)
+		return r;
+	if (va & (sizeof(val) - 1)) {
+		rvt_put_sge(&sge);
+		return RVT_RKEY_INV;
+	}
+	__atomic_store_n((uint64_t *)(void *)sge.vaddr, val, __ATOMIC_SEQ_CST);
+	rvt_put_sge(&sge);
+	return RVT_RKEY_OK;
+}
 
 /*
  * rvt_send_complete / rvt_qp_complete_swqe (qp-semantics §2.9): retire the
@@ -299,7 +322,7 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 		wc.qp_num = qp->qpn;
 	}
 	if (wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	    wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+	    wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wqe->opcode == IBV_WR_ATOMIC_WRITE) {
 		if (qp->s_rd_atomic_outstanding)
 			qp->s_rd_atomic_outstanding--;
 	}
@@ -448,6 +471,10 @@ static enum lb_result loopback_execute(struct rvt_qp *sqp, struct rvt_qp *qp,
 		rvt_copy_sge(&src, &orig, sizeof(orig), false, false);
 		return LB_OK;
 	}
+	case IBV_WR_ATOMIC_WRITE:
+		return (enum lb_result)rvt_atomic_write(qp, wqe->wr.atomic.remote_addr,
+							wqe->wr.atomic.rkey,
+							wqe->wr.atomic.compare_add);
 	default:
 		return LB_LOC_QP_OP;
 	}

@@ -107,6 +107,10 @@ int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr);
 int rvt_destroy_qp(struct rvt_qp *qp);
 
+/* ---- ruc.c ---- */
+/* ATOMIC_WRITE of val at va through rkey, as qp's responder (keys.h results). */
+enum rvt_rkey_res rvt_atomic_write(struct rvt_qp *qp, uint64_t va, uint32_t rkey, uint64_t val);
+
 /* ---- mcast.c: UD multicast ---- */
 bool rvt_gid_is_mcast(const uint8_t gid[16]);
 int rvt_attach_mcast(struct rvt_qp *qp, const union ibv_gid *gid, uint16_t lid);

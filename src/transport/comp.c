@@ -292,6 +292,14 @@ static enum comp_state comp_check_ack(struct comp_ctx *c)
 	case URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_LAST:
 	case URVT_OP_RC_RDMA_READ_RESPONSE_ONLY:
+		/* qp-semantics §2.10: ATOMIC_WRITE's answer, empty */
+		if (wqe->opcode == IBV_WR_ATOMIC_WRITE) {
+			if (pkt->opcode != URVT_OP_RC_RDMA_READ_RESPONSE_ONLY || pkt->paylen ||
+			    pkt->psn != wqe->psn ||
+			    urvt_aeth_syn_type(pkt->aeth.syn) != URVT_AETH_ACK)
+				return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+			return COMPST_ATOMIC;
+		}
 		if (wqe->opcode != IBV_WR_RDMA_READ)
 			return comp_fail(c, IBV_WC_FATAL_ERR); /* rc-protocol §4 step 5 */
 		if ((pkt->mask & URVT_AETH_MASK) &&
@@ -333,8 +341,9 @@ static enum comp_state comp_read(struct comp_ctx *c)
 
 static enum comp_state comp_atomic(struct comp_ctx *c)
 {
-	/* the original value goes to the first SGE (checked >= 8 at post) */
-	if (c->wqe->num_sge) {
+	/* the original value goes to the first SGE (checked >= 8 at post);
+	 * ATOMIC_WRITE has none */
+	if (c->wqe->num_sge && c->wqe->opcode != IBV_WR_ATOMIC_WRITE) {
 		uint64_t orig = c->pkt->atmack_orig;
 		if (rvt_sge_odp(&c->wqe->sg_list[0])) /* probed when it started */
 			(void)rvt_odp_copy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));

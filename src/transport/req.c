@@ -38,6 +38,8 @@ static uint8_t req_opcode(const struct rvt_swqe *wqe, bool uc, bool first, bool 
 		return URVT_OP_RC_COMPARE_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return URVT_OP_RC_FETCH_ADD;
+	case IBV_WR_ATOMIC_WRITE:
+		return URVT_OP_RC_ATOMIC_WRITE;
 	default:
 		return 0xff;
 	}
@@ -276,6 +278,12 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = left;
 		qp->s_offset += left;
+	} else if (wqe->opcode == IBV_WR_ATOMIC_WRITE) {
+		/* qp-semantics §2.10: RETH for 8 bytes, the value as payload */
+		f.reth.va = wqe->wr.atomic.remote_addr;
+		f.reth.rkey = wqe->wr.atomic.rkey;
+		f.reth.len = sizeof(uint64_t);
+		f.paylen = sizeof(uint64_t);
 	} else {
 		f.atmeth.va = wqe->wr.atomic.remote_addr;
 		f.atmeth.rkey = wqe->wr.atomic.rkey;
@@ -287,7 +295,9 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 		}
 	}
 	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
-	urvt_build_finish(qp, q, p, h);
+	if (f.paylen)
+		memcpy(p + h, &wqe->wr.atomic.compare_add, f.paylen);
+	urvt_build_finish(qp, q, p, h + f.paylen);
 	tp->ackreq_psn = urvt_psn_add(psn, npsn - 1);
 	tp->ackreq_valid = true;
 	if (!resend) {

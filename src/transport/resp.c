@@ -411,6 +411,36 @@ static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	return RESP_OK;
 }
 
+/* ATOMIC_WRITE (qp-semantics §2.10): a responder resource, the 8-byte
+ * store, an empty READ RESPONSE ONLY. */
+static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	struct rvt_ack_entry *e;
+	enum rvt_rkey_res r;
+	uint64_t val;
+
+	if (!qp->max_dest_rd_atomic)
+		return RESP_NAK_INV; /* no responder resources */
+	if (pkt->paylen != sizeof(val) || pkt->reth.len != sizeof(val))
+		return RESP_NAK_INV;
+	memcpy(&val, pkt->payload, sizeof(val));
+	r = rvt_atomic_write(qp, pkt->reth.va, pkt->reth.rkey, val);
+	if (r != RVT_RKEY_OK)
+		return rkey_nak(r);
+	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
+	/* saved: a duplicate is answered again, never executed again */
+	e = res_alloc(qp);
+	e->psn = e->lpsn = pkt->psn;
+	e->opcode = pkt->opcode;
+	e->valid = 1;
+	e->va = pkt->reth.va;
+	e->rkey = pkt->reth.rkey;
+	e->length = sizeof(val);
+	read_respond(qp, NULL, 0, pkt->psn, true);
+	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
+	return RESP_OK;
+}
+
 /* rc-protocol §3.8 duplicates (RC): re-ACK, replay READ, resend the saved
  * atomic result. */
 static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
@@ -431,6 +461,11 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		if (pkt->mask & URVT_ATOMIC_MASK) {
 			if (pkt->psn == e->psn)
 				send_atomic_ack(qp, pkt->psn, e->atomic_data);
+			return;
+		}
+		if (pkt->mask & URVT_ATOMIC_WRITE_MASK) {
+			if (pkt->psn == e->psn)
+				read_respond(qp, NULL, 0, pkt->psn, true);
 			return;
 		}
 		/* READ: the duplicate must ask for a part of the original */
@@ -543,8 +578,10 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		res = exec_read(qp, pkt);
 	else if (pkt->mask & URVT_ATOMIC_MASK)
 		res = exec_atomic(qp, pkt);
+	else if (pkt->mask & URVT_ATOMIC_WRITE_MASK)
+		res = exec_atomic_write(qp, pkt);
 	else
-		res = RESP_NAK_INV; /* FLUSH, ATOMIC_WRITE: not supported */
+		res = RESP_NAK_INV; /* FLUSH: not supported */
 
 	switch (res) {
 	case RESP_OK:
@@ -557,7 +594,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		return rc_fail(qp, pkt, res) || lastwqe;
 	}
 	qp->r_state = pkt->opcode;
-	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK))
+	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK | URVT_ATOMIC_WRITE_MASK))
 		return lastwqe; /* answered by their responses */
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	/* rc-protocol §3.10: ACK only what asks for it (coalescing) */

@@ -311,7 +311,7 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 static inline bool wqe_is_rd_atomic(const struct rvt_swqe *wqe)
 {
 	return wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	       wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wqe->opcode == IBV_WR_ATOMIC_WRITE;
 }
 
 /* Advance an SGE cursor by n bytes without copying (rvt_copy_sge's walk). */

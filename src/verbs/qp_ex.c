@@ -30,6 +30,7 @@ struct urvt_wr_ctx {
 	uint32_t n_sge;                   /* entries in sge[] (max_send_sge, at least 1) */
 	uint32_t max_inline;              /* bytes at inl */
 	uint8_t *inl;                     /* inline data, copied by the setter */
+	uint8_t value[8];                 /* ATOMIC_WRITE's, copied by the builder */
 	struct ibv_sge sge[];             /* then the inline bytes */
 };
 
@@ -39,7 +40,8 @@ struct urvt_wr_ctx {
 #define OPS_UC (OPS_UD | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
 		IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW)
 #define OPS_RC (OPS_UC | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |  \
-		IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+		IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |       \
+		IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 static inline struct rvt_qp *xqp(struct ibv_qp_ex *ibqpx)
 {
@@ -192,6 +194,23 @@ static void x_local_inv(struct ibv_qp_ex *ibqpx, uint32_t invalidate_rkey)
 	start_wr(ibqpx, IBV_WR_LOCAL_INV)->invalidate_rkey = invalidate_rkey;
 }
 
+/* ATOMIC_WRITE (qp-semantics §2.10): its 8 bytes go as one inline SGE,
+ * copied into the WQE by post_send's checks. */
+static void x_atomic_write(struct ibv_qp_ex *ibqpx, uint32_t rkey, uint64_t remote_addr,
+			   const void *atomic_wr)
+{
+	struct ibv_send_wr *wr = start_wr(ibqpx, IBV_WR_ATOMIC_WRITE);
+	struct urvt_wr_ctx *c = xctx(ibqpx);
+
+	wr->wr.rdma.remote_addr = remote_addr;
+	wr->wr.rdma.rkey = rkey;
+	memcpy(c->value, atomic_wr, sizeof(c->value));
+	c->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)c->value, .length = sizeof(c->value) };
+	wr->sg_list = c->sge;
+	wr->num_sge = 1;
+	wr->send_flags |= IBV_SEND_INLINE;
+}
+
 /* A bind of a type 2 window (core/mw.c), or of a type 1 one as ibv_bind_mw does. */
 static void x_bind_mw(struct ibv_qp_ex *ibqpx, struct ibv_mw *mw, uint32_t rkey,
 		      const struct ibv_mw_bind_info *bind_info)
@@ -228,14 +247,6 @@ static void x_send_tso(struct ibv_qp_ex *ibqpx, void *hdr, uint16_t hdr_sz, uint
 	x_unsupported(ibqpx);
 }
 
-static void x_atomic_write(struct ibv_qp_ex *ibqpx, uint32_t rkey, uint64_t remote_addr,
-			   const void *atomic_wr)
-{
-	(void)rkey;
-	(void)remote_addr;
-	(void)atomic_wr;
-	x_unsupported(ibqpx);
-}
 
 static void x_set_xrc_srqn(struct ibv_qp_ex *ibqpx, uint32_t remote_srqn)
 {

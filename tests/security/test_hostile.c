@@ -708,6 +708,7 @@ static struct outcome expected(const struct attack *a)
 #define W_ONLY URVT_OP_RC_RDMA_WRITE_ONLY
 #define R_REQ URVT_OP_RC_RDMA_READ_REQUEST
 #define FADD URVT_OP_RC_FETCH_ADD
+#define AW URVT_OP_RC_ATOMIC_WRITE
 #define ACK URVT_OP_RC_ACKNOWLEDGE
 #define S_ONLY URVT_OP_RC_SEND_ONLY
 
@@ -828,6 +829,33 @@ static const struct attack attacks[] = {
 	{ "atomic to a QP without REMOTE_ATOMIC", RC, RTS, IBV_ACCESS_REMOTE_WRITE, FADD, Q_VICTIM,
 	  0, K_RW, V_OFF, 16, 0, 0, 0, .resp_op = ACK, .resp_syn = NAK_INV, .resp_psn_off = 0,
 	  .wc = FL, .state_after = ERR, .c = URVT_CTR_NAK_SENT_INV },
+
+	/* ATOMIC_WRITE (qp-semantics §2.10) */
+	{ "control: ATOMIC_WRITE into an MR with REMOTE_WRITE", RC, RTS, 0, AW, Q_VICTIM, 0, K_RW,
+	  V_OFF, 64, 0, 8, 8, .resp_op = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, .resp_syn = 0x1f,
+	  .resp_psn_off = 0, .wc = NONE, .state_after = RTS, .c = URVT_CTR_TX_PKTS,
+	  .rw_changes = true },
+	{ "ATOMIC_WRITE with 4 bytes", RC, RTS, 0, AW, Q_VICTIM, 0, K_RW, V_OFF, 64, 0, 8, 4,
+	  .resp_op = ACK, .resp_syn = NAK_INV, .resp_psn_off = 0, .wc = FL, .state_after = ERR,
+	  .c = URVT_CTR_NAK_SENT_INV },
+	{ "ATOMIC_WRITE with RETH length 16", RC, RTS, 0, AW, Q_VICTIM, 0, K_RW, V_OFF, 64, 0, 16, 8,
+	  .resp_op = ACK, .resp_syn = NAK_INV, .resp_psn_off = 0, .wc = FL, .state_after = ERR,
+	  .c = URVT_CTR_NAK_SENT_INV },
+	{ "misaligned ATOMIC_WRITE", RC, RTS, 0, AW, Q_VICTIM, 0, K_RW, V_OFF, 12, 0, 8, 8,
+	  .resp_op = ACK, .resp_syn = NAK_INV, .resp_psn_off = 0, .wc = FL, .state_after = ERR,
+	  .c = URVT_CTR_NAK_SENT_INV },
+	{ "ATOMIC_WRITE into a remote-read-only MR", RC, RTS, 0, AW, Q_VICTIM, 0, K_RO, V_OFF, 16, 0,
+	  8, 8, .resp_op = ACK, .resp_syn = NAK_ACC, .resp_psn_off = 0, .wc = FL,
+	  .state_after = ERR, .c = URVT_CTR_NAK_SENT_ACCESS },
+	{ "ATOMIC_WRITE at the MR's end", RC, RTS, 0, AW, Q_VICTIM, 0, K_RW, V_END, 4, 0, 8, 8,
+	  .resp_op = ACK, .resp_syn = NAK_ACC, .resp_psn_off = 0, .wc = FL, .state_after = ERR,
+	  .c = URVT_CTR_NAK_SENT_ACCESS },
+	{ "ATOMIC_WRITE to a QP without REMOTE_WRITE", RC, RTS, IBV_ACCESS_REMOTE_READ, AW,
+	  Q_VICTIM, 0, K_RW, V_OFF, 16, 0, 8, 8, .resp_op = ACK, .resp_syn = NAK_INV,
+	  .resp_psn_off = 0, .wc = FL, .state_after = ERR, .c = URVT_CTR_NAK_SENT_INV },
+	{ "ATOMIC_WRITE with the key of another PD's MR", RC, RTS, 0, AW, Q_VICTIM, 0, K_OTHER,
+	  V_OFF, 16, 0, 8, 8, .resp_op = ACK, .resp_syn = NAK_ACC, .resp_psn_off = 0, .wc = FL,
+	  .state_after = ERR, .c = URVT_CTR_NAK_SENT_ACCESS },
 
 	/* PSN */
 	{ "PSN far ahead (+2^22)", RC, RTS, 0, W_ONLY, Q_VICTIM, 0x400000, K_RW, V_OFF, 0, 0, 16, 16,
