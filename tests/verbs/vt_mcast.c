@@ -246,6 +246,8 @@ static int mode_send(const char *group, unsigned n)
 		CHECK(!send_one(&r, r.qp, ah, i), "send %u", i);
 		usleep(2000);
 	}
+	if (ah)
+		CHECK(!ibv_destroy_ah(ah), "destroy_ah");
 	printf("%s: %u datagrams sent\n", failures ? "FAIL" : "ok", n);
 	return failures ? 1 : 0;
 }
