@@ -59,6 +59,8 @@ static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool re
 	out->psn = bth_psn(p);
 
 	const uint8_t *o;
+	if (mask & URVT_XRCETH_MASK)
+		out->xrc_srqn = xrceth_srqn(p + info->offset[URVT_XRCETH]);
 	if (mask & URVT_FETH_MASK)
 		out->feth = feth_val(p + info->offset[URVT_FETH]);
 	if (mask & URVT_DETH_MASK) {
@@ -131,6 +133,8 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 	urvt_put_be32(buf + 8, (f->ackreq ? 0x80000000u : 0) | (f->psn & 0xffffffu));
 
 	uint8_t *o;
+	if (mask & URVT_XRCETH_MASK)
+		xrceth_set_srqn(buf + info->offset[URVT_XRCETH], f->xrc_srqn);
 	if (mask & URVT_FETH_MASK)
 		feth_set_val(buf + info->offset[URVT_FETH], f->feth);
 	if (mask & URVT_DETH_MASK) {

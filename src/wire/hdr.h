@@ -148,6 +148,14 @@ static inline void deth_set_sqp(uint8_t *p, uint32_t qpn)
 static inline uint32_t immdt_imm(const uint8_t *p) { return urvt_get_be32(p); }
 static inline void immdt_set_imm(uint8_t *p, uint32_t imm) { urvt_put_be32(p, imm); }
 
+/* XRCETH (roce-wire §3.1): 8 reserved bits, the 24-bit XRC SRQ number. */
+static inline uint32_t xrceth_srqn(const uint8_t *p) { return urvt_get_be24(p + 1); }
+static inline void xrceth_set_srqn(uint8_t *p, uint32_t srqn)
+{
+	p[0] = 0;
+	urvt_put_be24(p + 1, srqn);
+}
+
 static inline uint32_t ieth_rkey(const uint8_t *p) { return urvt_get_be32(p); }
 static inline void ieth_set_rkey(uint8_t *p, uint32_t rkey) { urvt_put_be32(p, rkey); }
 
@@ -221,6 +229,7 @@ struct urvt_pkt {
 	uint32_t psn;
 
 	/* extended headers */
+	uint32_t xrc_srqn; /* XRCETH, 24 bits */
 	struct urvt_reth reth;
 	struct urvt_atmeth atmeth;
 	struct urvt_aeth aeth;
@@ -275,7 +284,7 @@ int urvt_pkt_parse_hdrs(const uint8_t *hdr, size_t len, struct urvt_pkt *out);
  */
 size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f);
 
-/* No opcode's BTH + extended headers are longer (BTH + AtomicETH: 40). */
+/* No opcode's BTH + extended headers are longer (BTH + XRCETH + AtomicETH: 44). */
 #define URVT_HDR_MAX 64
 
 struct urvt_ipinfo; /* wire/ip.h */

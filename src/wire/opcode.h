@@ -12,10 +12,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Header types, in wire order (roce-wire §3: BTH, DETH, RETH, AtomicETH,
- * AETH, AtomicAckETH, ImmDt, IETH, payload; FLUSH puts FETH before RETH). */
+/* Header types, in wire order (roce-wire §3: BTH, XRCETH, DETH, RETH,
+ * AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload; FLUSH puts FETH
+ * before RETH). */
 enum urvt_hdr_type {
 	URVT_BTH,
+	URVT_XRCETH,
 	URVT_FETH,
 	URVT_DETH,
 	URVT_RETH,
@@ -32,6 +34,7 @@ enum urvt_hdr_type {
 /* Header sizes in bytes (roce-wire §2, §3, §4.4). */
 enum {
 	URVT_BTH_BYTES = 12,
+	URVT_XRCETH_BYTES = 4,
 	URVT_FETH_BYTES = 4,
 	URVT_DETH_BYTES = 8,
 	URVT_RETH_BYTES = 16,
@@ -42,12 +45,13 @@ enum {
 	URVT_IETH_BYTES = 4,
 	URVT_CNPRSV_BYTES = 16,
 	URVT_ICRC_BYTES = 4,
-	URVT_MAX_HDR_BYTES = 40, /* COMPARE_SWAP / FETCH_ADD */
+	URVT_MAX_HDR_BYTES = 44, /* XRC COMPARE_SWAP / FETCH_ADD */
 };
 
 /* Opcode mask bits. The low bits mirror enum urvt_hdr_type. */
 enum urvt_op_mask {
 	URVT_BTH_MASK = 1u << URVT_BTH,
+	URVT_XRCETH_MASK = 1u << URVT_XRCETH,
 	URVT_FETH_MASK = 1u << URVT_FETH,
 	URVT_DETH_MASK = 1u << URVT_DETH,
 	URVT_RETH_MASK = 1u << URVT_RETH,
@@ -59,24 +63,24 @@ enum urvt_op_mask {
 	URVT_CNPRSV_MASK = 1u << URVT_CNPRSV,
 	URVT_PAYLOAD_MASK = 1u << URVT_PAYLOAD, /* may carry data */
 
-	URVT_REQ_MASK = 1u << 11,	/* requester -> responder */
-	URVT_ACK_MASK = 1u << 12,	/* responder -> requester (ACK, read resp, atomic ack) */
-	URVT_SEND_MASK = 1u << 13,
-	URVT_WRITE_MASK = 1u << 14,
-	URVT_READ_MASK = 1u << 15,	/* read request and read responses */
-	URVT_ATOMIC_MASK = 1u << 16,	/* COMPARE_SWAP, FETCH_ADD */
-	URVT_RWR_MASK = 1u << 17,	/* consumes/needs a receive WQE */
-	URVT_COMP_MASK = 1u << 18,	/* completes a receive WQE at the responder */
-	URVT_FIRST_MASK = 1u << 19,	/* *_FIRST opcode */
-	URVT_MIDDLE_MASK = 1u << 20,	/* *_MIDDLE opcode */
-	URVT_LAST_MASK = 1u << 21,	/* *_LAST opcode */
-	URVT_ONLY_MASK = 1u << 22,	/* *_ONLY and single-packet ops */
-	URVT_START_MASK = 1u << 23,	/* first packet of a message: FIRST or ONLY */
-	URVT_END_MASK = 1u << 24,	/* last packet of a message: LAST or ONLY */
-	URVT_FLUSH_MASK = 1u << 25,	/* IBTA 1.5 FLUSH */
-	URVT_ATOMIC_WRITE_MASK = 1u << 26, /* IBTA 1.5 ATOMIC_WRITE */
-	URVT_CNP_MASK = 1u << 27,
-	URVT_SE_OK_MASK = 1u << 28,	/* SE may be set (roce-wire §2, §10) */
+	URVT_REQ_MASK = 1u << 12,	/* requester -> responder */
+	URVT_ACK_MASK = 1u << 13,	/* responder -> requester (ACK, read resp, atomic ack) */
+	URVT_SEND_MASK = 1u << 14,
+	URVT_WRITE_MASK = 1u << 15,
+	URVT_READ_MASK = 1u << 16,	/* read request and read responses */
+	URVT_ATOMIC_MASK = 1u << 17,	/* COMPARE_SWAP, FETCH_ADD */
+	URVT_RWR_MASK = 1u << 18,	/* consumes/needs a receive WQE */
+	URVT_COMP_MASK = 1u << 19,	/* completes a receive WQE at the responder */
+	URVT_FIRST_MASK = 1u << 20,	/* *_FIRST opcode */
+	URVT_MIDDLE_MASK = 1u << 21,	/* *_MIDDLE opcode */
+	URVT_LAST_MASK = 1u << 22,	/* *_LAST opcode */
+	URVT_ONLY_MASK = 1u << 23,	/* *_ONLY and single-packet ops */
+	URVT_START_MASK = 1u << 24,	/* first packet of a message: FIRST or ONLY */
+	URVT_END_MASK = 1u << 25,	/* last packet of a message: LAST or ONLY */
+	URVT_FLUSH_MASK = 1u << 26,	/* IBTA 1.5 FLUSH */
+	URVT_ATOMIC_WRITE_MASK = 1u << 27, /* IBTA 1.5 ATOMIC_WRITE */
+	URVT_CNP_MASK = 1u << 28,
+	URVT_SE_OK_MASK = 1u << 29,	/* SE may be set (roce-wire §2, §10) */
 };
 
 /* Transport class = top three opcode bits (roce-wire §2). */
@@ -86,6 +90,7 @@ enum urvt_transport {
 	URVT_TRANSPORT_RD = 2,
 	URVT_TRANSPORT_UD = 3,
 	URVT_TRANSPORT_CNP = 4,
+	URVT_TRANSPORT_XRC = 5,
 };
 
 /* Opcode values (roce-wire §4). */
@@ -133,6 +138,19 @@ enum urvt_opcode {
 	URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE = 0x65,
 
 	URVT_OP_CNP = 0x81,
+
+	/* XRC (roce-wire §4.5): the RC operations at 0xA0 + the RC opcode */
+	URVT_OP_XRC_BASE = 0xa0,
+	URVT_OP_XRC_SEND_FIRST = 0xa0,
+	URVT_OP_XRC_SEND_ONLY = 0xa4,
+	URVT_OP_XRC_RDMA_WRITE_ONLY = 0xaa,
+	URVT_OP_XRC_RDMA_READ_REQUEST = 0xac,
+	URVT_OP_XRC_RDMA_READ_RESPONSE_ONLY = 0xb0,
+	URVT_OP_XRC_ACKNOWLEDGE = 0xb1,
+	URVT_OP_XRC_ATOMIC_ACKNOWLEDGE = 0xb2,
+	URVT_OP_XRC_COMPARE_SWAP = 0xb3,
+	URVT_OP_XRC_FETCH_ADD = 0xb4,
+	URVT_OP_XRC_SEND_ONLY_WITH_INVALIDATE = 0xb7,
 };
 
 struct urvt_opcode_info {
@@ -156,7 +174,8 @@ static inline bool urvt_opcode_valid(uint8_t opcode)
 
 /*
  * Receive-path check (roce-wire §4.4): the opcode's transport must match
- * the QP's (RC QPs accept 0x00-0x1F, UC 0x20-0x3F, UD/GSI 0x60-0x7F).
+ * the QP's (RC QPs accept 0x00-0x1F, UC 0x20-0x3F, UD/GSI 0x60-0x7F,
+ * XRC 0xA0-0xBF).
  * Returns 0 or -URVT_DROP_QPT_MISMATCH (enum urvt_wire_drop in wire/hdr.h).
  */
 int urvt_opcode_chk_transport(uint8_t opcode, enum urvt_transport qp_transport);

@@ -30,6 +30,9 @@ static const uint8_t spec_opcodes[] = {
 	0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b,
 	/* roce-wire §4.3, §4.4 */
 	0x64, 0x65, 0x81,
+	/* roce-wire §4.5: the RC opcodes 0x00-0x17 at 0xA0 */
+	0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac,
+	0xad, 0xae, 0xaf, 0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb6, 0xb7,
 };
 
 /* "Hdr bytes" column of roce-wire §4.1-4.3 (CNP: BTH + 16 reserved) */
@@ -52,6 +55,9 @@ static int spec_hdr_bytes(uint8_t op)
 		return 24;
 	if (op == 0x81)
 		return 28;
+	/* XRC: the RC layout, requests with the 4-byte XRCETH (roce-wire §4.5) */
+	if (op >= 0xa0 && op < 0xb8)
+		return rc[op - 0xa0] + ((op >= 0xad && op <= 0xb2) ? 0 : 4);
 	return -1;
 }
 
@@ -76,12 +82,12 @@ static void test_table(void **state)
 		assert_int_equal(o->offset[URVT_PAYLOAD], o->length);
 		assert_true(o->mask & URVT_BTH_MASK);
 		/* names carry the transport: RC_, UC_, UD_ */
-		static const char *pfx[] = { "RC_", "UC_", "RD_", "UD_", "CNP" };
+		static const char *pfx[] = { "RC_", "UC_", "RD_", "UD_", "CNP", "XRC" };
 		assert_memory_equal(o->name, pfx[op >> 5], 3);
 		/* the present headers tile [12, length) in wire order */
-		static const int order[] = { URVT_FETH, URVT_DETH, URVT_RETH, URVT_ATMETH, URVT_AETH,
+		static const int order[] = { URVT_XRCETH, URVT_FETH, URVT_DETH, URVT_RETH, URVT_ATMETH, URVT_AETH,
 					     URVT_ATMACK, URVT_IMMDT, URVT_IETH, URVT_CNPRSV };
-		static const int size[] = { 4, 8, 16, 28, 4, 8, 4, 4, 16 };
+		static const int size[] = { 4, 4, 8, 16, 28, 4, 8, 4, 4, 16 };
 		int at = URVT_BTH_BYTES;
 		for (size_t h = 0; h < sizeof(order) / sizeof(order[0]); h++) {
 			if (o->mask & (1u << order[h])) {
@@ -106,6 +112,15 @@ static void test_table(void **state)
 			assert_true(m & URVT_RWR_MASK);
 		if (m & URVT_IMMDT_MASK)
 			assert_true(m & URVT_END_MASK);
+		/* XRC: exactly the requests carry an XRCETH, and each has the
+		 * operation bits of its RC twin (roce-wire §4.5) */
+		if (op >> 5 == URVT_TRANSPORT_XRC) {
+			uint32_t rcm = urvt_opcode[op - URVT_OP_XRC_BASE].mask;
+			assert_int_equal(!!(m & URVT_XRCETH_MASK), !!(m & URVT_REQ_MASK));
+			assert_int_equal(m & ~URVT_XRCETH_MASK, rcm);
+		} else {
+			assert_false(m & URVT_XRCETH_MASK);
+		}
 	}
 	assert_int_equal(n, (int)sizeof(spec_opcodes));
 	assert_string_equal(urvt_opcode[URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE].name,

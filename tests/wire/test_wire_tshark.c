@@ -20,23 +20,27 @@
 #include "wire/icrc.h"
 #include "wire/pcap.h"
 
-#define MAX_PKTS 128
+#define MAX_PKTS 160
 
 struct sent {
 	struct urvt_pkt f;
 	struct urvt_ipinfo ip;
 	enum urvt_pcap_dir dir;
 	uint32_t icrc;
+	uint8_t after_bth[4]; /* the 4 bytes that follow the BTH */
 };
 
 static struct sent sent[MAX_PKTS];
 static int nsent;
 static char path[] = "/tmp/urvt-wire-tshark-XXXXXX";
 
-/* tshark 4.0 does not dissect FLUSH, ATOMIC_WRITE or CNP beyond the BTH. */
+/* tshark 4.0 does not dissect FLUSH, ATOMIC_WRITE or CNP beyond the BTH;
+ * XRC opcodes it names and shows the 4 bytes after the BTH (the XRCETH of a
+ * request, the AETH of a response) as raw "vendor" bytes (docs/wire.md). */
 static bool tshark_knows(uint8_t op)
 {
-	return op != URVT_OP_RC_FLUSH && op != URVT_OP_RC_ATOMIC_WRITE && op != URVT_OP_CNP;
+	return op != URVT_OP_RC_FLUSH && op != URVT_OP_RC_ATOMIC_WRITE && op != URVT_OP_CNP &&
+	       urvt_opcode_transport(op) != URVT_TRANSPORT_XRC;
 }
 
 static int write_pcap(void)
@@ -65,6 +69,7 @@ static int write_pcap(void)
 			if (!n)
 				return -1;
 			s->icrc = urvt_icrc_get(buf + n - 4);
+			memcpy(s->after_bth, buf + URVT_BTH_BYTES, sizeof(s->after_bth));
 			if (urvt_pcap_write(pc, s->dir, &s->ip, buf, n))
 				return -1;
 		}
@@ -99,6 +104,7 @@ static const char *fields[] = {
 	"infiniband.ieth",
 	"data.len",
 	"infiniband.invariant.crc",
+	"infiniband.vendor",
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -146,9 +152,17 @@ static void check_line(int i, char **col)
 	E("%d", f->ackreq);
 	if (!known) {
 		/* only the BTH; nothing else may show up either */
-		for (; c < (int)NFIELDS - 1; c++)
+		for (; c < (int)NFIELDS - 2; c++)
 			expect(i, fields[c], col[c], "");
 		c++;
+		/* the first 4 bytes after it as raw bytes: for XRC the XRCETH
+		 * (requests) or the AETH (responses) */
+		{
+			const uint8_t *a = s->after_bth;
+			if (m & URVT_XRCETH_MASK)
+				assert_int_equal(urvt_get_be24(a + 1), f->xrc_srqn);
+			E("%02x%02x%02x%02x", a[0], a[1], a[2], a[3]);
+		}
 		return;
 	}
 	if (m & URVT_ATMETH_MASK) {
@@ -172,6 +186,7 @@ static void check_line(int i, char **col)
 	EIF(m & URVT_PAYLOAD_MASK, "%u", f->paylen + urvt_pad_for(f->paylen));
 	/* it shows the 4 ICRC wire bytes read big-endian (roce-wire §9) */
 	E("0x%08x", __builtin_bswap32(s->icrc));
+	E("%s", "");
 #undef E
 #undef EIF
 }

@@ -30,6 +30,7 @@ void tl_fields(struct urvt_pkt *f, uint8_t opcode, uint32_t paylen, uint64_t see
 	f->immdt = (uint32_t)tl_rand(&s);
 	f->ieth_rkey = (uint32_t)tl_rand(&s);
 	f->feth = (uint32_t)tl_rand(&s) & 0x3f;
+	f->xrc_srqn = (uint32_t)tl_rand(&s) & 0xffffff;
 }
 
 size_t tl_build(uint8_t *buf, size_t cap, const struct urvt_pkt *f, const struct urvt_ipinfo *ip)
