@@ -126,6 +126,7 @@ static void init_attrs(struct rvt_dev_info *rdi)
 			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
 			      IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_N_NOTIFY_CQ |
 			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+	a->device_cap_flags |= IBV_DEVICE_XRC; /* qp-semantics §13 */
 	a->max_sge = URVT_MAX_SGE;
 	a->max_sge_rd = URVT_MAX_SGE;
 	a->max_cq = URVT_MAX_CQ;
@@ -184,6 +185,7 @@ static struct rvt_dev_info *dev_create(urvt_transport_attach_fn attach, int *err
 	rdi->ibdev = g_ibdev;
 	pthread_mutex_init(&rdi->lock, NULL);
 	rvt_mcast_init(rdi);
+	rvt_xsrq_table_init(&rdi->xsrq_table);
 	init_attrs(rdi);
 
 	ret = rvt_qpn_table_init(&rdi->qpn_table);
@@ -214,6 +216,7 @@ err_qpn:
 	rvt_qpn_table_fini(&rdi->qpn_table);
 err_free:
 	rvt_mcast_fini(rdi);
+	rvt_xsrq_table_fini(&rdi->xsrq_table);
 	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 	*err = ret;
@@ -229,6 +232,7 @@ static void dev_destroy(struct rvt_dev_info *rdi)
 	rvt_qp_table_fini(&rdi->qp_table);
 	rvt_qpn_table_fini(&rdi->qpn_table);
 	rvt_mcast_fini(rdi);
+	rvt_xsrq_table_fini(&rdi->xsrq_table);
 	pthread_mutex_destroy(&rdi->lock);
 	free(rdi);
 }

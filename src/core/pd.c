@@ -141,6 +141,13 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 	return 0;
 }
 
+void rvt_av_via_link(struct rvt_dev_info *rdi, struct urvt_av *av)
+{
+	av->loopback = false;
+	if (rdi->transport && rdi->transport->av_resolve)
+		rdi->transport->av_resolve(rdi, av);
+}
+
 struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err)
 {
 	struct urvt_context *uctx = to_uctx(pd->ibpd.context);

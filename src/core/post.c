@@ -227,6 +227,7 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	wqe->ex.imm_data = wr->imm_data; /* union with invalidate_rkey */
 	wqe->length = (uint32_t)length;
 	wqe->num_sge = (uint16_t)j;
+	wqe->xrc_srqn = wr->qp_type.xrc.remote_srqn & URVT_QPN_MASK; /* XRC_SEND's XRCETH */
 	switch (opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -523,7 +524,9 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	int ret = 0;
 
 	/* R1 (qp-semantics §3.1) */
-	if (unlikely(qp->srq || !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_RECV_OK))) {
+	/* an XRC QP has no receive queue of its own (qp-semantics §13.3) */
+	if (unlikely(qp->srq || rvt_qp_is_xrc(qp) ||
+		     !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_RECV_OK))) {
 		*bad_wr = wr;
 		return -EINVAL;
 	}

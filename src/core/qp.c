@@ -36,7 +36,7 @@ const char *const rvt_qp_state_name[IBV_QPS_ERR + 1] = {
 /* ------------------------------------------------------------------ */
 /* The state-transition table (ib_modify_qp_is_ok), qp-semantics §5.2 */
 /* ------------------------------------------------------------------ */
-enum { T_RC, T_UC, T_UD, T_NTYPES };
+enum { T_RC, T_UC, T_UD, T_XI, T_XT, T_NTYPES }; /* XI: XRC_SEND, XT: XRC_RECV */
 
 struct qp_transition {
 	bool valid;
@@ -72,7 +72,8 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 		[IBV_QPS_INIT] = {
 			.valid = true,
 			.req = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
-				 [T_UD] = PKEY | PORT | QKEY },
+				 [T_UD] = PKEY | PORT | QKEY, [T_XI] = PKEY | PORT | ACC,
+				 [T_XT] = PKEY | PORT | ACC },
 		},
 	},
 	[IBV_QPS_INIT] = {
@@ -81,14 +82,18 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 		[IBV_QPS_INIT] = {
 			.valid = true,
 			.opt = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
-				 [T_UD] = PKEY | PORT | QKEY },
+				 [T_UD] = PKEY | PORT | QKEY, [T_XI] = PKEY | PORT | ACC,
+				 [T_XT] = PKEY | PORT | ACC },
 		},
 		[IBV_QPS_RTR] = {
 			.valid = true,
 			.req = { [T_RC] = AV | MTU | DQPN | RQPSN | MAXDEST | MINRNR,
-				 [T_UC] = AV | MTU | DQPN | RQPSN },
+				 [T_UC] = AV | MTU | DQPN | RQPSN,
+				 [T_XI] = AV | MTU | DQPN | RQPSN,
+				 [T_XT] = AV | MTU | DQPN | RQPSN | MAXDEST | MINRNR },
 			.opt = { [T_RC] = ALT | ACC | PKEY, [T_UC] = ALT | ACC | PKEY,
-				 [T_UD] = PKEY | QKEY },
+				 [T_UD] = PKEY | QKEY, [T_XI] = ALT | ACC | PKEY,
+				 [T_XT] = ALT | ACC | PKEY },
 		},
 	},
 	[IBV_QPS_RTR] = {
@@ -97,9 +102,11 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.req = { [T_RC] = TMO | RETRY | RNR | SQPSN | MAXRD, [T_UC] = SQPSN,
-				 [T_UD] = SQPSN },
+				 [T_UD] = SQPSN, [T_XI] = TMO | RETRY | RNR | SQPSN | MAXRD,
+				 [T_XT] = TMO | SQPSN },
 			.opt = { [T_RC] = CUR | ALT | ACC | MINRNR | MIG,
-				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY },
+				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY,
+				 [T_XI] = CUR | ALT | ACC | MIG, [T_XT] = CUR | ALT | ACC | MINRNR | MIG },
 		},
 	},
 	[IBV_QPS_RTS] = {
@@ -108,11 +115,13 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.opt = { [T_RC] = CUR | ACC | ALT | MIG | MINRNR,
-				 [T_UC] = CUR | ACC | ALT | MIG, [T_UD] = CUR | QKEY },
+				 [T_UC] = CUR | ACC | ALT | MIG, [T_UD] = CUR | QKEY,
+				 [T_XI] = CUR | ACC | ALT | MIG, [T_XT] = CUR | ACC | ALT | MIG | MINRNR },
 		},
 		[IBV_QPS_SQD] = {
 			.valid = true,
-			.opt = { [T_RC] = SQDN, [T_UC] = SQDN, [T_UD] = SQDN },
+			.opt = { [T_RC] = SQDN, [T_UC] = SQDN, [T_UD] = SQDN, [T_XI] = SQDN,
+				 [T_XT] = SQDN },
 		},
 	},
 	[IBV_QPS_SQD] = {
@@ -121,13 +130,17 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.opt = { [T_RC] = CUR | ALT | ACC | MINRNR | MIG,
-				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY },
+				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY,
+				 [T_XI] = CUR | ALT | ACC | MIG, [T_XT] = CUR | ALT | ACC | MINRNR | MIG },
 		},
 		[IBV_QPS_SQD] = {
 			.valid = true,
 			.opt = { [T_RC] = PORT | AV | TMO | RETRY | RNR | MAXRD | MAXDEST | ALT |
 					  ACC | PKEY | MINRNR | MIG,
-				 [T_UC] = AV | ALT | ACC | PKEY | MIG, [T_UD] = PKEY | QKEY },
+				 [T_UC] = AV | ALT | ACC | PKEY | MIG, [T_UD] = PKEY | QKEY,
+				 [T_XI] = PORT | AV | TMO | RETRY | RNR | MAXRD | ALT | ACC | PKEY |
+					  MIG,
+				 [T_XT] = PORT | AV | TMO | MAXDEST | ALT | ACC | PKEY | MINRNR | MIG },
 		},
 	},
 	[IBV_QPS_SQE] = {
@@ -146,7 +159,18 @@ static const struct qp_transition qp_state_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 
 
 static int type_index(enum ibv_qp_type type)
 {
-	return type == IBV_QPT_RC ? T_RC : type == IBV_QPT_UC ? T_UC : T_UD;
+	switch (type) {
+	case IBV_QPT_RC:
+		return T_RC;
+	case IBV_QPT_UC:
+		return T_UC;
+	case IBV_QPT_XRC_SEND:
+		return T_XI;
+	case IBV_QPT_XRC_RECV:
+		return T_XT;
+	default:
+		return T_UD;
+	}
 }
 
 bool rvt_modify_qp_is_ok(int cur, int next, enum ibv_qp_type type, int mask)
@@ -179,6 +203,28 @@ static uint32_t mtu_bytes(enum ibv_mtu mtu)
 
 #define SUPPORTED_COMP_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
+/*
+ * qp-semantics §13.3: an XRC_SEND QP has a PD and a send CQ and no receive
+ * side; an XRC_RECV QP has an XRC domain and nothing else (its receive
+ * side is the SRQs of the domain, its send side the responses). What they
+ * do not have is ignored, as the kernel does; rvt_create_qp zeroes it.
+ */
+static int check_create_xrc(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
+{
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd)
+			return -EINVAL;
+		return 0;
+	}
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq)
+		return -EINVAL;
+	if (a->cap.max_send_sge > (uint32_t)rdi->dattr.max_sge ||
+	    a->cap.max_send_wr > (uint32_t)rdi->dattr.max_qp_wr ||
+	    a->cap.max_inline_data > URVT_MAX_INLINE || !a->cap.max_send_wr)
+		return -EINVAL;
+	return 0;
+}
+
 /* qp-semantics §4.1 C1-C6 (C5: no SMI/GSI QPs here); C7-C9 follow in rvt_create_qp. */
 static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
 {
@@ -197,9 +243,13 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 		if (a->qp_type != IBV_QPT_UD || a->source_qpn != URVT_GSI_QPN)
 			return -EINVAL;
 	}
-	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
-			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+			    IBV_QP_INIT_ATTR_RX_HASH))
 		return -EOPNOTSUPP;
+	if (a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV)
+		return check_create_xrc(rdi, a);
+	if (a->comp_mask & IBV_QP_INIT_ATTR_XRCD)
+		return -EINVAL;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq || !a->recv_cq)
 		return -EINVAL;
 	/* C2 */
@@ -279,9 +329,12 @@ static void qpn_put(struct rvt_dev_info *rdi, uint32_t qpn)
 		rvt_free_qpn(&rdi->qpn_table, qpn);
 }
 
-struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *attr,
+struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *user_attr,
 			     int *err)
 {
+	/* a copy: what an XRC type does not have is cleared in it, not in
+	 * the caller's */
+	struct ibv_qp_init_attr_ex copy = *user_attr, *attr = &copy;
 	struct rvt_dev_info *rdi = uctx->rdi;
 	struct rvt_pd *pd;
 	struct rvt_qp *qp;
@@ -292,7 +345,20 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	ret = check_create(rdi, attr);
 	if (ret)
 		goto err;
-	pd = ibpd_to_rvtpd(attr->pd);
+	if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV) {
+		/* what the type has not (check_create_xrc) */
+		memset(&attr->cap, 0, attr->qp_type == IBV_QPT_XRC_RECV ? sizeof(attr->cap) : 0);
+		attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;
+		attr->recv_cq = NULL;
+		attr->srq = NULL;
+		if (attr->qp_type == IBV_QPT_XRC_RECV) {
+			attr->pd = NULL;
+			attr->send_cq = NULL;
+		} else {
+			attr->xrcd = NULL;
+		}
+	}
+	pd = attr->pd ? ibpd_to_rvtpd(attr->pd) : NULL;
 	qp = rvt_qp_struct_alloc(&rdi->qp_table);
 	if (!qp) {
 		ret = -ENOMEM;
@@ -305,12 +371,19 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	qp->rdi = rdi;
 	qp->uctx = uctx;
 	qp->pd = pd;
-	qp->send_cq = ibcq_to_rvtcq(attr->send_cq);
-	qp->recv_cq = ibcq_to_rvtcq(attr->recv_cq);
+	qp->send_cq = attr->send_cq ? ibcq_to_rvtcq(attr->send_cq) : NULL;
+	qp->recv_cq = attr->recv_cq ? ibcq_to_rvtcq(attr->recv_cq) : NULL;
 	qp->srq = attr->srq ? ibsrq_to_rvtsrq(attr->srq) : NULL;
-	qp->type = attr->qp_type;
-	qp->allowed_ops = attr->qp_type == IBV_QPT_RC ? 0x00 :
-			  attr->qp_type == IBV_QPT_UC ? 0x20 : 0x60;
+	if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV) {
+		qp->type = IBV_QPT_RC; /* the RC engines (struct rvt_qp) */
+		qp->allowed_ops = URVT_OP_XRC_BASE;
+		qp->xrcd = attr->xrcd ? ibxrcd_to_rvtxrcd(attr->xrcd) : NULL;
+		atomic_store(&qp->xrc_handles, 1);
+	} else {
+		qp->type = attr->qp_type;
+		qp->allowed_ops = attr->qp_type == IBV_QPT_RC ? 0x00 :
+				  attr->qp_type == IBV_QPT_UC ? 0x20 : 0x60;
+	}
 	qp->sq_sig_all = attr->sq_sig_all;
 
 	/* Send ring: power of two; one slot kept free as rxe does. */
@@ -323,7 +396,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	sge_slots = qp->max_send_sge ? qp->max_send_sge : 1;
 	qp->s_stride = (uint32_t)((sizeof(struct rvt_swqe) + sge_slots * sizeof(struct rvt_sge) +
 				   inline_bytes + URVT_CACHELINE - 1) & ~(size_t)(URVT_CACHELINE - 1));
-	qp->domain = ibpd_to_domain(attr->pd);
+	qp->domain = attr->pd ? ibpd_to_domain(attr->pd) : NULL;
 	qp->s_wq = rvt_buf_alloc(qp->domain, qp->s_size, qp->s_stride, RVT_RES_TYPE_QP,
 				 &qp->s_wq_custom);
 	if (!qp->s_wq) {
@@ -388,7 +461,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	qp->cap.max_inline_data = qp->max_inline;
 	qp->cap.max_recv_wr = qp->srq ? 0 : qp->rq.size - 1;
 	qp->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
-	attr->cap = qp->cap;
+	user_attr->cap = qp->cap;
 
 	ibqp = &qp->ibqp_ex.qp_base;
 	ibqp->context = &uctx->vctx.context;
@@ -403,12 +476,17 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	pthread_mutex_init(&ibqp->mutex, NULL);
 	pthread_cond_init(&ibqp->cond, NULL);
 
-	atomic_fetch_add(&pd->usecnt, 1);
-	atomic_fetch_add(&qp->send_cq->usecnt, 1);
-	atomic_fetch_add(&qp->recv_cq->usecnt, 1);
+	if (pd)
+		atomic_fetch_add(&pd->usecnt, 1);
+	if (qp->send_cq)
+		atomic_fetch_add(&qp->send_cq->usecnt, 1);
+	if (qp->recv_cq)
+		atomic_fetch_add(&qp->recv_cq->usecnt, 1);
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->usecnt, 1);
 	rvt_domain_get(qp->domain);
+	if (qp->xrcd)
+		atomic_fetch_add(&qp->xrcd->usecnt, 1);
 	/* Live from now on: lookups may take references once it is published
 	 * (RESET -> INIT). */
 	atomic_store_explicit(&qp->refcount, 1, memory_order_release);
@@ -653,7 +731,10 @@ bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err)
 		};
 		rvt_release_rsge(qp);
 		qp->r_wrid_valid = false;
-		rvt_cq_enter(qp->recv_cq, &wc, true);
+		/* an XRC target between two packets has no CQ: the SRQ's WQE
+		 * goes without a completion (docs/deviations.md) */
+		if (qp->recv_cq)
+			rvt_cq_enter(qp->recv_cq, &wc, true);
 	}
 	/* 6./7. */
 	if (!qp->srq) {
@@ -710,12 +791,16 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	cur = (attr_mask & IBV_QP_CUR_STATE) ? (int)attr->cur_qp_state : rvt_qp_state(qp);
 	next = (attr_mask & IBV_QP_STATE) ? (int)attr->qp_state : cur;
 	/* 4. the state table */
-	if (!rvt_modify_qp_is_ok(cur, next, qp->type, attr_mask))
+	if (!rvt_modify_qp_is_ok(cur, next, qp->ibqp_ex.qp_base.qp_type, attr_mask))
 		goto inval;
 	/* 5. rdmavt's extra checks (plus the device limits it leaves out) */
 	if (attr_mask & IBV_QP_AV) {
 		if (rvt_av_from_attr(rdi, &attr->ah_attr, &av))
 			goto inval;
+		/* XRC has no in-process path: to a QP of this process too it
+		 * goes over a link (qp-semantics §13.5) */
+		if (rvt_qp_is_xrc(qp) && av.loopback)
+			rvt_av_via_link(rdi, &av);
 	}
 	if (attr_mask & IBV_QP_ALT_PATH)
 		goto inval; /* no alternate paths on a RoCE port */
@@ -887,7 +972,7 @@ int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 		init_attr->recv_cq = qp->ibqp_ex.qp_base.recv_cq;
 		init_attr->srq = qp->ibqp_ex.qp_base.srq;
 		init_attr->cap = qp->cap;
-		init_attr->qp_type = qp->type;
+		init_attr->qp_type = qp->ibqp_ex.qp_base.qp_type;
 		init_attr->sq_sig_all = qp->sq_sig_all;
 	}
 	pthread_mutex_unlock(&qp->state_lock);
@@ -918,9 +1003,14 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	}
 	qpn_put(rdi, qp->qpn);
 	atomic_fetch_sub(&rdi->n_qps, 1);
-	atomic_fetch_sub(&qp->pd->usecnt, 1);
-	atomic_fetch_sub(&qp->send_cq->usecnt, 1);
-	atomic_fetch_sub(&qp->recv_cq->usecnt, 1);
+	if (qp->pd)
+		atomic_fetch_sub(&qp->pd->usecnt, 1);
+	if (qp->send_cq)
+		atomic_fetch_sub(&qp->send_cq->usecnt, 1);
+	if (qp->recv_cq)
+		atomic_fetch_sub(&qp->recv_cq->usecnt, 1);
+	if (qp->xrcd)
+		atomic_fetch_sub(&qp->xrcd->usecnt, 1);
 	if (qp->srq)
 		atomic_fetch_sub(&qp->srq->usecnt, 1);
 	else

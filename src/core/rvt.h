@@ -108,6 +108,26 @@ struct rvt_lkey_table {
 struct urvt_progress;
 struct urvt_transport_ops;
 
+/*
+ * XRC SRQ numbers -> SRQs, for the XRC target's responder (xrc.c). An SRQ
+ * number is (generation << RVT_XSRQ_IDX_BITS) | slot, 24 bits, never 0. A
+ * lookup announces itself in the slot's 'users' before it reads 'srq'; a
+ * destroy clears 'srq', then waits for 'users' to drain (both sequentially
+ * consistent, so one of the two always sees the other): no lock on the
+ * packet path, no SRQ freed under a packet.
+ */
+#define RVT_XSRQ_IDX_BITS 14            /* URVT_MAX_SRQ slots */
+struct rvt_xsrq_slot {
+	_Atomic(struct rvt_srq *) srq;
+	_Atomic uint32_t users;
+	uint32_t gen;                       /* under rvt_xsrq_table.lock */
+};
+struct rvt_xsrq_table {
+	pthread_mutex_t lock;               /* slot allocation (slow path) */
+	_Atomic(struct rvt_xsrq_slot *) slot; /* URVT_MAX_SRQ, allocated on first use */
+	uint32_t next;                      /* allocation cursor */
+};
+
 /* The process-wide device "urvt0" (rdmavt's struct rvt_dev_info). */
 struct rvt_dev_info {
 	struct ibv_device ibdev;          /* handed out by ibv_get_device_list */
@@ -133,6 +153,7 @@ struct rvt_dev_info {
 	struct rvt_qpn_table qpn_table;
 	struct rvt_qp_table qp_table;
 	struct rvt_lkey_table lkey_table;
+	struct rvt_xsrq_table xsrq_table;
 
 	/* UD multicast groups (core/mcast.c): attach/detach under mcast_mutex
 	 * (they call the transport), the table also under mcast_lock (the
@@ -429,10 +450,30 @@ static inline uint32_t rvt_rq_count(struct rvt_rq *rq)
 	return load_acquire(&rq->head) - load_acquire(&rq->tail);
 }
 
+/* An XRC domain (ibv_open_xrcd). Opening the same file twice gives two
+ * handles of one domain: XRC rules compare domains (xrc.c). */
+struct rvt_xrcd_dom;
+struct rvt_xrcd {
+	struct ibv_xrcd ibxrcd;
+	struct urvt_context *uctx;
+	struct rvt_xrcd_dom *dom;
+	_Atomic int usecnt;               /* XRC SRQs and XRC_RECV QPs */
+};
+
+static inline struct rvt_xrcd *ibxrcd_to_rvtxrcd(struct ibv_xrcd *x)
+{
+	return container_of(x, struct rvt_xrcd, ibxrcd);
+}
+
 struct rvt_srq {
 	struct ibv_srq ibsrq;
 	struct urvt_context *uctx;
 	struct rvt_pd *pd;
+	/* XRC SRQs (IBV_SRQT_XRC): the domain, the CQ of its receive
+	 * completions, its number; NULL / 0 for the others */
+	struct rvt_xrcd *xrcd;
+	struct rvt_cq *cq;
+	uint32_t srq_num;
 	struct rvt_rq rq;
 	uint32_t max_wr;                  /* capacity reported */
 	_Atomic uint32_t limit;           /* armed while non-zero */
@@ -503,6 +544,7 @@ struct rvt_swqe {
 		} bind;
 	} wr;
 	uint32_t ssn, psn, lpsn;
+	uint32_t xrc_srqn;                /* XRC_SEND: the XRCETH's SRQ number */
 	uint16_t num_sge;
 	uint16_t wqe_flags;
 	struct urvt_av *ud_av;            /* UD: points at the slot's snapshot */
@@ -545,8 +587,16 @@ struct rvt_qp {
 	struct rvt_cq *send_cq, *recv_cq;
 	struct rvt_srq *srq;
 	uint32_t qpn;
+	/* The engine type: RC, UC or UD. XRC_SEND and XRC_RECV QPs run the RC
+	 * engines (type RC; ibqp_ex.qp_base.qp_type has the verbs type) and
+	 * differ only by allowed_ops and xrcd. */
 	enum ibv_qp_type type;
-	uint8_t allowed_ops;              /* opcode transport prefix (qp-semantics §4.4) */
+	uint8_t allowed_ops;              /* opcode transport prefix (qp-semantics §4.4; XRC 0xA0) */
+	/* XRC_RECV (the XRC target): its domain. srq, pd and recv_cq are NULL
+	 * except while the responder executes a packet: then, under r_lock,
+	 * they are those of the SRQ its XRCETH names (transport/resp.c). */
+	struct rvt_xrcd *xrcd;
+	_Atomic int xrc_handles;          /* XRC_RECV: this + ibv_open_qp handles */
 	bool sq_sig_all;
 	uint32_t s_size, s_mask, s_stride;
 	uint32_t max_send_wr;             /* capacity reported */
@@ -647,6 +697,7 @@ struct rvt_qp {
 		uint32_t r_head_ack, r_tail_ack;
 		bool r_sent_nak;
 		bool r_drop_msg;          /* UC: discarding a message */
+		uint32_t r_xrc_srqn;      /* XRC_RECV: the SRQ of the message in progress */
 	} __cacheline_aligned;
 
 	struct rvt_rq rq;                 /* unused when srq != NULL */
@@ -667,6 +718,12 @@ static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)
 static inline struct rvt_swqe *rvt_get_swqe_ptr(struct rvt_qp *qp, uint32_t n)
 {
 	return (struct rvt_swqe *)(qp->s_wq + (size_t)(n & qp->s_mask) * qp->s_stride);
+}
+
+/* XRC_SEND or XRC_RECV */
+static inline bool rvt_qp_is_xrc(const struct rvt_qp *qp)
+{
+	return qp->allowed_ops == URVT_OP_XRC_BASE;
 }
 
 static inline int rvt_qp_state(struct rvt_qp *qp)

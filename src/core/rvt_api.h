@@ -54,6 +54,8 @@ struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, 
 int rvt_destroy_ah(struct rvt_ah *ah);
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 		     struct urvt_av *av);
+/* An AV to this device that must still go over a link (XRC) */
+void rvt_av_via_link(struct rvt_dev_info *rdi, struct urvt_av *av);
 
 /* mr.c */
 int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max);
@@ -96,6 +98,29 @@ int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt
 /* Queue one receive WR (caller holds rq->p_lock): -EINVAL too many SGEs, -ENOMEM full. */
 int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr);
 void rvt_rq_fini(struct rvt_rq *rq);
+
+/* xrc.c (qp-semantics §13) */
+struct rvt_xrcd *rvt_open_xrcd(struct urvt_context *uctx, const struct ibv_xrcd_init_attr *attr,
+			       int *err);
+int rvt_close_xrcd(struct rvt_xrcd *x);
+/* the two handles name one domain */
+bool rvt_xrcd_same(const struct rvt_xrcd *a, const struct rvt_xrcd *b);
+void rvt_xsrq_table_init(struct rvt_xsrq_table *t);
+void rvt_xsrq_table_fini(struct rvt_xsrq_table *t);
+struct rvt_srq *rvt_create_xsrq(struct rvt_pd *pd, struct rvt_xrcd *xrcd, struct rvt_cq *cq,
+				struct ibv_srq_init_attr *attr, int *err);
+/* rvt_destroy_srq's part for an XRC SRQ: withdraw its number, wait for the
+ * packets using it */
+void rvt_xsrq_destroy(struct rvt_srq *srq);
+int rvt_get_srq_num(struct rvt_srq *srq, uint32_t *srq_num);
+/* The XRC SRQ of a number, held until rvt_xsrq_put; NULL if none. No lock. */
+struct rvt_srq *rvt_xsrq_get(struct rvt_dev_info *rdi, uint32_t srq_num);
+void rvt_xsrq_put(struct rvt_dev_info *rdi, struct rvt_srq *srq);
+/* ibv_open_qp: one more handle of an XRC_RECV QP of the domain */
+struct rvt_qp *rvt_open_qp(struct urvt_context *uctx, const struct ibv_qp_open_attr *attr,
+			   int *err);
+/* drop a handle; true when it was the last (then destroy the QP) */
+bool rvt_xrc_handle_put(struct rvt_qp *qp);
 
 /* qp.c */
 extern const char *const rvt_qp_state_name[IBV_QPS_ERR + 1];

@@ -175,6 +175,7 @@ int rvt_destroy_srq(struct rvt_srq *srq)
 
 	if (atomic_load(&srq->usecnt))
 		return -EBUSY;
+	rvt_xsrq_destroy(srq);
 	urvt_cancel_async_events(srq->uctx, srq);
 	atomic_fetch_sub(&srq->pd->usecnt, 1);
 	rvt_rq_fini(&srq->rq);

@@ -23,10 +23,10 @@ static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 		rvt_put_qp(qp);
 }
 
+/* The QP's opcode class: its opcode prefix (qp-semantics §4.4). */
 static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 {
-	return qp->type == IBV_QPT_RC ? URVT_TRANSPORT_RC :
-	       qp->type == IBV_QPT_UC ? URVT_TRANSPORT_UC : URVT_TRANSPORT_UD;
+	return urvt_opcode_transport(qp->allowed_ops);
 }
 
 /* A packet for qp (referenced: the reference is ours to drop): the checks
@@ -46,6 +46,17 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	ret = urvt_opcode_chk_transport(pkt->opcode, qp_transport(qp));
 	if (unlikely(ret))
 		goto drop_qp;
+	if (unlikely(rvt_qp_is_xrc(qp))) {
+		/* roce-wire §4.5: requests go to the XRC target (XRC_RECV,
+		 * the QP with a domain), responses to the initiator; from here
+		 * on the RC engines see the RC opcode (the XRCETH stays in
+		 * pkt->xrc_srqn) */
+		if (!!(pkt->mask & URVT_REQ_MASK) != !!qp->xrcd) {
+			ret = URVT_DROP_QPT_MISMATCH;
+			goto drop_qp;
+		}
+		pkt->opcode -= URVT_OP_XRC_BASE;
+	}
 	/* QP state: requests in RTR/RTS/SQD(/SQE), responses in RTS/SQD */
 	state = rvt_qp_state(qp);
 	if (pkt->mask & URVT_REQ_MASK) {

@@ -16,30 +16,30 @@
 #include "transport/tp.h"
 #include "wire/psn.h"
 
-/* rc-protocol §2.3 / roce-wire §4: opcode from the WR and the packet's place. */
-static uint8_t req_opcode(const struct rvt_swqe *wqe, bool uc, bool first, bool last)
+/* rc-protocol §2.3 / roce-wire §4: opcode from the WR and the packet's place;
+ * base: the QP's opcode prefix (qp->allowed_ops: RC 0x00, UC 0x20, XRC 0xA0,
+ * roce-wire §4.5). */
+static uint8_t req_opcode(const struct rvt_swqe *wqe, uint8_t base, bool first, bool last)
 {
-	uint8_t base = uc ? 0x20 : 0x00;
-
 	switch (wqe->opcode) {
 	case IBV_WR_SEND:
 		return base + (first ? (last ? 0x04 : 0x00) : (last ? 0x02 : 0x01));
 	case IBV_WR_SEND_WITH_IMM:
 		return base + (first ? (last ? 0x05 : 0x00) : (last ? 0x03 : 0x01));
-	case IBV_WR_SEND_WITH_INV: /* RC only (post table) */
-		return first ? (last ? 0x17 : 0x00) : (last ? 0x16 : 0x01);
+	case IBV_WR_SEND_WITH_INV: /* RC and XRC only (post table) */
+		return base + (first ? (last ? 0x17 : 0x00) : (last ? 0x16 : 0x01));
 	case IBV_WR_RDMA_WRITE:
 		return base + (first ? (last ? 0x0a : 0x06) : (last ? 0x08 : 0x07));
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		return base + (first ? (last ? 0x0b : 0x06) : (last ? 0x09 : 0x07));
 	case IBV_WR_RDMA_READ:
-		return URVT_OP_RC_RDMA_READ_REQUEST;
+		return base + URVT_OP_RC_RDMA_READ_REQUEST;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
-		return URVT_OP_RC_COMPARE_SWAP;
+		return base + URVT_OP_RC_COMPARE_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return URVT_OP_RC_FETCH_ADD;
+		return base + URVT_OP_RC_FETCH_ADD;
 	case IBV_WR_ATOMIC_WRITE:
-		return URVT_OP_RC_ATOMIC_WRITE;
+		return base + URVT_OP_RC_ATOMIC_WRITE;
 	default:
 		return 0xff;
 	}
@@ -147,7 +147,6 @@ static bool ackreq_in_flight(const struct urvt_tp_qp *tp)
 static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 			   uint32_t psn, uint32_t allow)
 {
-	bool uc = qp->type == IBV_QPT_UC;
 	uint32_t remaining = wqe->length - qp->s_offset;
 	uint32_t paylen = remaining > qp->pmtu ? qp->pmtu : remaining;
 	bool first = qp->s_offset == 0, last = remaining <= qp->pmtu;
@@ -155,7 +154,8 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	uint32_t h;
 	uint8_t *p;
 
-	urvt_pkt_init(&f, req_opcode(wqe, uc, first, last), qp->remote_qpn, psn);
+	urvt_pkt_init(&f, req_opcode(wqe, qp->allowed_ops, first, last), qp->remote_qpn, psn);
+	f.xrc_srqn = wqe->xrc_srqn; /* XRC only: the only opcodes with an XRCETH */
 	f.paylen = paylen;
 	/* rc-protocol §2.3: AckReq on the last packet and every
 	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
@@ -243,7 +243,8 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 
 	if (!resend && tp->peer && tp->rd_n >= rd_req_cap(qp))
 		return -1;
-	urvt_pkt_init(&f, req_opcode(wqe, false, true, true), qp->remote_qpn, psn);
+	urvt_pkt_init(&f, req_opcode(wqe, qp->allowed_ops, true, true), qp->remote_qpn, psn);
+	f.xrc_srqn = wqe->xrc_srqn;
 	f.ackreq = true;
 	if (wqe->opcode == IBV_WR_RDMA_READ) {
 		uint32_t left = wqe->length - qp->s_offset;

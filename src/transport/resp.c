@@ -51,7 +51,8 @@ static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn
 
 	if (unlikely(!q))
 		return;
-	urvt_pkt_init(&f, opcode, qp->remote_qpn, psn);
+	/* an XRC target answers with the XRC twins (roce-wire §4.5) */
+	urvt_pkt_init(&f, qp->allowed_ops + opcode, qp->remote_qpn, psn);
 	f.aeth.syn = syn;
 	f.aeth.msn = qp->r_msn;
 	f.atmack_orig = orig;
@@ -128,7 +129,7 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		else
 			op = last ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
 				  : URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
-		urvt_pkt_init(&f, op, qp->remote_qpn, psn);
+		urvt_pkt_init(&f, qp->allowed_ops + op, qp->remote_qpn, psn);
 		f.paylen = paylen;
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;
@@ -603,6 +604,38 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	return lastwqe;
 }
 
+/*
+ * An XRC target's request (roce-wire §3.1, qp-semantics §13.4): the RC
+ * responder with the SRQ, PD and CQ of the SRQ the XRCETH names, for this
+ * packet. An SRQ that does not exist or is of another XRC domain, or a
+ * message whose packets name different SRQs, earns NAK Invalid Request
+ * before anything is executed.
+ */
+static bool xrc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	struct rvt_srq *srq = rvt_xsrq_get(qp->rdi, pkt->xrc_srqn);
+	bool lastwqe;
+
+	if (unlikely(!srq || !rvt_xrcd_same(srq->xrcd, qp->xrcd) ||
+		     (!(pkt->mask & URVT_START_MASK) && pkt->xrc_srqn != qp->r_xrc_srqn))) {
+		if (srq)
+			rvt_xsrq_put(qp->rdi, srq);
+		qp_count(qp, URVT_CTR_XRC_BAD_SRQ, 1);
+		return rc_fail(qp, pkt, RESP_NAK_INV);
+	}
+	qp->srq = srq;
+	qp->pd = srq->pd;
+	qp->recv_cq = srq->cq;
+	if (pkt->mask & URVT_START_MASK)
+		qp->r_xrc_srqn = pkt->xrc_srqn;
+	lastwqe = rc_rcv(qp, pkt);
+	qp->srq = NULL;
+	qp->pd = NULL;
+	qp->recv_cq = NULL;
+	rvt_xsrq_put(qp->rdi, srq);
+	return lastwqe;
+}
+
 /* UC: forget a partially received message (rc-protocol §6); the WQE is
  * kept for reuse. */
 static void uc_reset_msg(struct rvt_qp *qp)
@@ -712,7 +745,7 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 	}
 	switch (qp->type) {
 	case IBV_QPT_RC:
-		lastwqe = rc_rcv(qp, pkt);
+		lastwqe = qp->xrcd ? xrc_rcv(qp, pkt) : rc_rcv(qp, pkt);
 		break;
 	case IBV_QPT_UC:
 		lastwqe = uc_rcv(qp, pkt);

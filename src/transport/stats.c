@@ -42,6 +42,7 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	[URVT_CTR_CC_STALLS] = "cc_window_stalls",
 	[URVT_CTR_CC_UNDO] = "cc_timeout_undos",
 	[URVT_CTR_ACK_SKIPS] = "resend_skips",
+	[URVT_CTR_XRC_BAD_SRQ] = "xrc_bad_srq",
 	DROP(URVT_DROP_NONE) = "drop_none",
 	DROP(URVT_DROP_TRUNCATED) = "drop_truncated",
 	DROP(URVT_DROP_BAD_TVER) = "drop_bad_tver",

@@ -67,6 +67,7 @@ enum urvt_ctr {
 	URVT_CTR_CC_STALLS,          /* requester runs held back by a window */
 	URVT_CTR_CC_UNDO,            /* timeout cuts undone (the timeout was spurious) */
 	URVT_CTR_ACK_SKIPS,          /* resends skipped: an ACK passed the resend cursor */
+	URVT_CTR_XRC_BAD_SRQ,        /* XRC requests naming no SRQ of the target's domain */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

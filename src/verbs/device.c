@@ -79,16 +79,6 @@ int ibv_get_device_index(struct ibv_device *device)
 /* Contexts                                                           */
 /* ------------------------------------------------------------------ */
 
-/*
- * ibv_close_xrcd() is the one inline wrapper in verbs.h that calls its
- * verbs_context op without checking it for NULL; give it an op that
- * answers like every other unsupported one.
- */
-static int close_xrcd_unsupported(struct ibv_xrcd *xrcd)
-{
-	return EOPNOTSUPP;
-}
-
 static void init_ops(struct urvt_context *uctx)
 {
 	struct verbs_context *vctx = &uctx->vctx;
@@ -109,7 +99,7 @@ static void init_ops(struct urvt_context *uctx)
 
 	/*
 	 * struct verbs_context: only what urvt implements. Every other op
-	 * stays NULL, and the header's wrappers (ibv_open_xrcd, ibv_alloc_td,
+	 * stays NULL, and the header's wrappers (ibv_alloc_td,
 	 * ibv_create_wq, ibv_create_flow, ibv_alloc_dm, ibv_create_counters,
 	 * ibv_modify_cq, ...) then fail with EOPNOTSUPP on their own.
 	 */
@@ -126,7 +116,10 @@ static void init_ops(struct urvt_context *uctx)
 	vctx->alloc_dm = urvt_alloc_dm;
 	vctx->free_dm = urvt_free_dm;
 	vctx->reg_dm_mr = urvt_reg_dm_mr;
-	vctx->close_xrcd = close_xrcd_unsupported;
+	vctx->open_xrcd = urvt_open_xrcd;
+	vctx->close_xrcd = urvt_close_xrcd;
+	vctx->get_srq_num = urvt_get_srq_num;
+	vctx->open_qp = urvt_open_qp;
 }
 
 /*

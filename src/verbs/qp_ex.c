@@ -80,6 +80,7 @@ static inline struct ibv_send_wr *start_wr(struct ibv_qp_ex *ibqpx, enum ibv_wr_
 	/* No address carried over from the previous WR: a UD WR without
 	 * set_ud_addr fails W7 as a NULL AH would in post_send. */
 	memset(&wr->wr, 0, sizeof(wr->wr));
+	wr->qp_type.xrc.remote_srqn = 0;
 	c->pending = true;
 	return wr;
 }
@@ -248,10 +249,15 @@ static void x_send_tso(struct ibv_qp_ex *ibqpx, void *hdr, uint16_t hdr_sz, uint
 }
 
 
+/* XRC_SEND: the SRQ of the target's domain (roce-wire §3.1); ignored on
+ * the other types, as set_ud_addr on connected ones */
 static void x_set_xrc_srqn(struct ibv_qp_ex *ibqpx, uint32_t remote_srqn)
 {
-	(void)remote_srqn;
-	x_unsupported(ibqpx);
+	struct urvt_wr_ctx *c = setter_ctx(ibqpx);
+
+	if (!c || !rvt_qp_is_xrc(xqp(ibqpx)))
+		return;
+	c->wr.qp_type.xrc.remote_srqn = remote_srqn;
 }
 
 /* ---- setters ---- */
@@ -349,6 +355,7 @@ int urvt_qp_ex_check(const struct ibv_qp_init_attr_ex *attr)
 
 	switch (attr->qp_type) {
 	case IBV_QPT_RC:
+	case IBV_QPT_XRC_SEND: /* the RC operations (qp-semantics §13.3) */
 		ok = OPS_RC;
 		break;
 	case IBV_QPT_UC:

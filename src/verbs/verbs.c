@@ -688,13 +688,31 @@ struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 					  IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
 					  IBV_SRQ_INIT_ATTR_TM))
 		return fail_ptr(-EINVAL);
-	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC &&
+	    attr->srq_type != IBV_SRQT_XRC)
 		return fail_ptr(-EOPNOTSUPP);
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd ||
 	    attr->pd->context != context)
 		return fail_ptr(-EINVAL);
 	basic.srq_context = attr->srq_context;
 	basic.attr = attr->attr;
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC) {
+		/* qp-semantics §13.2: an XRC SRQ has a domain and a CQ */
+		const uint32_t need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+		struct rvt_srq *srq;
+		int err = 0;
+
+		if ((attr->comp_mask & need) != need || !attr->xrcd || !attr->cq ||
+		    attr->xrcd->context != context || attr->cq->context != context)
+			return fail_ptr(-EINVAL);
+		srq = rvt_create_xsrq(ibpd_to_rvtpd(attr->pd), ibxrcd_to_rvtxrcd(attr->xrcd),
+				      ibcq_to_rvtcq(attr->cq), &basic, &err);
+		if (!srq)
+			return fail_ptr(err);
+		srq->ibsrq.srq_context = attr->srq_context;
+		attr->attr = basic.attr;
+		return &srq->ibsrq;
+	}
 	{
 		struct ibv_srq *srq = ibv_create_srq(attr->pd, &basic);
 		if (srq)
@@ -725,6 +743,29 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 		pthread_cond_wait(&srq->cond, &srq->mutex);
 	pthread_mutex_unlock(&srq->mutex);
 	return fail_int(rvt_destroy_srq(rsrq));
+}
+
+int urvt_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num)
+{
+	return fail_int(rvt_get_srq_num(ibsrq_to_rvtsrq(srq), srq_num));
+}
+
+/* ------------------------------------------------------------------ */
+/* XRC domains (qp-semantics §13.1)                                   */
+/* ------------------------------------------------------------------ */
+struct ibv_xrcd *urvt_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr)
+{
+	int err = 0;
+	struct rvt_xrcd *x = rvt_open_xrcd(to_uctx(context), attr, &err);
+
+	if (!x)
+		return fail_ptr(err);
+	return &x->ibxrcd;
+}
+
+int urvt_close_xrcd(struct ibv_xrcd *xrcd)
+{
+	return fail_int(rvt_close_xrcd(ibxrcd_to_rvtxrcd(xrcd)));
 }
 
 int urvt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
@@ -783,10 +824,51 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init
 	return qp;
 }
 
+/*
+ * ibv_open_qp's handle of an XRC_RECV QP (qp-semantics §13.6): modify,
+ * query and destroy reach the QP through it; 'handle' marks it (urvt's own
+ * QPs leave that kernel field 0).
+ */
+#define URVT_QP_OPENED 0xffffffffu
+struct urvt_qp_handle {
+	struct ibv_qp ibqp;
+	struct rvt_qp *qp;
+};
+
+static struct rvt_qp *to_rvtqp(struct ibv_qp *qp)
+{
+	if (unlikely(qp->handle == URVT_QP_OPENED))
+		return container_of(qp, struct urvt_qp_handle, ibqp)->qp;
+	return ibqp_to_rvtqp(qp);
+}
+
+struct ibv_qp *urvt_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr)
+{
+	struct urvt_qp_handle *h = calloc(1, sizeof(*h));
+	int err = 0;
+
+	if (!h)
+		return fail_ptr(-ENOMEM);
+	h->qp = rvt_open_qp(to_uctx(context), attr, &err);
+	if (!h->qp) {
+		free(h);
+		return fail_ptr(err);
+	}
+	h->ibqp.context = context;
+	h->ibqp.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL;
+	h->ibqp.qp_num = h->qp->qpn;
+	h->ibqp.qp_type = IBV_QPT_XRC_RECV;
+	h->ibqp.state = (enum ibv_qp_state)rvt_qp_state(h->qp);
+	h->ibqp.handle = URVT_QP_OPENED;
+	pthread_mutex_init(&h->ibqp.mutex, NULL);
+	pthread_cond_init(&h->ibqp.cond, NULL);
+	return &h->ibqp;
+}
+
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr)
 {
-	int ret = rvt_query_qp(ibqp_to_rvtqp(qp), attr, attr_mask, init_attr);
+	int ret = rvt_query_qp(to_rvtqp(qp), attr, attr_mask, init_attr);
 
 	if (!ret)
 		qp->state = attr->qp_state;
@@ -795,7 +877,7 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
-	int ret = rvt_modify_qp(ibqp_to_rvtqp(qp), attr, attr_mask);
+	int ret = rvt_modify_qp(to_rvtqp(qp), attr, attr_mask);
 
 	if (!ret && (attr_mask & IBV_QP_STATE))
 		qp->state = attr->qp_state;
@@ -804,9 +886,23 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
-	struct rvt_qp *rqp = ibqp_to_rvtqp(qp);
+	struct rvt_qp *rqp = to_rvtqp(qp);
 	void *wr_priv = rqp->wr_priv; /* the struct may be reused once destroyed */
+	bool last;
 	int ret;
+
+	/* an XRC_RECV QP lives until its last handle goes (qp-semantics §13.6) */
+	if (rqp->ibqp_ex.qp_base.qp_type == IBV_QPT_XRC_RECV) {
+		last = rvt_xrc_handle_put(rqp);
+		if (qp->handle == URVT_QP_OPENED) {
+			pthread_mutex_destroy(&qp->mutex);
+			pthread_cond_destroy(&qp->cond);
+			free(container_of(qp, struct urvt_qp_handle, ibqp));
+		}
+		if (!last)
+			return 0;
+		qp = &rqp->ibqp_ex.qp_base;
+	}
 
 	pthread_mutex_lock(&qp->mutex);
 	while (qp->events_completed != atomic_load(&rqp->async_events_reported))
