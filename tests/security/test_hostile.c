@@ -1657,6 +1657,184 @@ static void test_shm_ring_never_drained(void **state)
 	ep_close(&x);
 }
 
+/*
+ * XRC (roce-wire §3.1, qp-semantics §13.4): a target QP of domain A facing
+ * XRC requests that name an SRQ of domain B, an SRQ number nobody has, and
+ * XRC opcodes sent to a plain RC QP (and RC opcodes to the XRC target). The
+ * control row delivers to A's SRQ; every attack gets NAK Invalid Request
+ * (the target to ERR, class C) or is dropped, and no SRQ's receive buffer
+ * or MR changes.
+ */
+struct xrc_side {
+	struct rvt_xrcd *xrcd;
+	struct rvt_cq *cq;
+	struct rvt_srq *srq;
+	struct region buf;
+};
+
+static void xrc_side_init(struct xrc_side *x, uint8_t seed)
+{
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD |
+						      IBV_XRCD_INIT_ATTR_OFLAGS,
+					 .fd = -1, .oflags = O_CREAT };
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_recv_wr wr, *bad;
+	struct ibv_sge sge;
+	int err = 0;
+
+	x->xrcd = rvt_open_xrcd(dev.uctx, &xa, &err);
+	assert_non_null(x->xrcd);
+	x->cq = ut_cq(&dev, 16);
+	x->srq = rvt_create_xsrq(pd, x->xrcd, x->cq, &sa, &err);
+	assert_non_null(x->srq);
+	region_init(&x->buf, pd, IBV_ACCESS_LOCAL_WRITE, seed);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)x->buf.buf, .length = 512,
+				.lkey = x->buf.key };
+	wr = (struct ibv_recv_wr){ .wr_id = 0x5eed, .sg_list = &sge, .num_sge = 1 };
+	assert_int_equal(rvt_post_srq_recv(x->srq, &wr, &bad), 0);
+}
+
+static void xrc_side_fini(struct xrc_side *x)
+{
+	assert_int_equal(rvt_destroy_srq(x->srq), 0);
+	assert_int_equal(rvt_destroy_cq(x->cq), 0);
+	assert_int_equal(rvt_close_xrcd(x->xrcd), 0);
+	assert_int_equal(rvt_dereg_mr(x->buf.mr), 0);
+	munmap(x->buf.map - PAGE, x->buf.map_len + 2 * PAGE);
+}
+
+/* An XRC target of x's domain in RTS, its peer the attacker's PEER_QPN */
+static struct rvt_qp *xrc_victim(struct xrc_side *x)
+{
+	struct ibv_qp_init_attr_ex ia = { .qp_type = IBV_QPT_XRC_RECV,
+					  .comp_mask = IBV_QP_INIT_ATTR_XRCD,
+					  .xrcd = &x->xrcd->ibxrcd };
+	const struct ut_path path = { .peer_s_addr = peer.addr.sin_addr.s_addr,
+				      .dest_qpn = PEER_QPN, .rq_psn = PEER_PSN, .min_rnr_timer = 3 };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .sq_psn = MY_PSN, .timeout = 14 };
+	struct rvt_qp *qp;
+	int err = 0;
+
+	qp = rvt_create_qp(dev.uctx, &ia, &err);
+	assert_non_null(qp);
+	flush_socks();
+	ut_to_init(qp, ALL_RIGHTS, 0);
+	ut_to_rtr_path(qp, &path);
+	assert_int_equal(rvt_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT), 0);
+	return qp;
+}
+
+static void xrc_check_buf(const struct xrc_side *x, const char *when)
+{
+	if (memcmp(x->buf.snap, x->buf.buf, MR_LEN))
+		fail_msg("%s: an SRQ's receive buffer changed", when);
+}
+
+static void test_xrc(void **state)
+{
+	struct xrc_side a, b;
+	struct urvt_pkt f, p;
+	uint8_t buf[5000], data[64];
+	struct ibv_wc wc;
+	struct rvt_qp *qp, *rc;
+	uint64_t bad, inv, qpt;
+
+	xrc_side_init(&a, 11);
+	xrc_side_init(&b, 12);
+	assert_false(rvt_xrcd_same(a.xrcd, b.xrcd));
+	ut_fill(data, sizeof(data), 9);
+
+	/* 1. control: a SEND naming A's SRQ lands there, completes on its CQ */
+	qp = xrc_victim(&a);
+	memset(&f, 0, sizeof(f));
+	f.opcode = URVT_OP_XRC_SEND_ONLY;
+	f.dest_qpn = qp->qpn;
+	f.psn = PEER_PSN;
+	f.ackreq = true;
+	f.xrc_srqn = a.srq->srq_num;
+	send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+	expect(&p, buf, URVT_OP_XRC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, 0x1f);
+	assert_int_equal(p.psn, PEER_PSN);
+	ut_poll1(a.cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.wr_id, 0x5eed);
+	assert_int_equal(wc.byte_len, sizeof(data));
+	assert_int_equal(wc.qp_num, qp->qpn);
+	assert_memory_equal(a.buf.buf, data, sizeof(data));
+	memcpy(a.buf.snap, a.buf.buf, MR_LEN);
+	assert_int_equal(ut_state(qp), RTS);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+
+	/* 2. the SRQ of another domain (SEND and WRITE), 3. an SRQ number
+	 * nobody has: NAK Invalid Request for the PSN, nothing placed */
+	for (int round = 0; round < 3; round++) {
+		uint32_t srqn = round < 2 ? b.srq->srq_num : a.srq->srq_num ^ (1u << 20);
+
+		bad = ctr(URVT_CTR_XRC_BAD_SRQ);
+		inv = ctr(URVT_CTR_NAK_SENT_INV);
+		qp = xrc_victim(&a);
+		memset(&f, 0, sizeof(f));
+		f.opcode = round == 1 ? URVT_OP_XRC_RDMA_WRITE_ONLY : URVT_OP_XRC_SEND_ONLY;
+		f.dest_qpn = qp->qpn;
+		f.psn = PEER_PSN;
+		f.ackreq = true;
+		f.xrc_srqn = srqn;
+		f.reth = (struct urvt_reth){ .va = va_of(M_RW, 0), .rkey = R[M_RW].key,
+					     .len = sizeof(data) };
+		send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+		expect(&p, buf, URVT_OP_XRC_ACKNOWLEDGE);
+		assert_int_equal(p.aeth.syn, NAK_INV);
+		assert_int_equal(p.psn, PEER_PSN);
+		quiet(30);
+		assert_int_equal(ut_state(qp), ERR);
+		assert_int_equal(ctr(URVT_CTR_XRC_BAD_SRQ), bad + 1);
+		assert_int_equal(ctr(URVT_CTR_NAK_SENT_INV), inv + 1);
+		ut_cq_empty(a.cq, 10);
+		ut_cq_empty(b.cq, 10);
+		xrc_check_buf(&a, "XRC, foreign SRQ");
+		xrc_check_buf(&b, "XRC, foreign SRQ");
+		check_memory("XRC, foreign SRQ", false);
+		assert_int_equal(rvt_destroy_qp(qp), 0);
+		ut_async_drain(&dev);
+	}
+
+	/* 4. an XRC opcode to a plain RC QP, and an RC opcode to the XRC
+	 * target: dropped (opcode class), both stay in RTS */
+	cq = ut_cq(&dev, 16);
+	rc = victim(RC, RTS, ALL_RIGHTS);
+	qp = xrc_victim(&a);
+	qpt = ctr(URVT_CTR_DROP_BASE + URVT_DROP_QPT_MISMATCH);
+	memset(&f, 0, sizeof(f));
+	f.opcode = URVT_OP_XRC_SEND_ONLY;
+	f.dest_qpn = rc->qpn;
+	f.psn = PEER_PSN;
+	f.ackreq = true;
+	f.xrc_srqn = a.srq->srq_num;
+	send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+	memset(&f, 0, sizeof(f));
+	f.opcode = URVT_OP_RC_SEND_ONLY;
+	f.dest_qpn = qp->qpn;
+	f.psn = PEER_PSN;
+	f.ackreq = true;
+	send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+	quiet(50);
+	assert_int_equal(ctr(URVT_CTR_DROP_BASE + URVT_DROP_QPT_MISMATCH), qpt + 2);
+	assert_int_equal(ut_state(rc), RTS);
+	assert_int_equal(ut_state(qp), RTS);
+	ut_cq_empty(cq, 10);
+	ut_cq_empty(a.cq, 10);
+	xrc_check_buf(&a, "XRC, opcode class");
+	check_memory("XRC, opcode class", false);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	assert_int_equal(rvt_destroy_qp(rc), 0);
+	rvt_destroy_cq(cq);
+	cq = NULL;
+
+	xrc_side_fini(&a);
+	xrc_side_fini(&b);
+}
+
 /* Every wait is bounded; a test that still does not end has a device
  * that hangs (a reader round the ring, a blocked doorbell): fail it with a
  * word rather than at ctest's timeout. */
@@ -1685,6 +1863,7 @@ int main(void)
 		T(test_send_with_inv_foreign_key),
 		T(test_response_injection),
 		T(test_cq_overrun),
+		T(test_xrc),
 		/* shm only, last */
 		T(test_shm_scribble),
 		T(test_shm_peer_dies),
