@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Generate roce_vectors.h (C data) from shared/vectors/roce-vectors.json.
+"""Generate roce_vectors.h (C data) from shared/vectors/roce-vectors.json
+(and more files of its schema: tests/data/vectors/xrc-vectors.json, made
+by make_xrc_vectors.py).
 
 The header is checked in so the C tests need no JSON parser; the CTest
 wire_vectors_uptodate re-runs this script with --check so the two cannot
 drift. Unknown JSON keys are an error, so a new field in the vectors is
 noticed rather than silently ignored.
 
-usage: gen_vectors.py --json FILE (--out FILE | --check FILE)
+usage: gen_vectors.py --json FILE [--json FILE ...] (--out FILE | --check FILE)
 """
 import argparse
 import ipaddress
@@ -14,6 +16,7 @@ import json
 import sys
 
 KNOWN_EXT = {
+    "XRCETH": {"srqn"},
     "RETH": {"va", "rkey", "dma_length"},
     "AETH": {"syndrome", "msn"},
     "AtomicETH": {"va", "rkey", "swap_add", "compare"},
@@ -68,6 +71,7 @@ def gen(vectors):
         "\tuint16_t pkey;",
         "\tuint32_t dest_qpn, psn;",
         "\tint has_reth, has_aeth, has_atmeth, has_atmack, has_deth, has_immdt, has_ieth;",
+        "\tint has_xrceth; uint32_t xrc_srqn;",
         "\tuint64_t reth_va; uint32_t reth_rkey, reth_len;",
         "\tuint8_t aeth_syn; uint32_t aeth_msn;",
         "\tuint64_t atm_va; uint32_t atm_rkey; uint64_t atm_swap_add, atm_comp;",
@@ -144,6 +148,8 @@ def gen(vectors):
             f.update(has_deth=1, deth_qkey="0x%xu" % num(d["qkey"]), deth_sqp=num(d["src_qp"]))
         if "ImmDt" in ext:
             f.update(has_immdt=1, immdt="0x%xu" % num(ext["ImmDt"]))
+        if "XRCETH" in ext:
+            f.update(has_xrceth=1, xrc_srqn="0x%xu" % num(ext["XRCETH"]["srqn"]))
         if "IETH" in ext:
             f.update(has_ieth=1, ieth_rkey="0x%xu" % num(ext["IETH"]["rkey"]))
         f.update(payload_len=len(pay), payload="rv_payload_%d" % i,
@@ -163,13 +169,16 @@ def gen(vectors):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", required=True, action="append")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--out")
     g.add_argument("--check")
     a = ap.parse_args()
-    with open(a.json) as fh:
-        text = gen(json.load(fh))
+    vectors = []
+    for path in a.json:
+        with open(path) as fh:
+            vectors += json.load(fh)
+    text = gen(vectors)
     if a.out:
         with open(a.out, "w") as fh:
             fh.write(text)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* Known-answer tests against the 18 independent vectors (test-vectors §4). */
+/* Known-answer tests against the 18 independent vectors (test-vectors §4) and
+ * the XRC ones (tests/wire/make_xrc_vectors.py, roce-wire §4.5). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,6 +51,7 @@ static void vec_fields(const struct rv_vector *v, struct urvt_pkt *f)
 	f->deth = (struct urvt_deth){ v->deth_qkey, v->deth_sqp };
 	f->immdt = v->immdt;
 	f->ieth_rkey = v->ieth_rkey;
+	f->xrc_srqn = v->xrc_srqn;
 }
 
 static size_t ip_hl(const struct rv_vector *v)
@@ -128,6 +130,9 @@ static void test_decode(void **state)
 		assert_int_equal(!!(p.mask & URVT_DETH_MASK), v->has_deth);
 		assert_int_equal(!!(p.mask & URVT_IMMDT_MASK), v->has_immdt);
 		assert_int_equal(!!(p.mask & URVT_IETH_MASK), v->has_ieth);
+		assert_int_equal(!!(p.mask & URVT_XRCETH_MASK), v->has_xrceth);
+		if (v->has_xrceth)
+			assert_int_equal(p.xrc_srqn, v->xrc_srqn);
 		assert_true(p.reth.va == v->reth_va);
 		assert_int_equal(p.reth.rkey, v->reth_rkey);
 		assert_int_equal(p.reth.len, v->reth_len);
@@ -284,7 +289,7 @@ static void test_unknown_id(void **state)
 		assert_int_equal(ip.ip_id, v->ip_id);
 		assert_true(ip.df);
 	}
-	assert_int_equal(n4, 16);
+	assert_int_equal(n4, 16 + 6); /* 6 of the XRC vectors are IPv4 */
 }
 
 /* UD receive GRH image (roce-wire §11) from the UD vectors. */
