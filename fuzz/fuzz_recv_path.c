@@ -6,10 +6,13 @@
  *
  * Setup (once): MRs with different access rights, each between PROT_NONE
  * guard pages; one small MR in the middle of a page with canary bytes
- * around it; an MR of another PD; a deregistered key. Per input: QPs
- * (RC, RC on an SRQ, RC, UC, UC on the SRQ, UD) brought to a state the
- * input chooses (RESET/INIT/RTR/RTS/SQD/ERR) with attributes from the input,
- * receives and sends posted, then a sequence of packets and operations.
+ * around it; an MR of another PD; a deregistered key; two XRC domains.
+ * Per input: QPs (RC, RC on an SRQ, RC, UC, UC on the SRQ, UD, and an XRC
+ * target of domain A and an XRC initiator) brought to a state the input
+ * chooses (RESET/INIT/RTR/RTS/SQD/ERR) with attributes from the input, an
+ * XRC SRQ in each domain, receives and sends posted, then a sequence of
+ * packets and operations. An XRC request's XRCETH is fixed up to name the
+ * SRQ of A, of B, or a random number (roce-wire §3.1).
  *
  * A packet record chooses the destination QPN (live, destroyed, random,
  * 0, 1, multicast), the source address (the QPs' peer, a stranger, IPv6),
@@ -66,6 +69,9 @@ static uint32_t peer_v4, stranger_v4, dev_v4;
 static struct rvt_cq *cq, *small_cq;
 static struct rvt_srq *srq;
 static struct rvt_qp *qp[NQP];
+static struct rvt_xrcd *xrcd_a, *xrcd_b;
+static struct rvt_srq *xsrq_a, *xsrq_b;  /* per input, in domain A and B */
+static struct rvt_qp *xqp[2];             /* XRC target (domain A), XRC initiator */
 static struct rvt_ah *ah;
 static uint32_t dead_qpn[8];
 static unsigned n_dead;
@@ -230,6 +236,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		die("dereg");
 	mr[MR_STALE] = NULL;
 	{
+		struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD |
+							      IBV_XRCD_INIT_ATTR_OFLAGS,
+						 .fd = -1, .oflags = O_CREAT };
+		xrcd_a = rvt_open_xrcd(&uctx, &xa, &err);
+		xrcd_b = rvt_open_xrcd(&uctx, &xa, &err);
+		if (!xrcd_a || !xrcd_b)
+			die("xrcd");
+	}
+	{
 		struct ibv_ah_attr aha = { .is_global = 1, .port_num = 1 };
 		urvt_gid_from_v4(aha.grh.dgid.raw, peer_v4);
 		ah = rvt_create_ah(pd, &aha, &err);
@@ -262,7 +277,7 @@ static void recv_sge(struct reader *r, struct ibv_sge *s)
 	}
 }
 
-static void post_recvs(struct reader *r, struct rvt_qp *q, bool to_srq, int n)
+static void post_recvs(struct reader *r, struct rvt_qp *q, struct rvt_srq *to_srq, int n)
 {
 	for (int i = 0; i < n; i++) {
 		struct ibv_sge sg[3];
@@ -272,7 +287,7 @@ static void post_recvs(struct reader *r, struct rvt_qp *q, bool to_srq, int n)
 		for (int j = 0; j < 3; j++)
 			recv_sge(r, &sg[j]);
 		if (to_srq)
-			rvt_post_srq_recv(srq, &wr, &bad);
+			rvt_post_srq_recv(to_srq, &wr, &bad);
 		else if (q)
 			rvt_post_recv(q, &wr, &bad);
 	}
@@ -312,6 +327,9 @@ static void post_sends(struct reader *r, struct rvt_qp *q, int n)
 			wr.wr.rdma.remote_addr = u32(r);
 			wr.wr.rdma.rkey = u32(r);
 		}
+		/* XRC initiator: A's SRQ or any number (the peer is fake) */
+		if (rvt_qp_is_xrc(q))
+			wr.qp_type.xrc.remote_srqn = (sel & 0x80) ? xsrq_a->srq_num : u32(r);
 		if (q->type == IBV_QPT_UD) {
 			wr.wr.ud.ah = &ah->ibah;
 			wr.wr.ud.remote_qpn = PEER_QPN_BASE;
@@ -329,10 +347,12 @@ static int modify(struct rvt_qp *q, enum ibv_qp_state s)
 	return rvt_modify_qp(q, &a, IBV_QP_STATE);
 }
 
-/* RESET -> state, with attributes from the input. */
-static void bring_up(struct reader *r, int i, int state)
+/* RESET -> state, with attributes from the input; the peer is
+ * PEER_QPN_BASE + i. The masks are those of the IB state table for the
+ * verbs type (XRC: qp-semantics §13.3). */
+static void bring_up_qp(struct reader *r, struct rvt_qp *q, int i, int state)
 {
-	struct rvt_qp *q = qp[i];
+	enum ibv_qp_type vt = q->ibqp_ex.qp_base.qp_type;
 	struct ibv_qp_attr a;
 	uint8_t f = u8(r);
 
@@ -367,8 +387,8 @@ static void bring_up(struct reader *r, int i, int state)
 	if (rvt_modify_qp(q, &a, q->type == IBV_QPT_UD ? IBV_QP_STATE :
 				 IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 					 IBV_QP_RQ_PSN |
-					 (q->type == IBV_QPT_RC ? IBV_QP_MAX_DEST_RD_ATOMIC |
-									 IBV_QP_MIN_RNR_TIMER : 0)))
+					 (q->type == IBV_QPT_RC && vt != IBV_QPT_XRC_SEND ?
+						  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)))
 		die("-> RTR");
 	if (state == IBV_QPS_RTR)
 		return;
@@ -380,7 +400,8 @@ static void bring_up(struct reader *r, int i, int state)
 	a.max_rd_atomic = u8(r) % 5;
 	a.sq_psn = (f & 0x40) ? 0xfffffeu : u8(r);
 	if (rvt_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
-					 (q->type == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					 (vt == IBV_QPT_XRC_RECV ? IBV_QP_TIMEOUT :
+					  q->type == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 									 IBV_QP_RNR_RETRY |
 									 IBV_QP_MAX_QP_RD_ATOMIC : 0)))
 		die("-> RTS");
@@ -388,6 +409,11 @@ static void bring_up(struct reader *r, int i, int state)
 		die("-> SQD");
 	if (state == IBV_QPS_ERR && modify(q, IBV_QPS_ERR))
 		die("-> ERR");
+}
+
+static void bring_up(struct reader *r, int i, int state)
+{
+	bring_up_qp(r, qp[i], i, state);
 }
 
 static void make_objects(struct reader *r)
@@ -424,11 +450,36 @@ static void make_objects(struct reader *r)
 		int st = states[u8(r) % 6];
 		bring_up(r, i, st);
 		if (st != IBV_QPS_RESET && !qp[i]->srq)
-			post_recvs(r, qp[i], false, u8(r) % 4);
+			post_recvs(r, qp[i], NULL, u8(r) % 4);
 		if (st == IBV_QPS_RTS)
 			post_sends(r, qp[i], u8(r) % 4);
 	}
-	post_recvs(r, NULL, true, u8(r) % 6);
+	post_recvs(r, NULL, srq, u8(r) % 6);
+	/* XRC: an SRQ in each domain, a target of A and an initiator */
+	xsrq_a = rvt_create_xsrq(pd, xrcd_a, cq, &sa, &err);
+	xsrq_b = rvt_create_xsrq(pd, xrcd_b, cq, &sa, &err);
+	if (!xsrq_a || !xsrq_b)
+		die("xrc srq");
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr_ex a = {
+			.send_cq = ibv_cq_ex_to_cq(&cq->ibcq),
+			.cap = { .max_send_wr = 8, .max_send_sge = 1 },
+			.qp_type = i ? IBV_QPT_XRC_SEND : IBV_QPT_XRC_RECV,
+			.comp_mask = i ? IBV_QP_INIT_ATTR_PD : IBV_QP_INIT_ATTR_XRCD,
+			.pd = &pd->ibpd,
+			.xrcd = &xrcd_a->ibxrcd,
+		};
+		int st = states[u8(r) % 6];
+
+		xqp[i] = rvt_create_qp(&uctx, &a, &err);
+		if (!xqp[i])
+			die("create xrc qp");
+		bring_up_qp(r, xqp[i], NQP + i, st);
+		if (i && st == IBV_QPS_RTS)
+			post_sends(r, xqp[i], u8(r) % 4);
+	}
+	post_recvs(r, NULL, xsrq_a, u8(r) % 6);
+	post_recvs(r, NULL, xsrq_b, u8(r) % 6);
 }
 
 static void destroy_qp(int i)
@@ -472,8 +523,15 @@ static uint32_t pick_qpn(struct reader *r, uint8_t ctl, struct rvt_qp **target)
 		*target = qp[t];
 		return qp[t] ? qp[t]->qpn : (n_dead ? dead_qpn[0] : 0x7777);
 	}
-	if (t == 6)
-		return n_dead ? dead_qpn[u8(r) % n_dead] : 0x7777;
+	if (t == 6) {
+		uint8_t s = u8(r);
+		/* odd: an XRC QP (target or initiator), even: a destroyed one */
+		if (s & 1) {
+			*target = xqp[(s >> 1) & 1];
+			return *target ? (*target)->qpn : 0x7777;
+		}
+		return n_dead ? dead_qpn[(s >> 1) % n_dead] : 0x7777;
+	}
 	switch (u8(r) % 4) {
 	case 0: return 0;
 	case 1: return 1;
@@ -505,8 +563,20 @@ static void fixup(struct reader *r, uint8_t *b, uint32_t len, uint8_t ctl2, stru
 		return;
 	if ((p.mask & URVT_DETH_MASK) && (ctl2 & 0x80) && len >= 20)
 		deth_set_qkey(b + 12, UD_QKEY);
-	if (p.mask & (URVT_RETH_MASK | URVT_ATMETH_MASK))
-		eth = b + 12 + ((p.mask & URVT_FETH_MASK) ? 4 : 0);
+	if (p.mask & URVT_XRCETH_MASK) {
+		uint8_t x = u8(r);
+		uint8_t *xe = b + urvt_opcode[p.opcode].offset[URVT_XRCETH];
+		switch (x % 4) {
+		case 0: xrceth_set_srqn(xe, xsrq_a->srq_num); break;
+		case 1: xrceth_set_srqn(xe, xsrq_b->srq_num); break; /* another domain */
+		case 2: xrceth_set_srqn(xe, u32(r)); break;
+		default: break;
+		}
+	}
+	if (p.mask & URVT_RETH_MASK)
+		eth = b + urvt_opcode[p.opcode].offset[URVT_RETH];
+	else if (p.mask & URVT_ATMETH_MASK)
+		eth = b + urvt_opcode[p.opcode].offset[URVT_ATMETH];
 	else if (p.mask & URVT_IETH_MASK)
 		eth = b + p.hdr_len - 4;
 	else
@@ -597,7 +667,7 @@ static void operation(struct reader *r)
 	int i = (op >> 4) % NQP;
 
 	switch (op % 8) {
-	case 0: post_recvs(r, qp[i], qp[i] && qp[i]->srq, 1); break;
+	case 0: post_recvs(r, qp[i], qp[i] ? qp[i]->srq : NULL, 1); break;
 	case 1: post_sends(r, qp[i], 1); break;
 	case 2: if (qp[i]) modify(qp[i], IBV_QPS_ERR); break;
 	case 3: if (qp[i]) modify(qp[i], IBV_QPS_RESET); break;
@@ -639,8 +709,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	for (int i = 0; i < NQP; i++)
 		destroy_qp(i);
+	for (int i = 0; i < 2; i++) {
+		if (rvt_destroy_qp(xqp[i]))
+			die("destroy xrc qp");
+		xqp[i] = NULL;
+	}
 	drain(cq);
 	drain(small_cq);
+	if (rvt_destroy_srq(xsrq_a) || rvt_destroy_srq(xsrq_b))
+		die("destroy xrc srq");
 	if (rvt_destroy_srq(srq) || rvt_destroy_cq(cq) || rvt_destroy_cq(small_cq))
 		die("destroy srq/cq");
 	{

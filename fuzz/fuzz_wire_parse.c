@@ -32,7 +32,9 @@ static void roce(const uint8_t *data, size_t size, const struct urvt_ipinfo *ip)
 			abort();
 		if (q.opcode != p.opcode || q.psn != p.psn || q.dest_qpn != p.dest_qpn ||
 		    q.paylen != p.paylen || q.reth.va != p.reth.va || q.aeth.msn != p.aeth.msn ||
-		    q.deth.qkey != p.deth.qkey || q.immdt != p.immdt || q.atmeth.comp != p.atmeth.comp)
+		    q.deth.qkey != p.deth.qkey || q.immdt != p.immdt || q.atmeth.comp != p.atmeth.comp ||
+		    q.xrc_srqn != p.xrc_srqn || !!(q.mask & URVT_XRCETH_MASK) != (p.opcode >> 5 == 5 &&
+									   (p.mask & URVT_REQ_MASK)))
 			abort();
 		if (urvt_icrc_check((struct urvt_ipinfo *)ip, buf, n, 0) != 0)
 			abort();

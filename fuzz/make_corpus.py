@@ -42,10 +42,16 @@ def main():
     shared, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
     seeds = []
-    with open(os.path.join(shared, "vectors", "roce-vectors.json")) as f:
-        for v in json.load(f):
-            ip = bytes.fromhex(v["ip_packet_hex"])
-            seeds += [ip, udp_payload(ip)]
+    # roce-vectors.json, and the XRC vectors where the directory has them
+    # (tests/data/vectors/xrc-vectors.json)
+    for vf in ("roce-vectors.json", "xrc-vectors.json"):
+        path = os.path.join(shared, "vectors", vf)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for v in json.load(f):
+                ip = bytes.fromhex(v["ip_packet_hex"])
+                seeds += [ip, udp_payload(ip)]
     for path in sorted(glob.glob(os.path.join(shared, "vectors", "rxe", "*.pcap"))):
         per_op = {}
         for ip in pcap_packets(path):

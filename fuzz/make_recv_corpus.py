@@ -44,6 +44,13 @@ def prefix():
         else:
             out += bytes([0])
     out += bytes([2]) + recv_wr() * 2          # SRQ
+    # the XRC target (domain A) and initiator to RTS, the initiator posts
+    # nothing; two receives on each domain's XRC SRQ
+    for i in range(2):
+        out += bytes([3, 0x80 | 0x10 | 0x07, 0, 4, 7, 1, 4, 0])
+        if i == 1:
+            out += bytes([0])
+    out += (bytes([2]) + recv_wr() * 2) * 2
     return out
 
 
@@ -54,6 +61,20 @@ def record(payload, target, key=0, va_mode=0, psn=True, good_icrc=True):
     if psn:
         out += bytes([0])
     return out
+
+
+def record_xrc(payload, initiator=False, srq_sel=0, key=0, va_mode=0):
+    """A packet for an XRC QP (pick_qpn's selector 6, then odd: XRC); its
+    XRCETH names A's SRQ (srq_sel 0), B's (1, another domain) or is left
+    as built (3)."""
+    ctl = 0x80 | 0x20 | 6
+    ctl2 = 0x80 | 0x40 | (va_mode << 4) | key
+    return (bytes([ctl, ctl2]) + struct.pack(">H", len(payload)) +
+            bytes([3 if initiator else 1]) + payload + bytes([0, srq_sel]))
+
+
+def xrceth(srqn=0):
+    return struct.pack(">I", srqn)
 
 
 def bth(op, psn=0, ackreq=True, pad=0):
@@ -117,6 +138,29 @@ def crafted():
     one("bad_icrc", bth(0x04) + b"A" * 12 + ICRC, good_icrc=False)
     one("truncated", bth(0x0A)[:10], psn=False)
     one("psn_far", bth(0x04, psn=0x400000) + b"A" * 4 + ICRC, psn=False)
+    # XRC (roce-wire §3.1, §4.5)
+    def x(name, pkt, **kw):
+        s.append((name, [record_xrc(pkt, **kw)]))
+    x("xrc_send_only", bth(0xA4) + xrceth() + b"X" * 100 + ICRC)
+    x("xrc_send_other_domain", bth(0xA4) + xrceth() + b"X" * 100 + ICRC, srq_sel=1)
+    x("xrc_send_unknown_srq", bth(0xA4) + xrceth(0x123456) + b"X" * 10 + ICRC, srq_sel=3)
+    s.append(("xrc_send_first_last",
+              [record_xrc(bth(0xA0, ackreq=False) + xrceth() + b"F" * 1024 + ICRC),
+               record_xrc(bth(0xA2) + xrceth() + b"L" * 8 + ICRC, srq_sel=1)]))
+    x("xrc_write_only", bth(0xAA) + xrceth() + reth(0, 0, 64) + b"W" * 64 + ICRC, key=1,
+      va_mode=1)
+    x("xrc_write_other_domain", bth(0xAA) + xrceth() + reth(0, 0, 64) + b"W" * 64 + ICRC,
+      srq_sel=1, key=1, va_mode=1)
+    x("xrc_read", bth(0xAC) + xrceth() + reth(0, 0, 3000) + ICRC, key=1, va_mode=1)
+    x("xrc_fetch_add", bth(0xB4) + xrceth() + atmeth(0x10, 0, 1, 0) + ICRC, key=1, va_mode=1)
+    x("xrc_cmp_swap_other_pd", bth(0xB3) + xrceth() + atmeth(0x18, 0, 5, 0) + ICRC, key=4,
+      va_mode=1)
+    x("xrc_ack_to_initiator", bth(0xB1) + struct.pack(">I", 0x1F000001) + ICRC, initiator=True)
+    x("xrc_read_resp_to_initiator", bth(0xB0) + struct.pack(">I", 0x1F000001) + b"R" * 64 + ICRC,
+      initiator=True)
+    x("xrc_send_to_initiator", bth(0xA4) + xrceth() + b"S" * 8 + ICRC, initiator=True)
+    one("xrc_send_to_rc", bth(0xA4) + xrceth() + b"Q" * 8 + ICRC)
+    x("rc_send_to_xrc_target", bth(0x04) + b"P" * 8 + ICRC)
     return s
 
 
