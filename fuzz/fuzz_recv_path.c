@@ -349,7 +349,7 @@ static int modify(struct rvt_qp *q, enum ibv_qp_state s)
 
 /* RESET -> state, with attributes from the input; the peer is
  * PEER_QPN_BASE + i. The masks are those of the IB state table for the
- * verbs type (XRC: qp-semantics §13.3). */
+ * verbs type (XRC: qp-semantics §16.3). */
 static void bring_up_qp(struct reader *r, struct rvt_qp *q, int i, int state)
 {
 	enum ibv_qp_type vt = q->ibqp_ex.qp_base.qp_type;

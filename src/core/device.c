@@ -126,7 +126,7 @@ static void init_attrs(struct rvt_dev_info *rdi)
 			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
 			      IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_N_NOTIFY_CQ |
 			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-	a->device_cap_flags |= IBV_DEVICE_XRC; /* qp-semantics §13 */
+	a->device_cap_flags |= IBV_DEVICE_XRC; /* qp-semantics §16 */
 	a->max_sge = URVT_MAX_SGE;
 	a->max_sge_rd = URVT_MAX_SGE;
 	a->max_cq = URVT_MAX_CQ;

@@ -524,7 +524,7 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	int ret = 0;
 
 	/* R1 (qp-semantics §3.1) */
-	/* an XRC QP has no receive queue of its own (qp-semantics §13.3) */
+	/* an XRC QP has no receive queue of its own (qp-semantics §16.3) */
 	if (unlikely(qp->srq || rvt_qp_is_xrc(qp) ||
 		     !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_POST_RECV_OK))) {
 		*bad_wr = wr;

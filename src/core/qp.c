@@ -204,7 +204,7 @@ static uint32_t mtu_bytes(enum ibv_mtu mtu)
 #define SUPPORTED_COMP_MASK (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 
 /*
- * qp-semantics §13.3: an XRC_SEND QP has a PD and a send CQ and no receive
+ * qp-semantics §16.3: an XRC_SEND QP has a PD and a send CQ and no receive
  * side; an XRC_RECV QP has an XRC domain and nothing else (its receive
  * side is the SRQs of the domain, its send side the responses). What they
  * do not have is ignored, as the kernel does; rvt_create_qp zeroes it.
@@ -798,7 +798,7 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 		if (rvt_av_from_attr(rdi, &attr->ah_attr, &av))
 			goto inval;
 		/* XRC has no in-process path: to a QP of this process too it
-		 * goes over a link (qp-semantics §13.5) */
+		 * goes over a link (qp-semantics §16.5) */
 		if (rvt_qp_is_xrc(qp) && av.loopback)
 			rvt_av_via_link(rdi, &av);
 	}

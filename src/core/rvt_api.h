@@ -99,7 +99,7 @@ int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt
 int rvt_rq_post_one(struct rvt_rq *rq, const struct ibv_recv_wr *wr);
 void rvt_rq_fini(struct rvt_rq *rq);
 
-/* xrc.c (qp-semantics §13) */
+/* xrc.c (qp-semantics §16) */
 struct rvt_xrcd *rvt_open_xrcd(struct urvt_context *uctx, const struct ibv_xrcd_init_attr *attr,
 			       int *err);
 int rvt_close_xrcd(struct rvt_xrcd *x);

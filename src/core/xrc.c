@@ -1,5 +1,5 @@
 /*
- * XRC (qp-semantics §13): XRC domains, XRC SRQs and their numbers, the SRQ
+ * XRC (qp-semantics §16): XRC domains, XRC SRQs and their numbers, the SRQ
  * lookup of the XRC target's responder, shared XRC_RECV QPs (ibv_open_qp).
  * The XRC QPs themselves are RC QPs to the engines (core/rvt.h struct
  * rvt_qp, qp.c).
@@ -34,7 +34,7 @@ struct rvt_xrcd_dom {
 static pthread_mutex_t dom_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rvt_xrcd_dom *dom_list;
 
-/* qp-semantics §13.1: the rules of the kernel's open_xrcd. Caller holds dom_lock. */
+/* qp-semantics §16.1: the rules of the kernel's open_xrcd. Caller holds dom_lock. */
 static int dom_get(const struct ibv_xrcd_init_attr *attr, struct rvt_xrcd_dom **out)
 {
 	struct rvt_xrcd_dom *d;

@@ -605,7 +605,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 }
 
 /*
- * An XRC target's request (roce-wire §3.1, qp-semantics §13.4): the RC
+ * An XRC target's request (roce-wire §3.1, qp-semantics §16.4): the RC
  * responder with the SRQ, PD and CQ of the SRQ the XRCETH names, for this
  * packet. An SRQ that does not exist or is of another XRC domain, or a
  * message whose packets name different SRQs, earns NAK Invalid Request

@@ -36,7 +36,7 @@ struct ibv_qp *urvt_create_qp_ex(struct ibv_context *context,
 				 struct ibv_qp_init_attr_ex *init_attr);
 struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 				   struct ibv_srq_init_attr_ex *init_attr);
-/* XRC (qp-semantics §13) */
+/* XRC (qp-semantics §16) */
 struct ibv_xrcd *urvt_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
 int urvt_close_xrcd(struct ibv_xrcd *xrcd);
 int urvt_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);

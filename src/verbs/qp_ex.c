@@ -355,7 +355,7 @@ int urvt_qp_ex_check(const struct ibv_qp_init_attr_ex *attr)
 
 	switch (attr->qp_type) {
 	case IBV_QPT_RC:
-	case IBV_QPT_XRC_SEND: /* the RC operations (qp-semantics §13.3) */
+	case IBV_QPT_XRC_SEND: /* the RC operations (qp-semantics §16.3) */
 		ok = OPS_RC;
 		break;
 	case IBV_QPT_UC:

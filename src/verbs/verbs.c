@@ -697,7 +697,7 @@ struct ibv_srq *urvt_create_srq_ex(struct ibv_context *context,
 	basic.srq_context = attr->srq_context;
 	basic.attr = attr->attr;
 	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC) {
-		/* qp-semantics §13.2: an XRC SRQ has a domain and a CQ */
+		/* qp-semantics §16.2: an XRC SRQ has a domain and a CQ */
 		const uint32_t need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
 		struct rvt_srq *srq;
 		int err = 0;
@@ -751,7 +751,7 @@ int urvt_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num)
 }
 
 /* ------------------------------------------------------------------ */
-/* XRC domains (qp-semantics §13.1)                                   */
+/* XRC domains (qp-semantics §16.1)                                   */
 /* ------------------------------------------------------------------ */
 struct ibv_xrcd *urvt_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr)
 {
@@ -825,7 +825,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init
 }
 
 /*
- * ibv_open_qp's handle of an XRC_RECV QP (qp-semantics §13.6): modify,
+ * ibv_open_qp's handle of an XRC_RECV QP (qp-semantics §16.6): modify,
  * query and destroy reach the QP through it; 'handle' marks it (urvt's own
  * QPs leave that kernel field 0).
  */
@@ -891,7 +891,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	bool last;
 	int ret;
 
-	/* an XRC_RECV QP lives until its last handle goes (qp-semantics §13.6) */
+	/* an XRC_RECV QP lives until its last handle goes (qp-semantics §16.6) */
 	if (rqp->ibqp_ex.qp_base.qp_type == IBV_QPT_XRC_RECV) {
 		last = rvt_xrc_handle_put(rqp);
 		if (qp->handle == URVT_QP_OPENED) {

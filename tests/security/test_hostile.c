@@ -1658,7 +1658,7 @@ static void test_shm_ring_never_drained(void **state)
 }
 
 /*
- * XRC (roce-wire §3.1, qp-semantics §13.4): a target QP of domain A facing
+ * XRC (roce-wire §3.1, qp-semantics §16.4): a target QP of domain A facing
  * XRC requests that name an SRQ of domain B, an SRQ number nobody has, and
  * XRC opcodes sent to a plain RC QP (and RC opcodes to the XRC target). The
  * control row delivers to A's SRQ; every attack gets NAK Invalid Request

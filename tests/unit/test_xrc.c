@@ -1,5 +1,5 @@
 /*
- * XRC (qp-semantics §13, xrc.c): domains and the open rules of
+ * XRC (qp-semantics §16, xrc.c): domains and the open rules of
  * ibv_open_xrcd, XRC SRQs and their numbers, XRC_SEND / XRC_RECV creation,
  * the state table's XRC masks, ibv_open_qp handles, and traffic: SEND,
  * SEND with immediate, RDMA WRITE, READ and both atomics from an XRC_SEND
@@ -85,7 +85,7 @@ static struct rvt_qp *xrc_qp(enum ibv_qp_type t, struct rvt_pd *pd, struct rvt_c
 		a.send_cq = cq ? (struct ibv_cq *)&cq->ibcq : NULL;
 		a.cap.max_send_wr = 16;
 		a.cap.max_send_sge = 2;
-		/* what an XRC_SEND QP has not is ignored (qp-semantics §13.3) */
+		/* what an XRC_SEND QP has not is ignored (qp-semantics §16.3) */
 		a.cap.max_recv_wr = 7;
 		a.cap.max_recv_sge = 3;
 	} else {
@@ -96,7 +96,7 @@ static struct rvt_qp *xrc_qp(enum ibv_qp_type t, struct rvt_pd *pd, struct rvt_c
 	return rvt_create_qp(dev.uctx, &a, err);
 }
 
-/* qp-semantics §13.1 */
+/* qp-semantics §16.1 */
 static void test_open_xrcd_rules(void **state)
 {
 	const uint32_t both = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
@@ -145,7 +145,7 @@ static void test_open_xrcd_rules(void **state)
 	assert_int_equal(err, -EAGAIN);
 }
 
-/* qp-semantics §13.2 */
+/* qp-semantics §16.2 */
 static void test_xrc_srq(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev);
@@ -182,7 +182,7 @@ static void test_xrc_srq(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
-/* qp-semantics §13.3 */
+/* qp-semantics §16.3 */
 static void test_xrc_create(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev);
@@ -228,7 +228,7 @@ static void test_xrc_create(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
 }
 
-/* qp-semantics §13.3: the state table's columns for XRC */
+/* qp-semantics §16.3: the state table's columns for XRC */
 static void test_xrc_state_table(void **state)
 {
 	const int R = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -266,7 +266,7 @@ static void test_xrc_state_table(void **state)
 					 IBV_QP_STATE | IBV_QP_RETRY_CNT));
 }
 
-/* qp-semantics §13.6 */
+/* qp-semantics §16.6 */
 static void test_open_qp(void **state)
 {
 	struct rvt_xrcd *x = xrcd_new(), *other = xrcd_new();
@@ -343,7 +343,7 @@ static void connect_pair(struct xfix *f)
 							 IBV_QP_MAX_DEST_RD_ATOMIC |
 							 IBV_QP_MIN_RNR_TIMER),
 			 0);
-	/* XRC never takes the in-process path (qp-semantics §13.5) */
+	/* XRC never takes the in-process path (qp-semantics §16.5) */
 	assert_false(f->s->remote_av.loopback);
 	assert_false(f->r->remote_av.loopback);
 	memset(&a, 0, sizeof(a));
