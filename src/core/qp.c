@@ -663,8 +663,9 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		/* 5. Its completions still in the CQs go too, flushes
 		 * included: nothing of this life is polled in the next one
 		 * (as mlx4/mlx5 clean their CQs; docs/deviations.md). */
-		rvt_cq_clean(qp->send_cq, qp->qpn);
-		if (qp->recv_cq != qp->send_cq)
+		if (qp->send_cq) /* an XRC target has none: its SRQs' CQs are shared */
+			rvt_cq_clean(qp->send_cq, qp->qpn);
+		if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 			rvt_cq_clean(qp->recv_cq, qp->qpn);
 	}
 	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
