@@ -607,17 +607,21 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 /*
  * An XRC target's request (roce-wire §3.1, qp-semantics §16.4): the RC
  * responder with the SRQ, PD and CQ of the SRQ the XRCETH names, for this
- * packet. An SRQ that does not exist or is of another XRC domain, or a
- * message whose packets name different SRQs, earns NAK Invalid Request
- * before anything is executed.
+ * packet. An SRQ that does not exist or is of another XRC domain, or the
+ * next packet of a message naming another SRQ than its first, earns NAK
+ * Invalid Request before anything is executed.
  */
 static bool xrc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	struct rvt_srq *srq = rvt_xsrq_get(qp->rdi, pkt->xrc_srqn);
 	bool lastwqe;
 
+	/* the continuation rule only for the packet the responder expects: a
+	 * duplicate or a packet past a gap is the RC responder's (re-ACK,
+	 * replay, PSN-sequence NAK) and takes no WQE */
 	if (unlikely(!srq || !rvt_xrcd_same(srq->xrcd, qp->xrcd) ||
-		     (!(pkt->mask & URVT_START_MASK) && pkt->xrc_srqn != qp->r_xrc_srqn))) {
+		     (!(pkt->mask & URVT_START_MASK) && pkt->psn == qp->r_psn &&
+		      pkt->xrc_srqn != qp->r_xrc_srqn))) {
 		if (srq)
 			rvt_xsrq_put(qp->rdi, srq);
 		qp_count(qp, URVT_CTR_XRC_BAD_SRQ, 1);
@@ -626,7 +630,7 @@ static bool xrc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	qp->srq = srq;
 	qp->pd = srq->pd;
 	qp->recv_cq = srq->cq;
-	if (pkt->mask & URVT_START_MASK)
+	if ((pkt->mask & URVT_START_MASK) && pkt->psn == qp->r_psn)
 		qp->r_xrc_srqn = pkt->xrc_srqn;
 	lastwqe = rc_rcv(qp, pkt);
 	qp->srq = NULL;

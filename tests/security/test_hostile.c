@@ -1799,7 +1799,59 @@ static void test_xrc(void **state)
 		ut_async_drain(&dev);
 	}
 
-	/* 4. an XRC opcode to a plain RC QP, and an RC opcode to the XRC
+	/* 4. the last packet of a message past a gap (its first ones lost, or
+	 * sent before the target was ready): the RC rule, a PSN-sequence NAK
+	 * for the expected PSN, the target stays in RTS; then a message whose
+	 * second packet names another SRQ than its first: NAK Invalid Request */
+	{
+		uint8_t first[PMTU];
+		struct ibv_recv_wr rwr, *rbad;
+		struct ibv_sge rsge = { .addr = (uintptr_t)a.buf.buf, .length = 2048,
+					.lkey = a.buf.key };
+
+		qp = xrc_victim(&a);
+		memset(&f, 0, sizeof(f));
+		f.opcode = URVT_OP_XRC_SEND_FIRST + 2; /* SEND_LAST */
+		f.dest_qpn = qp->qpn;
+		f.psn = PEER_PSN + 3;
+		f.ackreq = true;
+		f.xrc_srqn = a.srq->srq_num;
+		send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+		expect(&p, buf, URVT_OP_XRC_ACKNOWLEDGE);
+		assert_int_equal(p.aeth.syn, NAK_SEQ);
+		assert_int_equal(p.psn, PEER_PSN);
+		assert_int_equal(ut_state(qp), RTS);
+		ut_cq_empty(a.cq, 10);
+		xrc_check_buf(&a, "XRC, gap");
+
+		rwr = (struct ibv_recv_wr){ .wr_id = 0x77, .sg_list = &rsge, .num_sge = 1 };
+		assert_int_equal(rvt_post_srq_recv(a.srq, &rwr, &rbad), 0);
+		ut_fill(first, sizeof(first), 3);
+		f.opcode = URVT_OP_XRC_SEND_FIRST;
+		f.psn = PEER_PSN;
+		f.ackreq = false;
+		send_pkt(&peer, &f, first, sizeof(first), NULL, NULL);
+		f.opcode = URVT_OP_XRC_SEND_FIRST + 2;
+		f.psn = PEER_PSN + 1;
+		f.ackreq = true;
+		f.xrc_srqn = b.srq->srq_num;
+		send_pkt(&peer, &f, data, sizeof(data), NULL, NULL);
+		expect(&p, buf, URVT_OP_XRC_ACKNOWLEDGE);
+		assert_int_equal(p.aeth.syn, NAK_INV);
+		assert_int_equal(p.psn, PEER_PSN + 1);
+		assert_int_equal(ut_state(qp), ERR);
+		ut_cq_empty(b.cq, 10);
+		xrc_check_buf(&b, "XRC, SRQ changed inside a message");
+		memcpy(a.buf.snap, a.buf.buf, MR_LEN); /* the first packet landed in A's */
+		assert_int_equal(rvt_destroy_qp(qp), 0);
+		ut_async_drain(&dev);
+		/* A's WQE went with the target (docs/deviations.md), or completed
+		 * in error: nothing else may be there */
+		while (ut_poll(a.cq, &wc, 1, 10) == 1)
+			assert_int_not_equal(wc.status, IBV_WC_SUCCESS);
+	}
+
+	/* 5. an XRC opcode to a plain RC QP, and an RC opcode to the XRC
 	 * target: dropped (opcode class), both stay in RTS */
 	cq = ut_cq(&dev, 16);
 	rc = victim(RC, RTS, ALL_RIGHTS);
