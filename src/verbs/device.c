@@ -408,6 +408,8 @@ int urvt_query_device_ex(struct ibv_context *context,
 		IBV_ODP_SUPPORT_SRQ_RECV;
 	ex.odp_caps.per_transport_caps.ud_odp_caps =
 		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	/* XRC runs the RC engines and their key checks (qp-semantics §16) */
+	ex.xrc_odp_caps = ex.odp_caps.per_transport_caps.rc_odp_caps;
 	ex.max_dm_size = URVT_MAX_DM_SIZE;
 
 	/* A caller built against a newer header gets zeros for what we lack. */

@@ -1411,9 +1411,13 @@ static void test_query_device_ex(void)
 	CHECK(!dx.comp_mask &&
 		      !dx.tso_caps.max_tso && !dx.rss_caps.max_rwq_indirection_tables &&
 		      !dx.max_wq_type_rq && !dx.packet_pacing_caps.qp_rate_limit_max &&
-		      !dx.raw_packet_caps && !dx.tm_caps.max_num_tags && !dx.cq_mod_caps.max_cq_count &&
-		      !dx.xrc_odp_caps,
+		      !dx.raw_packet_caps && !dx.tm_caps.max_num_tags && !dx.cq_mod_caps.max_cq_count,
 	      "query_device_ex: a capability urvt lacks is reported");
+	/* XRC: the RC engines, ODP as RC (qp-semantics §16) */
+	CHECK((da.device_cap_flags & IBV_DEVICE_XRC) &&
+		      dx.xrc_odp_caps == dx.odp_caps.per_transport_caps.rc_odp_caps,
+	      "query_device_ex: XRC %#x, xrc_odp_caps %#x", da.device_cap_flags & IBV_DEVICE_XRC,
+	      dx.xrc_odp_caps);
 	/* what it has: completion timestamps (1 GHz clock), device memory */
 	CHECK(dx.completion_timestamp_mask && dx.hca_core_clock == 1000000 && dx.max_dm_size,
 	      "query_device_ex: timestamps %#llx/%llu kHz, max_dm_size %llu",
