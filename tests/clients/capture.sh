@@ -67,4 +67,21 @@ all=$(tshark -r "$out/cap.pcap" -T fields -e frame.number 2>/dev/null | wc -l)
 ids=$(tshark -r "$out/cap.pcap" -Y infiniband -T fields -e ip.id 2>/dev/null | sort -u | wc -l)
 echo "$n of $all packets decoded as InfiniBand (RoCEv2), $ids distinct IPv4 IDs"
 [ "$n" -gt 0 ] && [ "$n" -eq "$all" ] || { echo "FAIL: tshark decode"; exit 1; }
+case $prog in *xsrq_pingpong)
+	# XRC (docs/wire.md): every packet has an XRC opcode (0xA0-0xBF), and
+	# every request's XRCETH (the 4 bytes tshark shows after the BTH)
+	# names an SRQ one of the two processes printed
+	srqns=$(grep -ho "SRQN [0-9a-f]*" "$out/server" "$out/client" | awk '{print $2}' | sort -u)
+	bad=$(tshark -r "$out/cap.pcap" -T fields -e infiniband.bth.opcode -E occurrence=f \
+		-e infiniband.vendor 2>/dev/null | awk -v s="$srqns" '
+		BEGIN { n = split(s, a, "\n"); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
+		$1 < 160 || $1 > 191 { print "not XRC: " $0; next }
+		($1 <= 172 || $1 >= 179) && !(substr($2, 1, 2) == "00" && substr($2, 3, 6) in ok) {
+			print "XRCETH names no SRQ of theirs: " $0 }' | head -5)
+	nreq=$(tshark -r "$out/cap.pcap" -T fields -e infiniband.bth.opcode 2>/dev/null |
+		awk '$1 >= 160 && ($1 <= 172 || $1 >= 179)' | wc -l)
+	echo "XRC: $nreq requests, SRQs $(echo $srqns)"
+	[ -z "$bad" ] && [ "$nreq" -gt 0 ] || { echo "FAIL: XRC decode"; echo "$bad"; exit 1; }
+	;;
+esac
 echo "PASS"
