@@ -119,6 +119,9 @@ const struct urvt_opcode_info urvt_opcode[256] = {
 	/* XRC, roce-wire §4.5: the RC operations, requests with an XRCETH */
 	SEND_WRITE_OPS(URVT_OP_XRC_BASE, "XRC", URVT_XRCETH_MASK),
 	RD_ATOMIC_OPS(URVT_OP_XRC_BASE, "XRC", URVT_XRCETH_MASK),
+	OP(URVT_OP_XRC_BASE + URVT_OP_RC_ATOMIC_WRITE, "XRC_ATOMIC_WRITE",
+	   URVT_XRCETH_MASK | URVT_REQ_MASK | URVT_ATOMIC_WRITE_MASK | URVT_RETH_MASK |
+		   URVT_PAYLOAD_MASK | P_ONLY),
 
 	/* roce-wire §4.4: BTH (BECN set) + 16 reserved bytes */
 	OP(URVT_OP_CNP, "CNP", URVT_CNP_MASK | URVT_CNPRSV_MASK),

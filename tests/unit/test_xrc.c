@@ -2,7 +2,7 @@
  * XRC (qp-semantics §16, xrc.c): domains and the open rules of
  * ibv_open_xrcd, XRC SRQs and their numbers, XRC_SEND / XRC_RECV creation,
  * the state table's XRC masks, ibv_open_qp handles, and traffic: SEND,
- * SEND with immediate, RDMA WRITE, READ and both atomics from an XRC_SEND
+ * SEND with immediate, RDMA WRITE, READ, both atomics and ATOMIC_WRITE from an XRC_SEND
  * QP to an XRC target of this process (over a link: XRC has no in-process
  * path), each SEND landing in the SRQ its WR names and completing on that
  * SRQ's CQ.
@@ -502,6 +502,14 @@ static void test_xrc_traffic(void **state)
 	expect_send_ok(&f, 6);
 	assert_int_equal(*res, 42);
 	assert_int_equal(*atom, 7);
+	/* ATOMIC_WRITE (opcode 0xBD) */
+	{
+		uint64_t v = 0x1122334455667788ull;
+		memcpy(src, &v, 8);
+		xsend(&f, IBV_WR_ATOMIC_WRITE, f.srq1->srq_num, 9, src, 8, (uintptr_t)atom, 0, 0);
+		expect_send_ok(&f, 9);
+		assert_true(*atom == v);
+	}
 
 	/* RNR: SRQ 1 is empty now; the SEND waits for a receive (rnr_retry 7) */
 	xsend(&f, IBV_WR_SEND, f.srq1->srq_num, 7, src, 16, 0, 0, 0);
