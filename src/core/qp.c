@@ -396,7 +396,9 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	sge_slots = qp->max_send_sge ? qp->max_send_sge : 1;
 	qp->s_stride = (uint32_t)((sizeof(struct rvt_swqe) + sge_slots * sizeof(struct rvt_sge) +
 				   inline_bytes + URVT_CACHELINE - 1) & ~(size_t)(URVT_CACHELINE - 1));
-	qp->domain = attr->pd ? ibpd_to_domain(attr->pd) : NULL;
+	/* only a parent domain is kept (its allocators, its count): an
+	 * imported PD's struct may be unimported before the QP goes */
+	qp->domain = attr->pd && ibpd_to_domain(attr->pd)->parent ? ibpd_to_domain(attr->pd) : NULL;
 	qp->s_wq = rvt_buf_alloc(qp->domain, qp->s_size, qp->s_stride, RVT_RES_TYPE_QP,
 				 &qp->s_wq_custom);
 	if (!qp->s_wq) {

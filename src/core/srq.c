@@ -14,7 +14,9 @@ int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt
 	rq->mask = size - 1;
 	rq->max_sge = max_sge;
 	rq->stride = (uint32_t)(sizeof(struct rvt_rwqe) + max_sge * sizeof(struct ibv_sge));
-	rq->wq_domain = domain;
+	/* as qp.c: only a parent domain is kept */
+	rq->wq_domain = domain && domain->parent ? domain : NULL;
+	domain = rq->wq_domain;
 	rq->wq_type = type;
 	rq->wq = rvt_buf_alloc(domain, size, rq->stride, type, &rq->wq_custom);
 	if (!rq->wq)

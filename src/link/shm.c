@@ -784,6 +784,11 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	 * reuse those bytes */
 	for (uint32_t i = 0; i < npeers; i++) {
 		struct shm_peer *p = &s->peers[i];
+		int st = atomic_load_explicit(&p->state, memory_order_acquire);
+		/* a peer still in its handshake has its indices set up by
+		 * the progress thread (peer_map_dirs): not ours to read yet */
+		if (st != PEER_UP && st != PEER_GONE)
+			continue;
 		if (p->rx_released != p->rx_tail) {
 			p->rx_released = p->rx_tail;
 			atomic_store_explicit(&p->rx_ctrl->tail, p->rx_released,

@@ -403,9 +403,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 	int n = rvt_poll_cq(cq, num_entries, wc);
 	uint64_t t, now = 0;
 
-	/* num_entries 0: an extended CQ's start_poll found it empty
-	 * (verbs.c): it polls all the same, so receive for it */
-	if (!net || num_entries < 0)
+	if (!net || num_entries <= 0)
 		return n;
 	atomic_store_explicit(&net->app_polls,
 			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,

@@ -306,7 +306,9 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
 	}
-	ret = rvt_rereg_mr(rmr, flags, pd ? ibpd_to_rvtpd(pd) : NULL, addr, length,
+	/* pd means something only with CHANGE_PD (callers pass anything else) */
+	ret = rvt_rereg_mr(rmr, flags,
+			   pd && (flags & IBV_REREG_MR_CHANGE_PD) ? ibpd_to_rvtpd(pd) : NULL, addr, length,
 			   (int)strip_optional((unsigned int)access));
 	if (ret) {
 		errno = -ret;
@@ -519,10 +521,6 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr->comp_mask)
 		return EINVAL;
-	/* Nothing there: let the transport receive for a polling application,
-	 * as poll_cq does (rvt_app_poll_cq with no entries to take). */
-	if (load_acquire(&cq->tail) == load_acquire(&cq->head))
-		rvt_app_poll_cq(cq, 0, NULL);
 	urvt_spin_lock(&cq->c_lock);
 	cq->ex_cur = cq->tail;
 	ret = ex_load(cq);

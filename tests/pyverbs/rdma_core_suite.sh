@@ -39,7 +39,7 @@ if [ -w "$huge" ] && [ "$(cat "$huge")" = 0 ]; then
 	echo 16 >"$huge" 2>/dev/null || huge_was=
 fi
 ip netns add "$ns" && ip -n "$ns" link set lo up || exit 1
-(cd "$tests" && timeout 1200 ip netns exec "$ns" "$run" $py run_tests.py --dev urvt0 -v) >"$out" 2>&1
+(cd "$tests" && timeout 300 ip netns exec "$ns" "$run" $py run_tests.py --dev urvt0 -v) >"$out" 2>&1
 rc=$?
 cat "$out"
 bad=$(grep -cE '^(FAIL|ERROR):' "$out")

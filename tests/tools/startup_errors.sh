@@ -65,6 +65,8 @@ expect() {
 # endpoints) until killed; returns when they are all bound.
 hold() {
 	[ -n "$holder" ] && { kill $holder; wait $holder 2>/dev/null; }
+	# the last holder's "bound" must not be read as this one's
+	rm -f "$tmp/hold"
 	python3 -c '
 import socket, sys, time
 s = []

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 #include <time.h>
@@ -410,6 +411,13 @@ int main(void)
 		perror("setup");
 		return 1;
 	}
+	/* a rereg that changes no PD must not look at the pd argument
+	 * (pyverbs passes whatever it holds) */
+	if (ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, (struct ibv_pd *)(uintptr_t)0x6d37e7,
+			 NULL, 0,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				 IBV_ACCESS_REMOTE_ATOMIC))
+		fail("rereg_mr CHANGE_ACCESS with a stray pd: %s", strerror(errno));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		test_connected(IBV_QPT_RC, sizes[i]);
 		test_connected(IBV_QPT_UC, sizes[i]);
