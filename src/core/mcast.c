@@ -22,12 +22,13 @@ bool rvt_gid_is_mcast(const uint8_t gid[16])
 
 /* The checks of attach (the kernel's verbs core, then rdmavt's; see
  * docs/multicast.md): a UD QP past RESET, not QP0/1, a multicast GID. The
- * LID means nothing on RoCE. */
-static int mcast_check(struct rvt_qp *qp, const union ibv_gid *gid)
+ * LID means nothing on RoCE. Detach asks the same but RESET. */
+static int mcast_check(struct rvt_qp *qp, const union ibv_gid *gid, bool attach)
 {
 	if (qp->type != IBV_QPT_UD || qp->qpn <= 1 || !rvt_gid_is_mcast(gid->raw))
 		return -EINVAL;
-	if (rvt_qp_state(qp) == IBV_QPS_RESET)
+	/* a QP in RESET may still leave a group, not join one */
+	if (attach && rvt_qp_state(qp) == IBV_QPS_RESET)
 		return -EINVAL;
 	return 0;
 }
@@ -52,7 +53,7 @@ int rvt_attach_mcast(struct rvt_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	struct rvt_dev_info *rdi = qp->rdi;
 	struct rvt_mcast *m;
-	int ret = mcast_check(qp, gid);
+	int ret = mcast_check(qp, gid, true);
 
 	(void)lid;
 	if (ret)
@@ -109,11 +110,11 @@ int rvt_detach_mcast(struct rvt_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	struct rvt_dev_info *rdi = qp->rdi;
 	struct rvt_mcast *m;
-	int i, ret;
+	int i, ret = mcast_check(qp, gid, false);
 
 	(void)lid;
-	if (qp->type != IBV_QPT_UD || qp->qpn <= 1 || !rvt_gid_is_mcast(gid->raw))
-		return -EINVAL;
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&rdi->mcast_mutex);
 	m = mcast_find(rdi, gid->raw);
 	i = m ? mcast_qp_index(m, qp) : -1;

@@ -321,8 +321,7 @@ void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_stat
 		wc.byte_len = wqe->length;
 		wc.qp_num = qp->qpn;
 	}
-	if (wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	    wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wqe->opcode == IBV_WR_ATOMIC_WRITE) {
+	if (rvt_swqe_rd_atomic(wqe)) {
 		if (qp->s_rd_atomic_outstanding)
 			qp->s_rd_atomic_outstanding--;
 	}

@@ -715,6 +715,14 @@ static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)
 	return container_of((struct ibv_qp_ex *)ibqp, struct rvt_qp, ibqp_ex);
 }
 
+/* A WQE that takes a responder resource and counts against max_rd_atomic
+ * (qp-semantics §2.10 for ATOMIC_WRITE): the one list of them. */
+static inline bool rvt_swqe_rd_atomic(const struct rvt_swqe *wqe)
+{
+	return wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wqe->opcode == IBV_WR_ATOMIC_WRITE;
+}
+
 static inline struct rvt_swqe *rvt_get_swqe_ptr(struct rvt_qp *qp, uint32_t n)
 {
 	return (struct rvt_swqe *)(qp->s_wq + (size_t)(n & qp->s_mask) * qp->s_stride);

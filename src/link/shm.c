@@ -604,10 +604,16 @@ static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, bool patient)
 	return true;
 }
 
+/* The record at tx_head (tx_lock held). */
+static struct shm_rec *tx_head_rec(struct shm_peer *p)
+{
+	return (struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1)));
+}
+
 /* The record at tx_head holds a len-byte packet (tx_lock held). */
 static void tx_end_rec(struct shm_peer *p, uint32_t len)
 {
-	((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->len = len;
+	tx_head_rec(p)->len = len;
 	p->tx_head += shm_rec_bytes(len);
 }
 
@@ -641,8 +647,7 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 	for (; sent < n; sent++) {
 		if (pk[sent].len > SHM_PKT_MAX || !tx_room_for(p, pk[sent].len, pk[sent].patient))
 			break;
-		memcpy(((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->data,
-		       pk[sent].buf, pk[sent].len);
+		memcpy(tx_head_rec(p)->data, pk[sent].buf, pk[sent].len);
 		tx_end_rec(p, pk[sent].len);
 	}
 	tx_publish(p);
@@ -672,7 +677,7 @@ static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *
 		urvt_spin_unlock(&p->tx_lock);
 		return NULL;
 	}
-	return ((struct shm_rec *)(p->tx_ring + (p->tx_head & (SHM_RING_BYTES - 1))))->data;
+	return tx_head_rec(p)->data;
 }
 
 /* The peer is the one tx_reserve locked: its state may have changed since,

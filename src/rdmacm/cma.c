@@ -334,7 +334,7 @@ err:
  * 127.0.0.1 from two processes, libfabric's verbs provider binds
  * "localhost" when given no source.
  */
-static bool env_set(const char *name);
+static bool addr_configured(void);
 
 int cma_bind_host(struct rdma_id_private *p, const struct sockaddr *addr)
 {
@@ -353,8 +353,7 @@ int cma_bind_host(struct rdma_id_private *p, const struct sockaddr *addr)
 	 * context at once); a device on another interface stays unbound
 	 * here, as libfabric's verbs provider expects in a namespace */
 	dev = cma_device_if_open();
-	if (dev ? cma_loopback_addr((struct sockaddr *)&dev->addr) :
-		  !env_set("URVT_ADDR") && !env_set("URVT_NETDEV")) {
+	if (dev ? cma_loopback_addr((struct sockaddr *)&dev->addr) : !addr_configured()) {
 		if (!cma_get_device(NULL, &dev))
 			cma_attach_to_dev(p, dev);
 	}
@@ -366,6 +365,12 @@ static bool env_set(const char *name)
 	const char *v = getenv(name);
 
 	return v && *v;
+}
+
+/* The device's address is given (docs/usage.md): not the default selection. */
+static bool addr_configured(void)
+{
+	return env_set("URVT_ADDR") || env_set("URVT_NETDEV");
 }
 
 /*
@@ -381,8 +386,7 @@ static int cma_dev_for_dst(const struct sockaddr *dst, struct cma_device **dev)
 
 	/* a multicast group: the process's device, wherever it is (the
 	 * route to a group names no device of ours) */
-	if (cma_device_if_open() || env_set("URVT_ADDR") || env_set("URVT_NETDEV") ||
-	    cma_mcast_addr(dst))
+	if (cma_device_if_open() || addr_configured() || cma_mcast_addr(dst))
 		return cma_get_device(NULL, dev);
 	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET) {
 		/* a free 127.0.0.x, never dst itself: a client started before

@@ -73,6 +73,7 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 }
 
 static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp);
+static void detach_mc(struct rdma_cm_id *id, struct cma_multicast *mc);
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
@@ -469,10 +470,7 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 	 * id's groups first (docs/multicast.md) */
 	pthread_mutex_lock(&cma_lock);
 	for (struct cma_multicast *mc = to_id_priv(id)->mc_list; mc; mc = mc->next)
-		if (mc->attached) {
-			ibv_detach_mcast(id->qp, &mc->mgid, 0);
-			mc->attached = false;
-		}
+		detach_mc(id, mc);
 	pthread_mutex_unlock(&cma_lock);
 	ibv_destroy_qp(id->qp);
 	pthread_mutex_lock(&cma_lock);
@@ -1126,8 +1124,7 @@ static int join_mc(struct rdma_cm_id *id, const struct sockaddr *addr, uint32_t 
 	}
 	ret = cma_mc_event(p, mc, status);
 	if (ret) {
-		if (mc->attached)
-			ibv_detach_mcast(id->qp, &mc->mgid, 0);
+		detach_mc(id, mc);
 		goto err;
 	}
 	mc->next = p->mc_list;
@@ -1158,14 +1155,21 @@ int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *cont
 	return join_mc(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
 }
 
+/* The id's QP off mc's group, if it was on it (cma_lock held). */
+static void detach_mc(struct rdma_cm_id *id, struct cma_multicast *mc)
+{
+	if (mc->attached && id->qp)
+		ibv_detach_mcast(id->qp, &mc->mgid, 0);
+	mc->attached = false;
+}
+
 /* Off the list and detached (cma_lock held). */
 static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp)
 {
 	struct cma_multicast *mc = *pp;
 
 	*pp = mc->next;
-	if (mc->attached && id->qp)
-		ibv_detach_mcast(id->qp, &mc->mgid, 0);
+	detach_mc(id, mc);
 	free(mc);
 }
 

@@ -257,7 +257,7 @@ static enum comp_state comp_get_wqe(struct comp_ctx *c)
 			return comp_drop_as(c, URVT_TDROP_BAD_RESP);
 		/* the responder moved past a READ/atomic whose response is
 		 * missing: ask again */
-		if (wqe_is_rd_atomic(c->wqe))
+		if (rvt_swqe_rd_atomic(c->wqe))
 			return COMPST_ERROR_RETRY;
 		/* rc-protocol §4.1: this SEND/WRITE is done */
 		advance_comp_psn(qp, urvt_psn_next(c->wqe->lpsn));
@@ -273,7 +273,7 @@ static enum comp_state comp_check_psn(struct comp_ctx *c)
 
 	if (diff < 0)
 		return comp_drop_as(c, URVT_TDROP_STALE_RESP); /* old or duplicate */
-	if (diff > 0 && wqe_is_rd_atomic(c->wqe) && c->pkt->opcode != URVT_OP_RC_ACKNOWLEDGE) {
+	if (diff > 0 && rvt_swqe_rd_atomic(c->wqe) && c->pkt->opcode != URVT_OP_RC_ACKNOWLEDGE) {
 		/* a gap in the READ responses: rewind once for it */
 		comp_drop(c->qp, URVT_TDROP_BAD_RESP);
 		return COMPST_ERROR_RETRY;
@@ -364,7 +364,7 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 	switch (urvt_aeth_syn_type(pkt->aeth.syn)) {
 	case URVT_AETH_ACK:
 		qp_count(qp, URVT_CTR_ACKS_RCVD, 1);
-		if (wqe_is_rd_atomic(c->wqe))
+		if (rvt_swqe_rd_atomic(c->wqe))
 			return COMPST_DONE; /* an ACK cannot complete a READ/atomic */
 		advance_comp_psn(qp, urvt_psn_next(pkt->psn));
 		if (pkt->psn == c->wqe->lpsn)
@@ -381,7 +381,7 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 			 * READ asked for in pieces (req.c): the responder
 			 * expects the next piece while responses of the earlier
 			 * ones may be lost; comp_psn stays until they are in */
-			if (!wqe_is_rd_atomic(c->wqe))
+			if (!rvt_swqe_rd_atomic(c->wqe))
 				advance_comp_psn(qp, pkt->psn);
 			if (qp->s_flags & RVT_S_WAIT_RNR)
 				return COMPST_DONE;

@@ -369,7 +369,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			/* rc-protocol §2.2 fence, rxe rule: wait until it is the oldest */
 			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)
 				return;
-			if (wqe_is_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
+			if (rvt_swqe_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
 				/* rc-protocol §2.2 initiator depth */
 				if (qp->s_rd_atomic_outstanding >= qp->max_rd_atomic) {
 					qp_tp(qp)->stalled = true;
@@ -390,7 +390,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			stall(qp);
 			return;
 		}
-		if (wqe_is_rd_atomic(wqe)) {
+		if (rvt_swqe_rd_atomic(wqe)) {
 			int r = req_rd_atomic(qp, wqe, q, psn, allow);
 			if (r < 0) {
 				stall(qp);

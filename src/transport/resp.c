@@ -345,9 +345,25 @@ static struct rvt_ack_entry *res_alloc(struct rvt_qp *qp)
 	return e;
 }
 
+/* A responder resource for the READ/atomic request pkt (PSNs pkt->psn to
+ * lpsn, its target): what a duplicate is answered from (rc_duplicate). */
+static struct rvt_ack_entry *res_save(struct rvt_qp *qp, const struct urvt_pkt *pkt,
+				      uint32_t lpsn, uint64_t va, uint32_t rkey, uint32_t len)
+{
+	struct rvt_ack_entry *e = res_alloc(qp);
+
+	e->psn = pkt->psn;
+	e->lpsn = lpsn;
+	e->opcode = pkt->opcode;
+	e->valid = 1;
+	e->va = va;
+	e->rkey = rkey;
+	e->length = len;
+	return e;
+}
+
 static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	struct rvt_ack_entry *e;
 	struct rvt_sge sge;
 	uint32_t len = pkt->reth.len, npkts;
 	enum rvt_rkey_res r;
@@ -360,14 +376,7 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	/* IBTA C9-148: the MSN counts the READ now */
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
-	e = res_alloc(qp);
-	e->psn = pkt->psn;
-	e->lpsn = urvt_psn_add(pkt->psn, npkts - 1);
-	e->opcode = pkt->opcode;
-	e->valid = 1;
-	e->va = pkt->reth.va;
-	e->rkey = pkt->reth.rkey;
-	e->length = len;
+	res_save(qp, pkt, urvt_psn_add(pkt->psn, npkts - 1), pkt->reth.va, pkt->reth.rkey, len);
 	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true);
 	if (len)
 		rvt_put_sge(&sge);
@@ -399,14 +408,8 @@ static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	rvt_put_sge(&sge);
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	/* saved: a duplicate gets this value again, never a second execution */
-	e = res_alloc(qp);
-	e->psn = e->lpsn = pkt->psn;
-	e->opcode = pkt->opcode;
-	e->valid = 1;
+	e = res_save(qp, pkt, pkt->psn, pkt->atmeth.va, pkt->atmeth.rkey, 8);
 	e->atomic_data = orig;
-	e->va = pkt->atmeth.va;
-	e->rkey = pkt->atmeth.rkey;
-	e->length = 8;
 	send_atomic_ack(qp, pkt->psn, orig);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	return RESP_OK;
@@ -416,7 +419,6 @@ static enum resp_res exec_atomic(struct rvt_qp *qp, const struct urvt_pkt *pkt)
  * store, an empty READ RESPONSE ONLY. */
 static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	struct rvt_ack_entry *e;
 	enum rvt_rkey_res r;
 	uint64_t val;
 
@@ -430,13 +432,7 @@ static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt 
 		return rkey_nak(r);
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	/* saved: a duplicate is answered again, never executed again */
-	e = res_alloc(qp);
-	e->psn = e->lpsn = pkt->psn;
-	e->opcode = pkt->opcode;
-	e->valid = 1;
-	e->va = pkt->reth.va;
-	e->rkey = pkt->reth.rkey;
-	e->length = sizeof(val);
+	res_save(qp, pkt, pkt->psn, pkt->reth.va, pkt->reth.rkey, sizeof(val));
 	read_respond(qp, NULL, 0, pkt->psn, true);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	return RESP_OK;

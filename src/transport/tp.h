@@ -308,12 +308,6 @@ uint32_t urvt_cc_cwnd(const struct rvt_qp *qp);
 void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip);
 
 /* ---- helpers shared by the engines ---- */
-static inline bool wqe_is_rd_atomic(const struct rvt_swqe *wqe)
-{
-	return wqe->opcode == IBV_WR_RDMA_READ || wqe->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       wqe->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wqe->opcode == IBV_WR_ATOMIC_WRITE;
-}
-
 /* Advance an SGE cursor by n bytes without copying (rvt_copy_sge's walk). */
 void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 

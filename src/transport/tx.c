@@ -278,16 +278,6 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 	enum urvt_link_id link;
 	size_t total;
 
-	if (q->cur_where != URVT_TXPKT_QUEUED) {
-		struct urvt_link *shm = net->links[URVT_LINK_SHM];
-		dst = shm_dst(av);
-		total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
-		if (q->cur_where == URVT_TXPKT_IN_LINK)
-			shm->ops->tx_commit(shm, &dst, (uint32_t)(total ? total : len));
-		txq_commit(q, (uint32_t)total, &dst, URVT_LINK_SHM, urvt_qp_stats(qp),
-			   (enum urvt_txpkt_where)q->cur_where);
-		return;
-	}
 	if (av->route) {
 		/* the shm link is lossless: no ICRC, unless a trace wants one */
 		link = URVT_LINK_SHM;
@@ -304,9 +294,14 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
 		urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
 	}
+	/* built in the ring (urvt_build_start): it leaves its lock here */
+	if (q->cur_where == URVT_TXPKT_IN_LINK)
+		net->links[URVT_LINK_SHM]->ops->tx_commit(net->links[URVT_LINK_SHM], &dst,
+							   (uint32_t)(total ? total : len));
 	if (unlikely(!total))
 		return; /* cannot happen for lengths the engines build */
-	txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp), URVT_TXPKT_QUEUED);
+	txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp),
+		   (enum urvt_txpkt_where)q->cur_where);
 	if (unlikely(net->pcap))
 		memcpy(q->pkt[q->n - 1].dgid, av->attr.grh.dgid.raw, 16);
 }
