@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * ICRC and header-build throughput for 64 B and 4 KiB packets, beside
- * memcpy of the same sizes in the same run, zlib vs libdeflate.
+ * memcpy of the same sizes in the same run: urvt's CRC-32 (each
+ * implementation this CPU has, wire/crc32.c) beside zlib and libdeflate.
  *
  *   icrc_bench [seconds per case, default 0.3]
  *
  * "ICRC" = the full roce-wire §9 computation as urvt does it: a 48-byte masked
  * prefix (8 x FF + IPv4 + UDP + BTH) then the rest of the packet in place.
  * "build+finish" = urvt_pkt_build_hdr + payload copy + urvt_pkt_finish
- * (pad + ICRC) with the backend the library was built with.
+ * (pad + ICRC) with the CRC implementation the library picked.
  */
 #include <arpa/inet.h>
 #include <libdeflate.h>
@@ -72,7 +73,10 @@ int main(int argc, char **argv)
 	memset(prefix, 0xa5, sizeof(prefix));
 	urvt_ipinfo_v4(&ip, inet_addr("10.0.0.1"), inet_addr("10.0.0.2"), 0xc001, 4791);
 
-	printf("library ICRC backend: %s; %.2f s per case\n", urvt_icrc_backend(), secs);
+	static const char *const impls[] = { "table", "pclmul", "vpclmul" };
+	const char *dflt = urvt_crc32_impl();
+
+	printf("CRC-32 implementation in use: %s; %.2f s per case\n", dflt, secs);
 	printf("%-6s %-34s %10s %10s\n", "size", "case", "ns/pkt", "GB/s");
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		size_t n = sizes[k]; /* bytes covered: BTH .. pad (UDP payload minus ICRC) */
@@ -89,6 +93,18 @@ int main(int argc, char **argv)
 		ROW("crc32 zlib (raw)", n);
 		TIMEIT(ns, sink += libdeflate_crc32(0, src + (b_ & 7), n));
 		ROW("crc32 libdeflate (raw)", n);
+		for (size_t i = 0; i < sizeof(impls) / sizeof(impls[0]); i++) {
+			char name[64];
+			if (urvt_crc32_use(impls[i]))
+				continue;
+			TIMEIT(ns, sink += urvt_crc32(0, src + (b_ & 7), n));
+			snprintf(name, sizeof(name), "urvt_crc32 %s (raw)", impls[i]);
+			ROW(name, n);
+			TIMEIT(ns, sink += urvt_crc32_copy(0, dst, src + (b_ & 7), n));
+			snprintf(name, sizeof(name), "urvt_crc32_copy %s", impls[i]);
+			ROW(name, n);
+		}
+		urvt_crc32_use(dflt);
 		TIMEIT(ns, sink += icrc_zlib(src + (b_ & 7), n));
 		ROW("ICRC via zlib", n);
 		TIMEIT(ns, sink += icrc_deflate(src + (b_ & 7), n));

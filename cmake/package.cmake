@@ -21,8 +21,7 @@ hosts, rxe and RoCE NICs. The system's libibverbs is left in place.")
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)   # urvt_<version>_<arch>.deb
-# Library dependencies from the binaries (libc6, libdeflate0 or zlib1g, as
-# built), computed by dpkg-shlibdeps when it exists.
+# Library dependencies from the binaries (libc6), computed by dpkg-shlibdeps when it exists.
 find_program(URVT_DPKG_SHLIBDEPS dpkg-shlibdeps)
 if(URVT_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
@@ -31,11 +30,6 @@ if(URVT_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/lib/urvt)
 else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.34)")
-  if(URVT_WIRE_CRC STREQUAL "libdeflate")
-    string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libdeflate0")
-  else()
-    string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", zlib1g")
-  endif()
 endif()
 # The programs urvt-run is for come from these; none is needed by urvt.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "ibverbs-utils, perftest, rdmacm-utils")

@@ -4,7 +4,7 @@
  *   8 x 0xFF | IP header (TOS/TTL/checksum or TC/FL/hop limit = 1s) |
  *   UDP header (checksum = 1s) | BTH (byte 4 = 0xFF) | rest, ICRC excluded.
  * The masked headers are copied to a small stack buffer; the rest of the
- * packet is fed to the library CRC in place.
+ * packet is fed to the CRC (wire/crc32.c) in place.
  */
 #include <pthread.h>
 #include <string.h>
@@ -12,28 +12,6 @@
 #include "wire/drop.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
-
-#ifdef URVT_WIRE_USE_LIBDEFLATE
-#include <libdeflate.h>
-static inline uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
-{
-	return libdeflate_crc32(crc, p, n);
-}
-#define CRC_BACKEND "libdeflate"
-#else
-#include <zlib.h>
-static inline uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
-{
-	/* zlib takes uInt lengths; packets are < 64 KiB */
-	return (uint32_t)crc32(crc, p, (uInt)n);
-}
-#define CRC_BACKEND "zlib"
-#endif
-
-const char *urvt_icrc_backend(void)
-{
-	return CRC_BACKEND;
-}
 
 #define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (roce-wire §9 step 1) */
 #define PREFIX_MAX (LRH_STANDIN + URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES + URVT_BTH_BYTES)
@@ -49,8 +27,8 @@ static uint32_t icrc_finish(uint8_t *buf, size_t hlen, const uint8_t *bth, size_
 	memcpy(buf + hlen, bth, b);
 	if (b > 4)
 		buf[hlen + 4] = 0xff; /* FECN, BECN, resv6 (roce-wire §9 step 4) */
-	uint32_t crc = crc_update(0, buf, hlen + b);
-	return crc_update(crc, bth + b, len - b);
+	uint32_t crc = urvt_crc32(0, buf, hlen + b);
+	return urvt_crc32(crc, bth + b, len - b);
 }
 
 static void mask_udp(uint8_t *udp)
@@ -174,18 +152,6 @@ uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
 #define GF2_ONE 0x80000000u	     /* x^0 */
 /* x^-1 = (P + 1) / x: the reflected P shifted up one degree, x^31 term set */
 #define GF2_XINV ((CRC32_POLY_REFL << 1) | 1u)
-
-uint32_t urvt_gf2_mulmod(uint32_t a, uint32_t b)
-{
-	uint32_t prod = 0;
-
-	/* walk a from x^0 upward while b runs through b * x^i */
-	for (uint32_t bit = GF2_ONE; bit; bit >>= 1) {
-		prod ^= b & (0u - ((a & bit) != 0));
-		b = (b >> 1) ^ (CRC32_POLY_REFL & (0u - (b & 1u)));
-	}
-	return prod;
-}
 
 /* x^(-8i) and x^(-2048i), i < 256: any x^(-8n), n < 65536, in two products. */
 static uint32_t xinv8_lo[256], xinv8_hi[256];

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire/crc32.h"
 #include "wire/ip.h"
 
 static inline void urvt_icrc_put(uint8_t *p, uint32_t crc)
@@ -90,14 +91,11 @@ enum {
 int urvt_icrc_check(struct urvt_ipinfo *ip, const uint8_t *bth, size_t len_with_icrc,
 		    unsigned flags);
 
-/* Which CRC-32 implementation the library was built with: "zlib" or "libdeflate". */
-const char *urvt_icrc_backend(void);
-
 /*
- * GF(2) helpers behind the verifier, exposed for tests and the benchmark.
- * Polynomials are in the reflected CRC-32 representation (bit 31 = x^0).
+ * GF(2) helper behind the verifier (with urvt_gf2_mulmod, wire/crc32.h),
+ * exposed for tests and the benchmark. Polynomials are in the reflected
+ * CRC-32 representation (bit 31 = x^0).
  */
-uint32_t urvt_gf2_mulmod(uint32_t a, uint32_t b);
 /* x^(-8 * nbytes) mod P, nbytes < 65536 */
 uint32_t urvt_gf2_xinv8(uint32_t nbytes);
 

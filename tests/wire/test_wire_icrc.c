@@ -2,7 +2,8 @@
 /*
  * ICRC internals: the GF(2) arithmetic, the unknown-IPv4-ID verifier over
  * all packet lengths, DF handling, its false-accept rate, and agreement of
- * zlib, libdeflate and a bitwise reference CRC.
+ * every CRC-32 implementation (wire/crc32.c) with zlib, libdeflate and a
+ * bitwise reference.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,22 +36,77 @@ static uint32_t ref_crc_rxe(const uint8_t *p, size_t n)
 	return ~c;
 }
 
-static void test_backends_agree(void **state)
+static const char *const impls[] = { "table", "pclmul", "vpclmul" };
+
+/* Every CRC-32 implementation this CPU has, at every length up to 600 and
+ * then sparser to 9000, at every alignment of 0..7, against zlib,
+ * libdeflate and the bitwise reference; the copying variant copies exactly
+ * len bytes and touches nothing around them. */
+static void test_crc32_impls_agree(void **state)
 {
 	(void)state;
-	static uint8_t buf[9000];
+	static uint8_t buf[9008], dst[9032];
 	uint64_t s = 7;
 	uint8_t ff[8];
+	unsigned tried = 0;
+	const char *dflt = urvt_crc32_impl();
 
 	memset(ff, 0xff, 8);
 	for (size_t i = 0; i < sizeof(buf); i++)
 		buf[i] = (uint8_t)tl_rand(&s);
-	for (size_t n = 0; n < sizeof(buf); n = n * 3 / 2 + 1) {
-		uint32_t z = (uint32_t)crc32(crc32(0, ff, 8), buf, (uInt)n);
-		assert_int_equal(z, libdeflate_crc32(libdeflate_crc32(0, ff, 8), buf, n));
-		assert_int_equal(z, ref_crc_rxe(buf, n));
+	for (size_t k = 0; k < sizeof(impls) / sizeof(impls[0]); k++) {
+		if (urvt_crc32_use(impls[k]))
+			continue;
+		tried++;
+		assert_string_equal(urvt_crc32_impl(), impls[k]);
+		for (size_t n = 0; n <= 9000; n = n < 600 ? n + 1 : n * 5 / 4) {
+			for (size_t off = 0; off < 8; off++) {
+				const uint8_t *p = buf + off;
+				uint32_t z = (uint32_t)crc32(crc32(0, ff, 8), p, (uInt)n);
+				assert_int_equal(urvt_crc32(urvt_crc32(0, ff, 8), p, n), z);
+				memset(dst, 0x5a, sizeof(dst));
+				assert_int_equal(urvt_crc32_copy(urvt_crc32(0, ff, 8), dst + 8 + off, p, n),
+						 z);
+				assert_memory_equal(dst + 8 + off, p, n);
+				for (size_t i = 0; i < 8 + off; i++)
+					assert_int_equal(dst[i], 0x5a);
+				for (size_t i = 8 + off + n; i < sizeof(dst); i++)
+					assert_int_equal(dst[i], 0x5a);
+				if (off == 0) {
+					assert_int_equal(z, libdeflate_crc32(libdeflate_crc32(0, ff, 8),
+									     p, n));
+					assert_int_equal(z, ref_crc_rxe(p, n));
+				}
+			}
+		}
+		/* split anywhere: the register carries over */
+		for (size_t cut = 0; cut <= 700; cut += 13)
+			assert_int_equal(urvt_crc32(urvt_crc32(0, buf, cut), buf + cut, 700 - cut),
+					 (uint32_t)crc32(0, buf, 700));
 	}
-	assert_true(!strcmp(urvt_icrc_backend(), "zlib") || !strcmp(urvt_icrc_backend(), "libdeflate"));
+	assert_true(tried >= 1);
+	assert_int_equal(urvt_crc32_use("no such"), -1);
+	assert_int_equal(urvt_crc32_use(dflt), 0);
+}
+
+/* The carry-less product against the bitwise one (the table path). */
+static void test_gf2_impls_agree(void **state)
+{
+	(void)state;
+	uint64_t s = 11;
+	const char *dflt = urvt_crc32_impl();
+
+	for (int i = 0; i < 20000; i++) {
+		uint32_t a = (uint32_t)tl_rand(&s), b = (uint32_t)tl_rand(&s);
+		if (i < 64)
+			a = 1u << i % 32, b = i < 32 ? b : ~0u;
+		assert_int_equal(urvt_crc32_use("table"), 0);
+		uint32_t want = urvt_gf2_mulmod(a, b);
+		for (size_t k = 1; k < sizeof(impls) / sizeof(impls[0]); k++)
+			if (!urvt_crc32_use(impls[k]))
+				assert_int_equal(urvt_gf2_mulmod(a, b), want);
+	}
+	assert_int_equal(urvt_crc32_use(dflt), 0);
 }
 
 static uint32_t xpow8(uint32_t nbytes)
@@ -252,7 +308,8 @@ static void test_check_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_backends_agree),
+		cmocka_unit_test(test_crc32_impls_agree),
+		cmocka_unit_test(test_gf2_impls_agree),
 		cmocka_unit_test(test_gf2),
 		cmocka_unit_test(test_unknown_id_all_lengths),
 		cmocka_unit_test(test_unknown_id_every_id),
