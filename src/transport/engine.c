@@ -133,7 +133,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	 * no one else is (trylock); they come back through rvt_schedule_send,
 	 * which runs this engine again before the token is released */
 	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
-		urvt_net_poll(qp->rdi);
+		urvt_net_poll_stalled(qp->rdi);
 }
 
 void urvt_tp_retry_timeout(struct rvt_qp *qp)

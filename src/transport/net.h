@@ -34,6 +34,10 @@ void urvt_net_destroy(struct rvt_dev_info *rdi);
  * (trylock); returns the packets read. */
 int urvt_net_poll(struct rvt_dev_info *rdi);
 
+/* urvt_net_poll from a post_send whose requester waits for ACKs: the
+ * application is receiving (the socket-owner watchdog counts it). */
+void urvt_net_poll_stalled(struct rvt_dev_info *rdi);
+
 /* Receive everything waiting now unless another thread is receiving. */
 void urvt_net_drain(struct rvt_dev_info *rdi);
 

@@ -101,6 +101,7 @@ static void rx_take(struct urvt_net *net)
 		arm = !net->wd_armed;
 		net->wd_armed = true;
 		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
+		tp_count(net, NULL, URVT_CTR_RX_APP_TAKES, 1);
 		URVT_DBG("rx: application polls, progress thread steps aside");
 	}
 	pthread_mutex_unlock(&net->watch_lock);
@@ -108,13 +109,15 @@ static void rx_take(struct urvt_net *net)
 		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
 }
 
-/* Any thread: the progress thread watches the socket again. */
-static void rx_watch(struct urvt_net *net)
+/* Any thread: the progress thread watches the socket again (why: a
+ * URVT_CTR_RX_GIVE_* counter). */
+static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 {
 	pthread_mutex_lock(&net->watch_lock);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		if (!watch_add(net))
 			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
+		tp_count(net, NULL, why, 1);
 		URVT_DBG("rx: progress thread receives again");
 	}
 	pthread_mutex_unlock(&net->watch_lock);
@@ -123,7 +126,7 @@ static void rx_watch(struct urvt_net *net)
 static void net_rx_drain(struct urvt_net *net)
 {
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_net_rx_drain(net);
+	tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS, (uint64_t)urvt_net_rx_drain(net));
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
@@ -150,6 +153,8 @@ static int net_spin(void *arg)
 	    pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, false);
+	if (n)
+		tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS, (uint64_t)n);
 	pthread_mutex_unlock(&net->rx_lock);
 	return n;
 }
@@ -190,7 +195,7 @@ static void watchdog_fn(struct urvt_timer *t)
 	pthread_mutex_unlock(&net->watch_lock);
 	if (give) {
 		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
-		rx_watch(net);
+		rx_watch(net, URVT_CTR_RX_GIVE_WATCHDOG);
 		net_rx_drain(net);
 	}
 }
@@ -201,7 +206,12 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 
 	if (!net || pthread_mutex_trylock(&net->rx_lock))
 		return; /* someone is receiving right now */
-	urvt_net_rx_drain(net);
+	int n = urvt_net_rx_drain(net);
+	if (n)
+		tp_count(net, NULL,
+			 urvt_progress_on_thread(rdi->progress) ? URVT_CTR_RX_BY_PROGRESS :
+								  URVT_CTR_RX_BY_APP,
+			 (uint64_t)n);
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
@@ -256,10 +266,27 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, !skip);
+	if (n)
+		tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
 	if (!skip)
 		udp_backoff(net, n);
 	pthread_mutex_unlock(&net->rx_lock);
 	return n;
+}
+
+void urvt_net_poll_stalled(struct rvt_dev_info *rdi)
+{
+	struct urvt_net *net = rdi->transport_priv;
+
+	if (!net)
+		return;
+	/* receiving in post_send is polling to the watchdog: a sender whose
+	 * post_send keeps its stream going on the ACKs it takes in lost the
+	 * socket every 2 ms without this (urvt-stat rx_given_back_watchdog) */
+	atomic_store_explicit(&net->app_polls,
+			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	urvt_net_poll(rdi);
 }
 
 /* The application called a verb again after a poll that returned
@@ -296,7 +323,7 @@ void urvt_net_app_blocks(struct rvt_dev_info *rdi)
 		return;
 	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
-		rx_watch(net);
+		rx_watch(net, URVT_CTR_RX_GIVE_BLOCKS);
 }
 
 /* An empty poll: count the run; a busy poller takes the socket. */
@@ -356,6 +383,8 @@ static bool app_linger(struct urvt_net *net)
 			uint32_t w = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed);
 			uint32_t p = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed);
 			int n = urvt_net_rx_batch(net);
+			if (n > 0)
+				tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
 			bool caught = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed) != w;
 			bool partial = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed) != p;
 			pthread_mutex_unlock(&net->rx_lock);
@@ -392,7 +421,7 @@ static void app_returns(struct urvt_net *net, uint64_t now)
 	}
 	atomic_store_explicit(&net->app_ret_ns, urvt_now_ns(), memory_order_relaxed);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
-		rx_watch(net);
+		rx_watch(net, URVT_CTR_RX_GIVE_LEAVER);
 		atomic_store_explicit(&net->take_next, true, memory_order_relaxed);
 	}
 }

@@ -71,10 +71,16 @@ int urvt_net_rx_batch(struct urvt_net *net)
 	return urvt_net_rx_links(net, true);
 }
 
-void urvt_net_rx_drain(struct urvt_net *net)
+int urvt_net_rx_drain(struct urvt_net *net)
 {
+	int got = 0;
+
 	/* bounded, so timers and work get their turn */
-	for (int i = 0; i < 64; i++)
-		if (urvt_net_rx_batch(net) < URVT_RX_BATCH)
+	for (int i = 0; i < 64; i++) {
+		int n = urvt_net_rx_batch(net);
+		got += n;
+		if (n < URVT_RX_BATCH)
 			break;
+	}
+	return got;
 }

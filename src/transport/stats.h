@@ -68,6 +68,12 @@ enum urvt_ctr {
 	URVT_CTR_CC_UNDO,            /* timeout cuts undone (the timeout was spurious) */
 	URVT_CTR_ACK_SKIPS,          /* resends skipped: an ACK passed the resend cursor */
 	URVT_CTR_XRC_BAD_SRQ,        /* XRC requests naming no SRQ of the target's domain */
+	URVT_CTR_RX_BY_APP,          /* who receives (poll.c): datagrams an application's verb read */
+	URVT_CTR_RX_BY_PROGRESS,     /* ... the progress thread read */
+	URVT_CTR_RX_APP_TAKES,       /* the application took the link from the progress thread */
+	URVT_CTR_RX_GIVE_LEAVER,     /* ... gave it back: it waits elsewhere after its completions */
+	URVT_CTR_RX_GIVE_WATCHDOG,   /* ... taken back: no poll_cq for the watchdog's time */
+	URVT_CTR_RX_GIVE_BLOCKS,     /* ... gave it back: it will block (req_notify_cq) */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

@@ -58,7 +58,9 @@ enum {
  * packets to one peer as one GSO send). One per thread (TLS), so engines
  * on different threads never share.
  */
+#ifndef URVT_TXQ_BYTES
 #define URVT_TXQ_BYTES (256 * 1024)
+#endif
 #define URVT_TXQ_PKTS 128
 
 /* Datagrams one receive batch takes from a link. */
@@ -219,8 +221,8 @@ void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct u
  * empty poll costs no system call) and process it; returns the datagrams read. */
 int urvt_net_rx_batch(struct urvt_net *net);
 int urvt_net_rx_links(struct urvt_net *net, bool all);
-/* Batches until the links are empty, at most 64. */
-void urvt_net_rx_drain(struct urvt_net *net);
+/* Batches until the links are empty, at most 64; the datagrams read. */
+int urvt_net_rx_drain(struct urvt_net *net);
 /* Any cheap_poll link has something waiting (no lock needed). */
 bool urvt_net_rx_pending(struct urvt_net *net);
 
