@@ -13,6 +13,7 @@
 #include "core/rvt_api.h"
 #include "core/transport.h"
 #include "wire/aeth.h"
+#include "wire/crc32.h"
 #include "wire/grh.h"
 #include "wire/hdr.h"
 
@@ -67,20 +68,41 @@ void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 	copy_sge_bytes(ss, src, length, release, false);
 }
 
-void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length)
+/* The gather, and with crc set the CRC-32 of what it gathers continued
+ * from *crc (one pass over the bytes where the CPU can: wire/crc32.h). */
+static inline __attribute__((always_inline)) void copy_from_sge(void *buf,
+								 struct rvt_sge_state *ss,
+								 uint32_t length, uint32_t *crc)
 {
 	uint8_t *dst = buf;
 
 	while (length) {
 		uint32_t len = ss->sge.length < length ? ss->sge.length : length;
-		if (rvt_sge_odp(&ss->sge))
+		if (rvt_sge_odp(&ss->sge)) {
 			(void)rvt_odp_copy(dst, ss->sge.vaddr, len); /* probed (odp.h) */
-		else
+			if (crc)
+				*crc = urvt_crc32(*crc, dst, len);
+		} else if (crc) {
+			*crc = urvt_crc32_copy(*crc, dst, ss->sge.vaddr, len);
+		} else {
 			memmove(dst, ss->sge.vaddr, len);
+		}
 		sge_advance(ss, len, false);
 		dst += len;
 		length -= len;
 	}
+}
+
+void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length)
+{
+	copy_from_sge(buf, ss, length, NULL);
+}
+
+uint32_t rvt_copy_from_sge_crc(void *buf, struct rvt_sge_state *ss, uint32_t length,
+			       uint32_t crc)
+{
+	copy_from_sge(buf, ss, length, &crc);
+	return crc;
 }
 
 /* sge_to_sge when a side is ODP: every piece through rvt_odp_copy (both

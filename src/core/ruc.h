@@ -39,6 +39,10 @@ void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,
 		  bool release, bool copy_last);
 /* Gather length bytes from ss into buf, advancing ss. */
 void rvt_copy_from_sge(void *buf, struct rvt_sge_state *ss, uint32_t length);
+/* The same, returning the CRC-32 (wire/crc32.h) of the bytes continued
+ * from crc: a packet's ICRC computed while its payload is gathered. */
+uint32_t rvt_copy_from_sge_crc(void *buf, struct rvt_sge_state *ss, uint32_t length,
+			       uint32_t crc);
 static inline void rvt_sge_state_init(struct rvt_sge_state *ss, struct rvt_sge *list,
 				      uint32_t num_sge, uint32_t total_len)
 {

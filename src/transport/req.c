@@ -186,8 +186,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 		f.reth.len = wqe->length;
 	}
 	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
-	rvt_copy_from_sge(p + h, &qp_tp(qp)->sge, paylen);
-	urvt_build_finish(qp, q, p, h + paylen);
+	urvt_build_finish_sge(qp, q, p, h, &qp_tp(qp)->sge, paylen);
 	qp->s_offset += paylen;
 	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
 		urvt_cc_sent(qp, psn);
@@ -472,8 +471,7 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 		f.immdt = be32toh(wqe->ex.imm_data);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
 	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
-	rvt_copy_from_sge(p + h, &ss, wqe->length);
-	urvt_build_finish(qp, q, p, h + wqe->length);
+	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
 	/* the caller retires this WQE next; send now unless more follow */
 	if (qp->s_last + 1 == load_acquire(&qp->s_head))
 		urvt_txq_flush_unless_rx(net, q);

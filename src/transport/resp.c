@@ -134,9 +134,7 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;
 		p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
-		if (paylen)
-			rvt_copy_from_sge(p + h, &ss, paylen);
-		urvt_build_finish(qp, q, p, h + paylen);
+		urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
 		left -= paylen;
 		psn = urvt_psn_next(psn);
 		first = false;

@@ -320,6 +320,10 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 			  const struct urvt_av *av, uint32_t *hlen);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */
 void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len);
+/* rvt_copy_from_sge of paylen payload bytes to p + hlen, then
+ * urvt_build_finish: on the UDP link in one pass (the ICRC as it copies). */
+void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t hlen,
+			   struct rvt_sge_state *ss, uint32_t paylen);
 
 /* Responder: send an ACK/NAK (syndrome) for psn now (queued on this thread's txq). */
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ruc.h"
 #include "link/udp.h"
 #include "transport/tp.h"
 #include "wire/pcap.h"
@@ -269,6 +270,25 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	return p;
 }
 
+/* The packet at p is total bytes (0: it could not be finished), built to
+ * link; it leaves the ring's lock if built there, joins the queue. */
+static void build_commit(struct rvt_qp *qp, struct urvt_txq *q, uint32_t len, size_t total,
+			 enum urvt_link_id link, const union urvt_link_addr *dst)
+{
+	struct urvt_net *net = qp_net(qp);
+
+	/* built in the ring (urvt_build_start): it leaves its lock here */
+	if (q->cur_where == URVT_TXPKT_IN_LINK)
+		net->links[URVT_LINK_SHM]->ops->tx_commit(net->links[URVT_LINK_SHM], dst,
+							   (uint32_t)(total ? total : len));
+	if (unlikely(!total))
+		return; /* cannot happen for lengths the engines build */
+	txq_commit(q, (uint32_t)total, dst, link, urvt_qp_stats(qp),
+		   (enum urvt_txpkt_where)q->cur_where);
+	if (unlikely(net->pcap))
+		memcpy(q->pkt[q->n - 1].dgid, q->cur_av->attr.grh.dgid.raw, 16);
+}
+
 void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len)
 {
 	struct urvt_net *net = qp_net(qp);
@@ -294,14 +314,33 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
 		urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
 	}
-	/* built in the ring (urvt_build_start): it leaves its lock here */
-	if (q->cur_where == URVT_TXPKT_IN_LINK)
-		net->links[URVT_LINK_SHM]->ops->tx_commit(net->links[URVT_LINK_SHM], &dst,
-							   (uint32_t)(total ? total : len));
-	if (unlikely(!total))
-		return; /* cannot happen for lengths the engines build */
-	txq_commit(q, (uint32_t)total, &dst, link, urvt_qp_stats(qp),
-		   (enum urvt_txpkt_where)q->cur_where);
-	if (unlikely(net->pcap))
-		memcpy(q->pkt[q->n - 1].dgid, av->attr.grh.dgid.raw, 16);
+	build_commit(qp, q, len, total, link, &dst);
+}
+
+void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t hlen,
+			   struct rvt_sge_state *ss, uint32_t paylen)
+{
+	struct urvt_net *net = qp_net(qp);
+	const struct urvt_av *av = q->cur_av;
+	struct urvt_ipinfo ip;
+	union urvt_link_addr dst;
+	uint32_t crc;
+	size_t total;
+
+	if (av->route || !paylen) {
+		if (paylen)
+			rvt_copy_from_sge(p + hlen, ss, paylen);
+		urvt_build_finish(qp, q, p, hlen + paylen);
+		return;
+	}
+	/* UDP: the ICRC is computed while the payload is gathered, one pass
+	 * over it (docs/wire.md "CRC-32 implementation") */
+	urvt_net_tx_ipinfo(net, av, &ip);
+	total = urvt_pkt_finish_begin(p, URVT_PKT_MAX, hlen, paylen, &ip, &crc);
+	if (likely(total)) {
+		crc = rvt_copy_from_sge_crc(p + hlen, ss, paylen, crc);
+		urvt_pkt_finish_end(p, hlen + paylen, crc);
+	}
+	urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
+	build_commit(qp, q, hlen + paylen, total, URVT_LINK_UDP, &dst);
 }

@@ -206,6 +206,24 @@ size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_i
 	return total;
 }
 
+size_t urvt_pkt_finish_begin(uint8_t *buf, size_t cap, size_t hlen, size_t paylen,
+			     const struct urvt_ipinfo *ip, uint32_t *crc)
+{
+	uint8_t pad;
+	size_t total = finish_layout(buf, cap, hlen + paylen, urvt_ipinfo_is_v4(ip), &pad);
+
+	if (total)
+		*crc = urvt_icrc_start(ip, buf, hlen, hlen + paylen + pad);
+	return total;
+}
+
+void urvt_pkt_finish_end(uint8_t *buf, size_t len, uint32_t crc)
+{
+	uint8_t pad = bth_pad(buf);
+
+	urvt_icrc_put(buf + len + pad, urvt_crc32(crc, buf + len, pad));
+}
+
 size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len)
 {
 	uint8_t pad;

@@ -298,6 +298,19 @@ struct urvt_ipinfo; /* wire/ip.h */
  */
 size_t urvt_pkt_finish(uint8_t *buf, size_t cap, size_t len, const struct urvt_ipinfo *ip);
 
+/*
+ * urvt_pkt_finish in two steps around the payload, for a sender that CRCs
+ * the payload while it copies it in: begin, with the headers in buf[0,
+ * hlen) and the payload to come at buf + hlen, checks the layout as
+ * urvt_pkt_finish does, writes the pad, returns the final length (or 0)
+ * and in *crc the ICRC so far; the caller continues *crc over the paylen
+ * payload bytes as it places them (urvt_crc32_copy); end (len = hlen +
+ * paylen) adds the pad and writes the ICRC.
+ */
+size_t urvt_pkt_finish_begin(uint8_t *buf, size_t cap, size_t hlen, size_t paylen,
+			     const struct urvt_ipinfo *ip, uint32_t *crc);
+void urvt_pkt_finish_end(uint8_t *buf, size_t len, uint32_t crc);
+
 /* The same for a lossless link that carries no ICRC check (link/link.h):
  * pad as above, the ICRC field zero. */
 size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len);

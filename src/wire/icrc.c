@@ -18,7 +18,9 @@
 
 /*
  * buf holds 8 x FF + the masked IP and UDP headers (hlen bytes in all).
- * Append the masked BTH and run the CRC over it and the rest of the packet.
+ * Append the masked BTH and run the CRC over it and the packet's next
+ * bytes: len bytes from the BTH on (all of them, or the headers of a
+ * packet whose payload the caller CRCs next: urvt_icrc_start).
  */
 static uint32_t icrc_finish(uint8_t *buf, size_t hlen, const uint8_t *bth, size_t len)
 {
@@ -117,10 +119,9 @@ uint32_t urvt_icrc_v4(uint32_t saddr_be, uint32_t daddr_be, uint16_t ip_id, bool
 	return icrc_finish(buf, pre, bth, len);
 }
 
-uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t sport,
-		      uint16_t dport, const uint8_t *bth, size_t len)
+static size_t put_v6_prefix(uint8_t *buf, const uint8_t saddr[16], const uint8_t daddr[16],
+			    uint16_t sport, uint16_t dport, size_t len)
 {
-	uint8_t buf[PREFIX_MAX];
 	uint8_t *ip = buf + LRH_STANDIN;
 
 	memset(buf, 0xff, LRH_STANDIN);
@@ -134,7 +135,15 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 	ip[7] = 0xff; /* hop limit, masked */
 	memcpy(ip + 8, saddr, 16);
 	memcpy(ip + 24, daddr, 16);
-	size_t pre = put_udp(buf, LRH_STANDIN + URVT_IPV6_HDR_BYTES, sport, dport, len);
+	return put_udp(buf, LRH_STANDIN + URVT_IPV6_HDR_BYTES, sport, dport, len);
+}
+
+uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t sport,
+		      uint16_t dport, const uint8_t *bth, size_t len)
+{
+	uint8_t buf[PREFIX_MAX];
+	size_t pre = put_v6_prefix(buf, saddr, daddr, sport, dport, len);
+
 	return icrc_finish(buf, pre, bth, len);
 }
 
@@ -144,6 +153,18 @@ uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
 		return urvt_icrc_v4(urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid), ip->ip_id,
 				    ip->df, ip->sport, ip->dport, bth, len);
 	return urvt_icrc_v6(ip->sgid, ip->dgid, ip->sport, ip->dport, bth, len);
+}
+
+uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
+			 size_t len)
+{
+	uint8_t buf[PREFIX_MAX];
+	size_t pre = urvt_ipinfo_is_v4(ip) ?
+			     put_v4_prefix(buf, urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid),
+					   ip->ip_id, ip->df, ip->sport, ip->dport, len) :
+			     put_v6_prefix(buf, ip->sgid, ip->dgid, ip->sport, ip->dport, len);
+
+	return icrc_finish(buf, pre, bth, hlen < len ? hlen : len);
 }
 
 /* ---- GF(2)[x] mod P, reflected representation (bit 31 = x^0) ---- */

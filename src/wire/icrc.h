@@ -50,6 +50,13 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 /* Dispatch on the address family of ip (uses ip->ip_id and ip->df for IPv4). */
 uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len);
 
+/* The ICRC of a packet of len bytes (BTH .. pad) computed in two steps:
+ * this covers the masked IP/UDP headers and bth[0, hlen); urvt_crc32 over
+ * the remaining len - hlen bytes, continued from the returned value, gives
+ * the ICRC (so the payload can be CRCed while it is copied in). */
+uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
+			 size_t len);
+
 /*
  * What to XOR into an IPv4 ICRC computed with IP ID 0 to get the ICRC of
  * the same packet (BTH .. pad, len bytes, len < 65507) carrying IP ID id.

@@ -109,6 +109,61 @@ static void test_gf2_impls_agree(void **state)
 	assert_int_equal(urvt_crc32_use(dflt), 0);
 }
 
+/* urvt_pkt_finish_begin + the payload CRCed as it is copied + end gives
+ * the packet urvt_pkt_finish gives, for every pad, headers of several
+ * lengths, IPv4 and IPv6. */
+static void test_finish_in_two_steps(void **state)
+{
+	(void)state;
+	static const uint8_t ops[] = { URVT_OP_RC_SEND_ONLY, URVT_OP_RC_RDMA_WRITE_FIRST,
+				       URVT_OP_RC_SEND_LAST_WITH_IMMEDIATE,
+				       URVT_OP_UD_SEND_ONLY };
+	static uint8_t pay[600], a[1024], b[1024];
+	uint64_t s = 3;
+	struct urvt_ipinfo ip4, ip6;
+	uint8_t g1[16], g2[16];
+
+	for (size_t i = 0; i < sizeof(pay); i++)
+		pay[i] = (uint8_t)tl_rand(&s);
+	urvt_ipinfo_v4(&ip4, inet_addr("10.0.0.1"), inet_addr("10.0.0.2"), 0xc001, 4791);
+	ip4.ip_id = 0x1234;
+	for (int i = 0; i < 16; i++)
+		g1[i] = (uint8_t)(0xfe + i), g2[i] = (uint8_t)(0x20 + i);
+	ip6 = ip4;
+	memcpy(ip6.sgid, g1, 16);
+	memcpy(ip6.dgid, g2, 16);
+	for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+		for (uint32_t n = 0; n < sizeof(pay); n = n < 70 ? n + 1 : n + 37) {
+			for (int v = 0; v < 2; v++) {
+				const struct urvt_ipinfo *ip = v ? &ip6 : &ip4;
+				struct urvt_pkt f = { .opcode = ops[k], .pkey = 0xffff,
+						      .dest_qpn = 0x12, .psn = n, .paylen = n,
+						      .deth.qkey = 0x11111111, .reth.len = n };
+				uint32_t crc;
+				memset(a, 0xee, sizeof(a));
+				memset(b, 0xee, sizeof(b));
+				size_t h = urvt_pkt_build_hdr(a, sizeof(a), &f);
+				assert_true(h >= 12);
+				assert_int_equal(urvt_pkt_build_hdr(b, sizeof(b), &f), h);
+				memcpy(a + h, pay, n);
+				size_t ta = urvt_pkt_finish(a, sizeof(a), h + n, ip);
+				size_t tb = urvt_pkt_finish_begin(b, sizeof(b), h, n, ip, &crc);
+				assert_int_equal(ta, tb);
+				assert_true(ta > 0);
+				crc = urvt_crc32_copy(crc, b + h, pay, n);
+				urvt_pkt_finish_end(b, h + n, crc);
+				assert_memory_equal(a, b, sizeof(a));
+			}
+		}
+	}
+	/* a layout urvt_pkt_finish refuses, begin refuses too */
+	struct urvt_pkt f = { .opcode = URVT_OP_RC_SEND_ONLY, .pkey = 0xffff, .paylen = 5 };
+	uint32_t crc = 0;
+	size_t h = urvt_pkt_build_hdr(a, sizeof(a), &f);
+	assert_int_equal(urvt_pkt_finish_begin(a, sizeof(a), h, 6, &ip4, &crc), 0);
+	assert_int_equal(urvt_pkt_finish_begin(a, h + 8, h, 5, &ip4, &crc), 0);
+}
+
 static uint32_t xpow8(uint32_t nbytes)
 {
 	uint32_t x8 = ONE, r = ONE;
@@ -310,6 +365,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32_impls_agree),
 		cmocka_unit_test(test_gf2_impls_agree),
+		cmocka_unit_test(test_finish_in_two_steps),
 		cmocka_unit_test(test_gf2),
 		cmocka_unit_test(test_unknown_id_all_lengths),
 		cmocka_unit_test(test_unknown_id_every_id),
