@@ -113,6 +113,10 @@ static void comp_retry(struct rvt_qp *qp, bool by_nak)
 	qp_tp(qp)->rewind_by_nak = by_nak;
 	qp_tp(qp)->rewind_psn = qp_tp(qp)->comp_psn;
 	urvt_req_rewind(qp);
+	/* a NAK: the one packet first (req.c urvt_req_run); a timeout: all */
+	qp_tp(qp)->nak_one = by_nak && qp->type == IBV_QPT_RC;
+	qp_tp(qp)->nak_wait = false;
+	qp_tp(qp)->nak_psn = qp_tp(qp)->comp_psn;
 	qp_tp(qp)->progress_ns = urvt_now_ns();
 }
 

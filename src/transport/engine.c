@@ -151,6 +151,8 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 	struct urvt_net *net = qp_net(qp);
 
 	urvt_rxq_drop(qp);
+	if (net)
+		urvt_resp_ooo_drop(qp);
 	atomic_store(&qp_tp(qp)->timeout_fired, false);
 	urvt_cc_qp_release(qp);
 	if (qp_tp(qp)->r_rdma_valid)

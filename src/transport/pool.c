@@ -23,6 +23,17 @@ struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net)
 	return b;
 }
 
+struct urvt_pktbuf *urvt_pkt_alloc_spare(struct urvt_net *net)
+{
+	struct urvt_pktbuf *b = NULL;
+
+	urvt_spin_lock(&net->pool_lock);
+	if (net->pool_n > POOL_BUFS / 2)
+		b = net->pool_free[--net->pool_n];
+	urvt_spin_unlock(&net->pool_lock);
+	return b;
+}
+
 void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b)
 {
 	urvt_spin_lock(&net->pool_lock);

@@ -164,6 +164,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	 * window is near its end (it may close under a QP because of other
 	 * QPs: an ACK must be on its way) */
 	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
+	    qp_tp(qp)->resend_left == 1 ||
 	    (qp->type == IBV_QPT_RC && allow <= 1) ||
 	    (qp_tp(qp)->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)))) {
 		f.ackreq = true;
@@ -317,7 +318,62 @@ static void stall(struct rvt_qp *qp)
 	qp_tp(qp)->stalled = true;
 }
 
+static void req_run(struct rvt_qp *qp, struct urvt_txq *q);
+
+/* A packet went out: does this run stop here (a probe: after one; a
+ * resend after a NAK: after resend_left)? */
+static bool run_ends(struct rvt_qp *qp)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+
+	if (tp->probing)
+		return true;
+	return tp->resend_left && !--tp->resend_left;
+}
+
+/* Packets resent after a PSN-sequence NAK before the requester waits for
+ * the answer: one GSO send's worth, what a drop of one datagram on the
+ * path costs (nftables and NICs drop a GSO train whole) */
+#define NAK_RESEND_PKTS 16
+
+/*
+ * After a PSN-sequence NAK (comp.c): the NAK'd packet and a few after it
+ * (NAK_RESEND_PKTS), the last with AckReq, then nothing until an answer
+ * acknowledges the NAK'd one. A responder that held
+ * what came past the gap (resp.c "Past a gap") answers with an ACK of all
+ * it has, or the NAK of its next gap, and the requester goes on from
+ * there instead of resending the window; one that dropped them (rxe)
+ * ACKs those packets and the requester resends the rest as before
+ * (go-back-N), one round trip later. Lost answers: the tail-loss probe
+ * and the retransmit timer, as for any packet.
+ */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+
+	if (unlikely(tp->nak_wait)) {
+		if (urvt_psn_cmp(tp->comp_psn, tp->nak_psn) <= 0) {
+			stall(qp);
+			return;
+		}
+		tp->nak_wait = false;
+	}
+	if (unlikely(tp->nak_one) && !tp->probing) {
+		uint32_t psn = qp->s_psn;
+		tp->resend_left = NAK_RESEND_PKTS;
+		req_run(qp, q);
+		tp->resend_left = 0;
+		if (qp->s_psn != psn) {
+			tp->nak_one = false;
+			tp->nak_wait = true;
+			stall(qp);
+		}
+		return;
+	}
+	req_run(qp, q);
+}
+
+static void req_run(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	bool rc = qp->type == IBV_QPT_RC;
 
@@ -396,12 +452,12 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 				return;
 			}
 			if (!r) {
-				if (qp_tp(qp)->probing)
+				if (run_ends(qp))
 					return;
 				continue;
 			}
 		} else if (!req_send_write(qp, wqe, q, psn, allow)) {
-			if (qp_tp(qp)->probing)
+			if (run_ends(qp))
 				return;
 			continue;
 		}
@@ -415,7 +471,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			WRITE_ONCE(qp->s_cur, qp->s_cur + 1);
 		}
 		cur_next(qp);
-		if (qp_tp(qp)->probing)
+		if (run_ends(qp))
 			return;
 	}
 }

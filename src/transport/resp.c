@@ -541,6 +541,127 @@ static bool rc_fail(struct rvt_qp *qp, const struct urvt_pkt *pkt, enum resp_res
 	return rvt_error_qp_locked(qp, st);
 }
 
+/*
+ * Past a gap. rc-protocol §3.1: a request past the expected PSN is not
+ * executed and earns one PSN-sequence NAK; the requester resends from the
+ * expected PSN (go-back-N). Under loss that resends a window for every
+ * lost packet. So an RC request that comes past a gap is held, in PSN
+ * order, instead of dropped; when the missing packet arrives the held
+ * ones are executed in order (each as if it had just come) and one ACK --
+ * or the NAK of the next gap, which acknowledges everything before it --
+ * tells the requester, whose resend skips what arrived (resend_skips). On
+ * the wire this is a responder that catches up fast: nothing runs out of
+ * order, nothing is acknowledged that was not executed. The held copies
+ * are pool buffers, only while half the pool is free; none for XRC.
+ */
+#define OOO_MAX 256   /* held packets per QP */
+#define OOO_SPAN 1024 /* how far past the expected PSN a packet may be held */
+
+static void ooo_hold(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	struct urvt_pktbuf **pp = &tp->ooo_head, *b;
+
+	if (qp->xrcd || urvt_psn_diff(pkt->psn, qp->r_psn) >= OOO_SPAN || tp->ooo_n >= OOO_MAX || pkt->len > URVT_PKTBUF_DATA ||
+	    pkt->len < pkt->hdr_len)
+		return;
+	/* packets come in PSN order but for the lost ones: mostly appended */
+	if (tp->ooo_tail && urvt_psn_cmp(pkt->psn, tp->ooo_tail->pkt.psn) > 0)
+		pp = &tp->ooo_tail->next;
+	else
+		while (*pp && urvt_psn_cmp((*pp)->pkt.psn, pkt->psn) < 0)
+			pp = &(*pp)->next;
+	if (*pp && (*pp)->pkt.psn == pkt->psn)
+		return; /* held already */
+	b = urvt_pkt_alloc_spare(qp_net(qp));
+	if (!b)
+		return;
+	/* headers and payload may lie apart (a shm packet's parsed headers
+	 * are a private copy: recv.c) */
+	memcpy(b->data, pkt->bth, pkt->hdr_len);
+	memcpy(b->data + pkt->hdr_len, pkt->payload, pkt->len - pkt->hdr_len);
+	b->len = pkt->len;
+	b->pkt = *pkt;
+	b->pkt.bth = b->data;
+	b->pkt.payload = b->data + pkt->hdr_len;
+	b->next = *pp;
+	if (!b->next)
+		tp->ooo_tail = b;
+	*pp = b;
+	tp->ooo_n++;
+	qp_count(qp, URVT_CTR_OOO_HELD, 1);
+}
+
+void urvt_resp_ooo_drop(struct rvt_qp *qp)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+
+	urvt_pkt_free_list(qp_net(qp), tp->ooo_head);
+	tp->ooo_head = tp->ooo_tail = NULL;
+	tp->ooo_n = 0;
+}
+
+static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt);
+
+/*
+ * The packet that fills the gap (psn == r_psn, start) has just been
+ * executed, its ACK held back (ack_hold): the held ones that follow it
+ * now, their ACKs held back too, then one answer for all -- an ACK of
+ * the last, or the NAK of the next gap. One answer, or the requester
+ * would go on from the first ACK and resend what is here already. No
+ * answer if no held packet ran and the packet did not ask for one: a
+ * go-back-N resend is passing through (its next packet is on its way).
+ */
+static bool ooo_drain(struct rvt_qp *qp, uint32_t start, bool ackreq)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	bool lastwqe = false, answered = false;
+	uint32_t done = 0;
+
+	while (tp->ooo_head) {
+		struct urvt_pktbuf *b = tp->ooo_head;
+		int32_t d = urvt_psn_cmp(b->pkt.psn, qp->r_psn);
+		uint32_t before = qp->r_psn;
+
+		if (d > 0)
+			break;
+		tp->ooo_head = b->next;
+		if (!tp->ooo_head)
+			tp->ooo_tail = NULL;
+		tp->ooo_n--;
+		if (d == 0) {
+			lastwqe |= rc_rcv(qp, &b->pkt);
+			if (qp->r_psn == before ||
+			    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
+				/* NAKed (RNR, error): the requester resends from here */
+				urvt_pkt_free(qp_net(qp), b);
+				urvt_resp_ooo_drop(qp);
+				return lastwqe;
+			}
+			qp_count(qp, URVT_CTR_OOO_EXECUTED, 1);
+			done++;
+			/* READ and atomic requests are answered by their responses */
+			answered = b->pkt.mask & (URVT_READ_MASK | URVT_ATOMIC_MASK |
+						  URVT_ATOMIC_WRITE_MASK);
+		}
+		urvt_pkt_free(qp_net(qp), b);
+	}
+	if (qp->r_psn == start)
+		return lastwqe; /* the gap's packet itself was NAKed */
+	/* nothing held ran and nothing asked: an ordinary packet of a
+	 * resend in progress, no answer (its next packet is on its way) */
+	if (!done && !ackreq)
+		return lastwqe;
+	if (tp->ooo_head) {
+		/* the next gap: its NAK acknowledges everything before it */
+		qp->r_sent_nak = true;
+		urvt_send_ack(qp, urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), qp->r_psn);
+	} else if (!answered || qp->r_psn != urvt_psn_next(start)) {
+		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, urvt_psn_sub(qp->r_psn, 1));
+	}
+	return lastwqe;
+}
+
 static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	int32_t diff = urvt_psn_cmp(pkt->psn, qp->r_psn);
@@ -554,6 +675,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 			qp->r_sent_nak = true;
 			urvt_send_ack(qp, urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), qp->r_psn);
 		}
+		ooo_hold(qp, pkt);
 		return false;
 	}
 	if (diff < 0) {
@@ -592,8 +714,9 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK | URVT_ATOMIC_WRITE_MASK))
 		return lastwqe; /* answered by their responses */
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
-	/* rc-protocol §3.10: ACK only what asks for it (coalescing) */
-	if (pkt->ackreq)
+	/* rc-protocol §3.10: ACK only what asks for it (coalescing); while
+	 * held packets run, one answer comes at the end (ooo_drain) */
+	if (pkt->ackreq && !qp_tp(qp)->ack_hold)
 		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt->psn);
 	return lastwqe;
 }
@@ -743,6 +866,14 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 	}
 	switch (qp->type) {
 	case IBV_QPT_RC:
+		if (unlikely(qp_tp(qp)->ooo_head) && pkt->psn == qp->r_psn && !qp->xrcd) {
+			uint32_t start = qp->r_psn;
+			qp_tp(qp)->ack_hold = true;
+			lastwqe = rc_rcv(qp, pkt);
+			lastwqe |= ooo_drain(qp, start, pkt->ackreq);
+			qp_tp(qp)->ack_hold = false;
+			break;
+		}
 		lastwqe = qp->xrcd ? xrc_rcv(qp, pkt) : rc_rcv(qp, pkt);
 		break;
 	case IBV_QPT_UC:

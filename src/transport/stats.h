@@ -68,6 +68,8 @@ enum urvt_ctr {
 	URVT_CTR_CC_UNDO,            /* timeout cuts undone (the timeout was spurious) */
 	URVT_CTR_ACK_SKIPS,          /* resends skipped: an ACK passed the resend cursor */
 	URVT_CTR_XRC_BAD_SRQ,        /* XRC requests naming no SRQ of the target's domain */
+	URVT_CTR_OOO_HELD,           /* RC requests held past a PSN gap (resp.c) */
+	URVT_CTR_OOO_EXECUTED,       /* ... executed once the gap was filled */
 	URVT_CTR_RX_BY_APP,          /* who receives (poll.c): datagrams an application's verb read */
 	URVT_CTR_RX_BY_PROGRESS,     /* ... the progress thread read */
 	URVT_CTR_RX_APP_TAKES,       /* the application took the link from the progress thread */

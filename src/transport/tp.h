@@ -189,6 +189,9 @@ void urvt_stats_fini(struct urvt_net *net);
 int urvt_pool_init(struct urvt_net *net);
 void urvt_pool_fini(struct urvt_net *net);
 struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net);
+/* A buffer only while more than half the pool is free (for what may be
+ * dropped instead: requests held past a PSN gap), else NULL. */
+struct urvt_pktbuf *urvt_pkt_alloc_spare(struct urvt_net *net);
 void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b);
 void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
 
@@ -306,6 +309,8 @@ uint64_t urvt_cc_probe_ns(const struct rvt_qp *qp, uint64_t dflt);
 uint32_t urvt_cc_cwnd(const struct rvt_qp *qp);
 
 /* ---- resp.c ---- */
+/* Drop the requests the responder held past a PSN gap (QP reset). */
+void urvt_resp_ooo_drop(struct rvt_qp *qp);
 /* A request for qp (referenced; state checked by recv.c). */
 void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip);
 

@@ -50,6 +50,9 @@ struct urvt_tp_qp {
 		bool rtt_valid;           /* rtt_psn is being timed (cc.c) */
 		bool ackreq_valid;        /* ackreq_psn: the newest packet with AckReq */
 		bool cc_undo;             /* a timeout cut the window: undo if spurious */
+		bool nak_one;             /* after a PSN-sequence NAK: resend a few packets ... */
+		bool nak_wait;            /* ... and wait for the answer past nak_psn (req.c) */
+		uint8_t resend_left;      /* packets of that resend still to go */
 		uint8_t rd_n, rd_head;    /* READ/atomic requests outstanding (rd_end ring) */
 		uint8_t comp_opcode;      /* last READ response taken (rc-protocol §4) */
 		uint32_t comp_psn;        /* oldest unacked PSN (rc-protocol §1 comp.psn) */
@@ -63,6 +66,7 @@ struct urvt_tp_qp {
 		int64_t cc_charged;       /* bytes this QP has added to peer->inflight */
 		uint32_t wnd_max;         /* PSNs in flight at most */
 		uint32_t rtt_psn, ackreq_psn;
+		uint32_t nak_psn;         /* the PSN the NAK named */
 		uint64_t rtt_t0;
 		/* end PSN + 1 of each READ/atomic request on the wire, oldest
 		 * first: the responder holds one resource per entry (rc-protocol §5) */
@@ -72,6 +76,11 @@ struct urvt_tp_qp {
 	} __attribute__((aligned(64)));
 
 	/* ---- responder (qp->r_lock) ---- */
+	/* RC requests that arrived past a PSN gap, kept in PSN order until
+	 * the gap is filled (resp.c "Past a gap") */
+	struct urvt_pktbuf *ooo_head, *ooo_tail;
+	uint32_t ooo_n;
+	bool ack_hold;                /* they are running: one answer at the end */
 	struct rvt_sge_state r_cur;   /* scatter cursor; qp->r_sge keeps the whole WQE */
 	uint32_t r_rdma_total;        /* RETH DMA length of the WRITE in progress */
 	bool r_rdma_valid;            /* r_rdma_sge holds an MR reference */

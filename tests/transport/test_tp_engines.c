@@ -191,29 +191,38 @@ static void test_resp_send_rnr_dup_gap(void **state)
 	assert_int_equal(p.psn, PEER_PSN);
 	ut_cq_empty(cq, 20);
 
-	/* a gap: one PSN-sequence NAK with the expected PSN, then silence */
-	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 3, true);
-	peer_send(&f, data, 10);
+	/* a gap: one PSN-sequence NAK with the expected PSN, then silence;
+	 * the packet past the gap is held, not executed (resp.c "Past a gap") */
+	ut_post_recv(qp, 2, rbuf, sizeof(rbuf), mr->lkey);
+	f = req(qp->qpn, URVT_OP_RC_SEND_LAST_WITH_IMMEDIATE, PEER_PSN + 3, true);
+	f.immdt = 0x11223344;
+	peer_send(&f, data + 2048, 952);
 	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
 	assert_int_equal(p.aeth.syn, urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR));
 	assert_int_equal(p.psn, PEER_PSN + 1);
-	f.psn = PEER_PSN + 4;
-	peer_send(&f, data, 10);
+	peer_send(&f, data + 2048, 952); /* again: held once, no second NAK */
 	peer_quiet(50);
+	ut_cq_empty(cq, 5);
+	assert_int_equal(dev_ctr(URVT_CTR_OOO_HELD), 1);
 
-	/* FIRST/MIDDLE/LAST, AckReq only on the last: one ACK */
-	ut_post_recv(qp, 2, rbuf, sizeof(rbuf), mr->lkey);
+	/* the requester resends from the NAK's PSN: FIRST, MIDDLE; the held
+	 * LAST runs right after them: one ACK, of the LAST */
 	f = req(qp->qpn, URVT_OP_RC_SEND_FIRST, PEER_PSN + 1, false);
 	peer_send(&f, data, 1024);
 	f = req(qp->qpn, URVT_OP_RC_SEND_MIDDLE, PEER_PSN + 2, false);
 	peer_send(&f, data + 1024, 1024);
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.psn, PEER_PSN + 3);
+	assert_int_equal(p.aeth.syn, 0x1f);
+	assert_int_equal(p.aeth.msn, 2);
+	assert_int_equal(dev_ctr(URVT_CTR_OOO_EXECUTED), 1);
+	/* its own resend of the LAST is a duplicate now: re-ACKed, not run */
 	f = req(qp->qpn, URVT_OP_RC_SEND_LAST_WITH_IMMEDIATE, PEER_PSN + 3, true);
 	f.immdt = 0x11223344;
 	peer_send(&f, data + 2048, 952);
 	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
 	assert_int_equal(p.psn, PEER_PSN + 3);
 	assert_int_equal(p.aeth.syn, 0x1f);
-	assert_int_equal(p.aeth.msn, 2);
 	peer_quiet(20);
 	ut_poll1(cq, &wc);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
@@ -223,6 +232,87 @@ static void test_resp_send_rnr_dup_gap(void **state)
 	assert_memory_equal(rbuf, data, 3000);
 	assert_true(dev_ctr(URVT_CTR_RNR_NAKS_SENT) >= 1);
 	assert_true(dev_ctr(URVT_CTR_DUP_REQUESTS) >= 1);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+/* Expect an ACKNOWLEDGE with syndrome syn for psn. */
+static void expect_ack(uint8_t syn, uint32_t psn)
+{
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, syn);
+	assert_int_equal(p.psn, psn & 0xffffff);
+}
+
+/* Requests held past two gaps run in PSN order as each gap fills, the
+ * NAK of the next gap acknowledging what ran; an RNR among them drops
+ * the rest (the requester resends from there). */
+static void test_resp_held_past_gaps(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 14, 7);
+	static uint8_t rbuf[8][64];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	const uint8_t ack = URVT_AETH_SYN_ACK_UNLIMITED, seq = urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR);
+	uint64_t held0 = dev_ctr(URVT_CTR_OOO_HELD), ran0 = dev_ctr(URVT_CTR_OOO_EXECUTED);
+	uint8_t data[8][16];
+	struct urvt_pkt f;
+	struct ibv_wc wc;
+	(void)state;
+
+	for (int i = 0; i < 5; i++) {
+		memset(data[i], 'a' + i, sizeof(data[i]));
+		ut_post_recv(qp, (uint64_t)i, rbuf[i], sizeof(rbuf[i]), mr->lkey);
+	}
+	/* P+1, P+2 and P+4 come first: one NAK for P, three held */
+	static const int early[] = { 1, 2, 4 };
+	for (int k = 0; k < 3; k++) {
+		f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + early[k], true);
+		peer_send(&f, data[early[k]], sizeof(data[0]));
+	}
+	expect_ack(seq, PEER_PSN);
+	peer_quiet(30);
+	ut_cq_empty(cq, 5);
+	assert_int_equal(dev_ctr(URVT_CTR_OOO_HELD) - held0, 3);
+	/* P: it and P+1, P+2 run; one answer, the NAK of the gap at P+3
+	 * (it acknowledges P..P+2) */
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN, true);
+	peer_send(&f, data[0], sizeof(data[0]));
+	expect_ack(seq, PEER_PSN + 3);
+	peer_quiet(20);
+	/* P+3: it and P+4, one ACK of P+4 */
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 3, true);
+	peer_send(&f, data[3], sizeof(data[3]));
+	expect_ack(ack, PEER_PSN + 4);
+	peer_quiet(20);
+	assert_int_equal(dev_ctr(URVT_CTR_OOO_EXECUTED) - ran0, 3);
+	/* every message landed in its own receive, in PSN order */
+	for (int i = 0; i < 5; i++) {
+		ut_poll1(cq, &wc);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.wr_id, (uint64_t)i);
+		assert_memory_equal(rbuf[i], data[i], sizeof(data[i]));
+	}
+
+	/* one receive for two messages: P+6 held, P+5 runs, P+6 meets RNR */
+	memset(data[5], 'f', sizeof(data[5]));
+	ut_post_recv(qp, 5, rbuf[5], sizeof(rbuf[5]), mr->lkey);
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 6, true);
+	peer_send(&f, data[5], sizeof(data[5]));
+	expect_ack(seq, PEER_PSN + 5);
+	f.psn = PEER_PSN + 5;
+	peer_send(&f, data[5], sizeof(data[5]));
+	expect_ack(urvt_aeth_syn_rnr(3), PEER_PSN + 6); /* it acknowledges P+5 */
+	peer_quiet(20);
+	assert_int_equal(qp_tp(qp)->ooo_n, 0);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 5);
+	ut_cq_empty(cq, 5);
 
 	rvt_destroy_qp(qp);
 	rvt_dereg_mr(mr);
@@ -480,11 +570,15 @@ static void test_comp_send_coalesced_nak(void **state)
 	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 4, false);
 	f.aeth.syn = urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR);
 	peer_send(&f, NULL, 0);
+	/* the NAK'd packet and the rest (at most NAK_RESEND_PKTS, req.c),
+	 * the last asking for an ACK, then the requester waits */
 	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
 	assert_int_equal(p.psn, MY_PSN + 4);
 	assert_memory_equal(p.payload, sbuf + 1024, 1024);
 	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
 	assert_int_equal(p.psn, MY_PSN + 5);
+	assert_true(p.ackreq);
+	peer_quiet(30);
 	/* the same NAK again (duplicated on the wire): no second rewind */
 	peer_send(&f, NULL, 0);
 	peer_quiet(30);
@@ -569,6 +663,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
+		cmocka_unit_test(test_resp_held_past_gaps),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
