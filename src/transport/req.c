@@ -332,13 +332,19 @@ static bool run_ends(struct rvt_qp *qp)
 }
 
 /* Packets resent after a PSN-sequence NAK before the requester waits for
- * the answer: one GSO send's worth, what a drop of one datagram on the
- * path costs (nftables and NICs drop a GSO train whole) */
-#define NAK_RESEND_PKTS 16
+ * the answer: one GSO send's worth (link/udp.c: at most 64 packets, 65000
+ * bytes), what a drop of one datagram on the path costs (nftables and
+ * NICs drop a GSO train whole): 15 at MTU 4096, 59 at 1024 */
+static uint8_t nak_resend_pkts(const struct rvt_qp *qp)
+{
+	uint32_t n = 65000 / (qp->pmtu + 64);
+
+	return (uint8_t)(n < 1 ? 1 : n > 64 ? 64 : n);
+}
 
 /*
  * After a PSN-sequence NAK (comp.c): the NAK'd packet and a few after it
- * (NAK_RESEND_PKTS), the last with AckReq, then nothing until an answer
+ * (nak_resend_pkts), the last with AckReq, then nothing until an answer
  * acknowledges the NAK'd one. A responder that held
  * what came past the gap (resp.c "Past a gap") answers with an ACK of all
  * it has, or the NAK of its next gap, and the requester goes on from
@@ -360,7 +366,7 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 	}
 	if (unlikely(tp->nak_one) && !tp->probing) {
 		uint32_t psn = qp->s_psn;
-		tp->resend_left = NAK_RESEND_PKTS;
+		tp->resend_left = nak_resend_pkts(qp);
 		req_run(qp, q);
 		tp->resend_left = 0;
 		if (qp->s_psn != psn) {

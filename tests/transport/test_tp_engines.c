@@ -570,7 +570,7 @@ static void test_comp_send_coalesced_nak(void **state)
 	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 4, false);
 	f.aeth.syn = urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR);
 	peer_send(&f, NULL, 0);
-	/* the NAK'd packet and the rest (at most NAK_RESEND_PKTS, req.c),
+	/* the NAK'd packet and the rest (one GSO send's worth, req.c),
 	 * the last asking for an ACK, then the requester waits */
 	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
 	assert_int_equal(p.psn, MY_PSN + 4);
