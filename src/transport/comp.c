@@ -182,6 +182,9 @@ static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_
 		return;
 	/* everything before the NAK'd PSN is acknowledged */
 	advance_comp_psn(qp, pkt->psn);
+	/* the RNR timer's resend goes on from here: no wait for an answer
+	 * to a resend after a PSN-sequence NAK (req.c) */
+	qp_tp(qp)->nak_one = qp_tp(qp)->nak_wait = false;
 	if (!qp->s_rnr_retry) {
 		qp_count(qp, URVT_CTR_RNR_RETRY_EXC, 1);
 		comp_error(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR);

@@ -357,7 +357,8 @@ void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q)
 {
 	struct urvt_tp_qp *tp = qp_tp(qp);
 
-	if (unlikely(tp->nak_wait)) {
+	/* a tail-loss probe goes out whatever the wait (its answer ends it) */
+	if (unlikely(tp->nak_wait) && !tp->probing) {
 		if (urvt_psn_cmp(tp->comp_psn, tp->nak_psn) <= 0) {
 			stall(qp);
 			return;
