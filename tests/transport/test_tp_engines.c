@@ -108,6 +108,20 @@ static void peer_expect(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode)
 	assert_int_equal(p->dest_qpn, PEER_QPN);
 }
 
+/* Nothing for ms but, at most, tail-loss probes: the oldest unacknowledged
+ * packet, psn, with AckReq (req.c; a probe may go out while the requester
+ * waits for the answer to its resend after a NAK). */
+static void peer_quiet_but_probes(int ms, uint32_t psn)
+{
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+	uint64_t t0 = ut_now_ms();
+
+	while (ut_now_ms() - t0 < (uint64_t)ms)
+		if (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 5) && (p.psn != psn || !p.ackreq))
+			fail_msg("unexpected packet opcode %#x psn %#x", p.opcode, p.psn);
+}
+
 static void peer_quiet(int ms)
 {
 	struct urvt_pkt p;
@@ -519,6 +533,61 @@ static void test_recv_drops(void **state)
 
 /* ---- requester + completer ---- */
 
+/* After a PSN-sequence NAK the requester resends one GSO send's worth and
+ * waits for an answer past the NAK'd PSN; an RNR NAK for that PSN is such
+ * an answer: the resend comes at the RNR timer, not at the retransmit
+ * timeout (1 s here) or the probe (timeout/16). */
+static void test_comp_nak_then_rnr(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7);
+	static uint8_t sbuf[4096];
+	struct rvt_mregion *mr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 3000, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct urvt_pkt p, f;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	(void)state;
+
+	ut_fill(sbuf, sizeof(sbuf), 5);
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_FIRST);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
+	/* NAK for the MIDDLE: MIDDLE and LAST again, then the wait */
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 1, false);
+	f.aeth.syn = urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR);
+	peer_send(&f, NULL, 0);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_MIDDLE);
+	assert_int_equal(p.psn, MY_PSN + 1);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
+	/* RNR NAK for the MIDDLE, timer 0.01 ms: the MIDDLE comes again long
+	 * before the 1 s retransmit timeout (tail-loss probes may come too) */
+	f.aeth.syn = urvt_aeth_syn_rnr(1);
+	peer_send(&f, NULL, 0);
+	uint64_t t0 = ut_now_ms();
+	bool again = false;
+	while (!again && ut_now_ms() - t0 < 300) {
+		if (ut_peer_recv(peer_fd, &p, buf, sizeof(buf), 50))
+			again = p.opcode == URVT_OP_RC_SEND_MIDDLE && p.psn == MY_PSN + 1;
+	}
+	assert_true(again);
+	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 2, false);
+	f.aeth.syn = 0x1f;
+	f.aeth.msn = 1;
+	peer_send(&f, NULL, 0);
+	assert_int_equal(ut_poll(cq, &wc, 1, 300), 1);
+	assert_true(ut_now_ms() - t0 < 600);
+	assert_int_equal(wc.wr_id, 7);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
 static void test_comp_send_coalesced_nak(void **state)
 {
 	struct rvt_cq *cq = ut_cq(&dev, 64);
@@ -578,10 +647,10 @@ static void test_comp_send_coalesced_nak(void **state)
 	peer_expect(&p, buf, URVT_OP_RC_SEND_LAST);
 	assert_int_equal(p.psn, MY_PSN + 5);
 	assert_true(p.ackreq);
-	peer_quiet(30);
+	peer_quiet_but_probes(30, MY_PSN + 4);
 	/* the same NAK again (duplicated on the wire): no second rewind */
 	peer_send(&f, NULL, 0);
-	peer_quiet(30);
+	peer_quiet_but_probes(30, MY_PSN + 4);
 	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 5, false);
 	f.aeth.syn = 0x1f;
 	peer_send(&f, NULL, 0);
@@ -669,6 +738,7 @@ int main(void)
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
 		cmocka_unit_test(test_recv_drops),
 		cmocka_unit_test(test_comp_send_coalesced_nak),
+		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
