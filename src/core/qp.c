@@ -422,6 +422,10 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	} else {
 		qp->r_max_sge = qp->srq->rq.max_sge;
 	}
+	/* an XRC target takes each message's WQE from the SRQ its packet
+	 * names (qp-semantics §16.4): any SRQ's SGEs must fit */
+	if (qp->xrcd)
+		qp->r_max_sge = URVT_MAX_SGE;
 	qp->r_sg_list = calloc(qp->r_max_sge ? qp->r_max_sge : 1, sizeof(*qp->r_sg_list));
 	qp->r_ack_queue = calloc(URVT_MAX_RD_ATOMIC + 1, sizeof(*qp->r_ack_queue));
 	if (!qp->r_sg_list || !qp->r_ack_queue) {
