@@ -274,6 +274,15 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	return n;
 }
 
+/* The application polled: the watchdog sees it (one writer at a time
+ * does not matter: it only looks for a change). */
+static inline void app_polled(struct urvt_net *net)
+{
+	atomic_store_explicit(&net->app_polls,
+			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 void urvt_net_poll_stalled(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
@@ -283,9 +292,7 @@ void urvt_net_poll_stalled(struct rvt_dev_info *rdi)
 	/* receiving in post_send is polling to the watchdog: a sender whose
 	 * post_send keeps its stream going on the ACKs it takes in lost the
 	 * socket every 2 ms without this (urvt-stat rx_given_back_watchdog) */
-	atomic_store_explicit(&net->app_polls,
-			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	app_polled(net);
 	urvt_net_poll(rdi);
 }
 
@@ -434,9 +441,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 
 	if (!net || num_entries <= 0)
 		return n;
-	atomic_store_explicit(&net->app_polls,
-			      atomic_load_explicit(&net->app_polls, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	app_polled(net);
 	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
 	if (unlikely(t)) {
 		now = urvt_now_ns();

@@ -12,26 +12,26 @@
 
 #define POOL_BUFS 4096
 
-struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net)
+/* A buffer while more than keep are free, else NULL. */
+static struct urvt_pktbuf *pkt_alloc_keep(struct urvt_net *net, uint32_t keep)
 {
 	struct urvt_pktbuf *b = NULL;
 
 	urvt_spin_lock(&net->pool_lock);
-	if (net->pool_n)
+	if (net->pool_n > keep)
 		b = net->pool_free[--net->pool_n];
 	urvt_spin_unlock(&net->pool_lock);
 	return b;
 }
 
+struct urvt_pktbuf *urvt_pkt_alloc(struct urvt_net *net)
+{
+	return pkt_alloc_keep(net, 0);
+}
+
 struct urvt_pktbuf *urvt_pkt_alloc_spare(struct urvt_net *net)
 {
-	struct urvt_pktbuf *b = NULL;
-
-	urvt_spin_lock(&net->pool_lock);
-	if (net->pool_n > POOL_BUFS / 2)
-		b = net->pool_free[--net->pool_n];
-	urvt_spin_unlock(&net->pool_lock);
-	return b;
+	return pkt_alloc_keep(net, POOL_BUFS / 2);
 }
 
 void urvt_pkt_free(struct urvt_net *net, struct urvt_pktbuf *b)

@@ -147,14 +147,6 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 	return icrc_finish(buf, pre, bth, len);
 }
 
-uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
-{
-	if (urvt_ipinfo_is_v4(ip))
-		return urvt_icrc_v4(urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid), ip->ip_id,
-				    ip->df, ip->sport, ip->dport, bth, len);
-	return urvt_icrc_v6(ip->sgid, ip->dgid, ip->sport, ip->dport, bth, len);
-}
-
 uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
 			 size_t len)
 {
@@ -165,6 +157,11 @@ uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_
 			     put_v6_prefix(buf, ip->sgid, ip->dgid, ip->sport, ip->dport, len);
 
 	return icrc_finish(buf, pre, bth, hlen < len ? hlen : len);
+}
+
+uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
+{
+	return urvt_icrc_start(ip, bth, len, len);
 }
 
 /* ---- GF(2)[x] mod P, reflected representation (bit 31 = x^0) ---- */
