@@ -151,8 +151,11 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 	struct urvt_net *net = qp_net(qp);
 
 	urvt_rxq_drop(qp);
-	if (net)
+	if (net) {
 		urvt_resp_ooo_drop(qp);
+		/* its last ACK may wait (tx.c): the peer's WR completes */
+		urvt_net_acks_flush(net, !urvt_in_rx());
+	}
 	atomic_store(&qp_tp(qp)->timeout_fired, false);
 	urvt_cc_qp_release(qp);
 	if (qp_tp(qp)->r_rdma_valid)

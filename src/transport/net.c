@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/progress.h"
 #include "base/report.h"
 #include "transport/net.h"
@@ -120,6 +121,7 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 	net->ip_tmpl.dport = URVT_ROCE_UDP_PORT;
 	net->ip_tmpl.hop_limit = 64;
 	net->ip_tmpl.df = true;
+	net->ack_wait = !urvt_env_off("URVT_ACK_WAIT");
 
 	net->rx = calloc(URVT_RX_BATCH, sizeof(*net->rx));
 	ret = -ENOMEM;
@@ -163,10 +165,11 @@ void urvt_net_destroy(struct rvt_dev_info *rdi)
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
 	urvt_timer_del_sync(rdi->progress, &net->watchdog);
-	/* anything this thread still has queued */
+	/* anything this thread still has queued, and ACKs that wait */
 	q = urvt_txq_peek();
 	if (q)
 		urvt_txq_flush(net, q);
+	urvt_net_acks_flush(net, true);
 	rdi->transport = NULL;
 	rdi->transport_priv = NULL;
 	for (int k = 0; k < URVT_LINKS; k++)

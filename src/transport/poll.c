@@ -152,7 +152,7 @@ static int net_spin(void *arg)
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed) || !urvt_net_rx_pending(net) ||
 	    pthread_mutex_trylock(&net->rx_lock))
 		return 0;
-	n = urvt_net_rx_links(net, false);
+	n = urvt_net_rx_links(net, false, false);
 	if (n)
 		tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS, (uint64_t)n);
 	pthread_mutex_unlock(&net->rx_lock);
@@ -256,7 +256,8 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	/* the socket was empty a moment ago: a busy poller otherwise spends
 	 * most of its time in recvmmsg returning EAGAIN */
 	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
-	if (skip) {
+	/* ACKs that wait leave at the next batch: no skipping it */
+	if (skip && !atomic_load_explicit(&net->wait_n, memory_order_relaxed)) {
 		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
 		/* the rings cost nothing to look at: only the socket waits;
 		 * and nothing there needs no lock */
@@ -265,7 +266,7 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	}
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
-	n = urvt_net_rx_links(net, !skip);
+	n = urvt_net_rx_links(net, !skip, true);
 	if (n)
 		tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
 	if (!skip)
@@ -329,6 +330,8 @@ void urvt_net_app_blocks(struct rvt_dev_info *rdi)
 	if (!net)
 		return;
 	atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
+	/* it will sleep: what waits for its next send goes now */
+	urvt_net_acks_flush(net, false);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
 		rx_watch(net, URVT_CTR_RX_GIVE_BLOCKS);
 }

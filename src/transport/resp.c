@@ -57,6 +57,8 @@ static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn
 	f.aeth.msn = qp->r_msn;
 	f.atmack_orig = orig;
 	p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
+	if (opcode == URVT_OP_RC_ACKNOWLEDGE && urvt_aeth_syn_type(syn) == URVT_AETH_ACK)
+		urvt_txq_next_may_wait(q); /* tx.c "ACKs that wait" */
 	urvt_build_finish(qp, q, p, h);
 }
 

@@ -40,7 +40,7 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 	return got > 0 ? got : 0;
 }
 
-int urvt_net_rx_links(struct urvt_net *net, bool all)
+int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 {
 	bool was_in_rx = urvt_rx_enter();
 	int got = 0;
@@ -49,12 +49,10 @@ int urvt_net_rx_links(struct urvt_net *net, bool all)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))
 			got += rx_link(net, (enum urvt_link_id)k);
 	urvt_rx_leave(was_in_rx);
-	/* responses the responder queued on this thread */
-	if (got && !was_in_rx) {
-		struct urvt_txq *txq = urvt_txq_peek();
-		if (txq)
-			urvt_txq_flush(net, txq);
-	}
+	/* responses the responder queued on this thread (an application's
+	 * plain ACKs may wait for its next send), and ACKs that waited */
+	if (!was_in_rx)
+		urvt_txq_batch_end(net, app);
 	return got;
 }
 
@@ -68,7 +66,7 @@ bool urvt_net_rx_pending(struct urvt_net *net)
 
 int urvt_net_rx_batch(struct urvt_net *net)
 {
-	return urvt_net_rx_links(net, true);
+	return urvt_net_rx_links(net, true, false);
 }
 
 int urvt_net_rx_drain(struct urvt_net *net)

@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 4
+#define URVT_STATS_VERSION 5
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
@@ -76,6 +76,8 @@ enum urvt_ctr {
 	URVT_CTR_RX_GIVE_LEAVER,     /* ... gave it back: it waits elsewhere after its completions */
 	URVT_CTR_RX_GIVE_WATCHDOG,   /* ... taken back: no poll_cq for the watchdog's time */
 	URVT_CTR_RX_GIVE_BLOCKS,     /* ... gave it back: it will block (req_notify_cq) */
+	URVT_CTR_ACKS_WAITED,        /* plain ACKs that waited for the application's next send (tx.c) */
+	URVT_CTR_ACKS_REPLACED,      /* ... and were replaced by a later one to the same QP */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

@@ -63,6 +63,11 @@ enum {
 #endif
 #define URVT_TXQ_PKTS 128
 
+/* Plain ACKs that wait for the application's next send (tx.c "ACKs
+ * that wait"): at most this many, each at most this long. */
+#define URVT_WAIT_ACKS 16
+#define URVT_WAIT_ACK_BYTES 32
+
 /* Datagrams one receive batch takes from a link. */
 #define URVT_RX_BATCH 32
 
@@ -84,6 +89,7 @@ struct urvt_txpkt {
 	union urvt_link_addr dst;
 	uint8_t link;                     /* enum urvt_link_id */
 	uint8_t where;                    /* enum urvt_txpkt_where */
+	bool may_wait;                    /* a plain ACK: may wait for the next send (tx.c) */
 	struct urvt_stats_qp *qs;
 	uint8_t dgid[16];                 /* for URVT_PCAP only */
 };
@@ -93,6 +99,7 @@ struct urvt_txq {
 	/* the packet between urvt_build_start and _finish */
 	const struct urvt_av *cur_av;
 	uint8_t cur_where;                /* enum urvt_txpkt_where */
+	bool cur_may_wait;                /* ... is a plain ACK (urvt_txq_next_may_wait) */
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
 	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
 };
@@ -133,6 +140,19 @@ struct urvt_net {
 		_Atomic uint32_t app_linger;      /* linger score: lingering caught WRITEs */
 		_Atomic uint32_t app_linger_rest; /* returns since lingering was given up */
 	} __attribute__((aligned(64)));
+	/* ACKs that wait for the application's next send (tx.c), under
+	 * rx_lock; wait_n is read without it to skip the lock */
+	struct {
+		bool ack_wait;                    /* URVT_ACK_WAIT (default on) */
+		_Atomic uint32_t wait_n;
+		struct urvt_wait_ack {
+			uint32_t len;
+			union urvt_link_addr dst;
+			struct urvt_stats_qp *qs;
+			uint8_t dgid[16];
+			uint8_t buf[URVT_WAIT_ACK_BYTES];
+		} wait_ack[URVT_WAIT_ACKS];
+	};
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
@@ -211,6 +231,14 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q);
 /* This thread is inside a receive batch. */
 bool urvt_in_rx(void);
+/* Between urvt_build_start and _finish: the packet is a plain ACK, which
+ * may wait for the application's next send. */
+void urvt_txq_next_may_wait(struct urvt_txq *q);
+/* The end of a receive batch (caller holds rx_lock): what it queued on
+ * this thread leaves, or waits (app; see tx.c "ACKs that wait"). */
+void urvt_txq_batch_end(struct urvt_net *net, bool app);
+/* The ACKs that wait leave now (wait: take rx_lock, else only if free). */
+void urvt_net_acks_flush(struct urvt_net *net, bool wait);
 /* Mark the start of a receive batch (returns the previous mark) and its end. */
 bool urvt_rx_enter(void);
 void urvt_rx_leave(bool was);
@@ -220,10 +248,12 @@ void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct u
 
 
 /* ---- rx.c (caller holds rx_lock) ---- */
-/* Take one batch from each link (all: every link; else the ones whose
- * empty poll costs no system call) and process it; returns the datagrams read. */
+/* Take one batch from each link and process it; returns the datagrams read. */
 int urvt_net_rx_batch(struct urvt_net *net);
-int urvt_net_rx_links(struct urvt_net *net, bool all);
+/* The same for all links or only those whose empty poll costs no system
+ * call; app: an application's poll (its plain ACKs may wait for its next
+ * send). */
+int urvt_net_rx_links(struct urvt_net *net, bool all, bool app);
 /* Batches until the links are empty, at most 64; the datagrams read. */
 int urvt_net_rx_drain(struct urvt_net *net);
 /* Any cheap_poll link has something waiting (no lock needed). */

@@ -68,6 +68,7 @@ struct urvt_txq *urvt_txq_get(void)
 	if (!q)
 		return NULL;
 	q->used = q->n = 0;
+	q->cur_may_wait = false;
 	pthread_setspecific(txq_key, q);
 	tls_txq = q;
 	return q;
@@ -102,6 +103,9 @@ static void txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_a
 		t->dst.shm = dst->shm;
 	t->link = (uint8_t)link;
 	t->where = (uint8_t)where;
+	t->may_wait = q->cur_may_wait && where == URVT_TXPKT_QUEUED && link == URVT_LINK_UDP &&
+		      len <= URVT_WAIT_ACK_BYTES;
+	q->cur_may_wait = false;
 	t->qs = qs;
 	if (where == URVT_TXPKT_QUEUED)
 		q->used += len;
@@ -177,7 +181,7 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 		}
 }
 
-void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
+static void txq_send(struct urvt_net *net, struct urvt_txq *q)
 {
 	struct urvt_link_tx tx[URVT_TXQ_PKTS];
 
@@ -194,6 +198,148 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 	}
 	q->n = 0;
 	q->used = 0;
+}
+
+/*
+ * ACKs that wait (docs/transport.md "ACKs that wait"). A plain ACK that an
+ * application's poll produced does not leave at the end of that receive
+ * batch: it waits for what the application does next, usually a send of
+ * its own (the reply of a ping-pong). It then leaves after the reply in
+ * the same system call, and on UDP in the same GSO send: one trip through
+ * the kernel instead of two, the larger part of a small message's round
+ * trip. Bounded: what waits leaves at the end of the next receive batch of
+ * any thread, empty or not, when the application will block
+ * (req_notify_cq), when a QP is reset and at teardown; and ACKs wait only
+ * while the application owns the socket (poll.c), whose watchdog runs a
+ * batch 2 ms after its last poll. A later ACK to the same QP replaces a
+ * waiting one (ACKs are cumulative, rc-protocol §3.10). NAKs, RNR NAKs and
+ * READ or atomic responses never wait; a batch that queued one of them
+ * sends everything.
+ */
+void urvt_txq_next_may_wait(struct urvt_txq *q)
+{
+	q->cur_may_wait = true;
+}
+
+static bool same_peer(const union urvt_link_addr *a, const union urvt_link_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return false;
+	if (a->sa.sa_family == AF_INET)
+		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr &&
+		       a->in4.sin_port == b->in4.sin_port;
+	return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) &&
+	       a->in6.sin6_port == b->in6.sin6_port && a->in6.sin6_scope_id == b->in6.sin6_scope_id;
+}
+
+/* q holds only plain ACKs, and nothing waits: they wait (rx_lock held).
+ * False, nothing moved, if q holds anything else. */
+static bool acks_wait(struct urvt_net *net, struct urvt_txq *q)
+{
+	uint32_t n = 0;
+
+	if (q->n > URVT_WAIT_ACKS)
+		return false;
+	for (uint32_t i = 0; i < q->n; i++)
+		if (!q->pkt[i].may_wait)
+			return false;
+	for (uint32_t i = 0; i < q->n; i++) {
+		const struct urvt_txpkt *t = &q->pkt[i];
+		const uint8_t *b = q->buf + t->off;
+		struct urvt_wait_ack *w;
+		uint32_t k;
+		/* the same destination QP (BTH bytes 5-7) of the same peer */
+		for (k = 0; k < n; k++)
+			if (same_peer(&net->wait_ack[k].dst, &t->dst) &&
+			    !memcmp(net->wait_ack[k].buf + 5, b + 5, 3))
+				break;
+		if (k < n)
+			tp_count(net, net->wait_ack[k].qs, URVT_CTR_ACKS_REPLACED, 1);
+		else
+			n++;
+		w = &net->wait_ack[k];
+		w->len = t->len;
+		w->dst = t->dst;
+		w->qs = t->qs;
+		memcpy(w->dgid, t->dgid, sizeof(w->dgid));
+		memcpy(w->buf, b, t->len);
+		tp_count(net, t->qs, URVT_CTR_ACKS_WAITED, 1);
+	}
+	atomic_store_explicit(&net->wait_n, n, memory_order_relaxed);
+	q->n = q->used = 0;
+	return true;
+}
+
+/* The waiting ACKs join q (rx_lock held): in front (a batch's end: they
+ * are older than what it queued) or behind (a send: after the reply, in
+ * its GSO send when the sizes allow). */
+static void acks_into(struct urvt_net *net, struct urvt_txq *q, bool front)
+{
+	uint32_t n = atomic_load_explicit(&net->wait_n, memory_order_relaxed);
+
+	if (!n)
+		return;
+	if (q->n + n > URVT_TXQ_PKTS || q->used + n * URVT_WAIT_ACK_BYTES > URVT_TXQ_BYTES)
+		txq_send(net, q);
+	if (front)
+		memmove(&q->pkt[n], &q->pkt[0], q->n * sizeof(q->pkt[0]));
+	for (uint32_t k = 0; k < n; k++) {
+		const struct urvt_wait_ack *w = &net->wait_ack[k];
+		struct urvt_txpkt *t = &q->pkt[front ? k : q->n + k];
+
+		memcpy(q->buf + q->used, w->buf, w->len);
+		*t = (struct urvt_txpkt){ .off = q->used, .len = w->len, .dst = w->dst,
+					  .link = URVT_LINK_UDP, .where = URVT_TXPKT_QUEUED,
+					  .qs = w->qs };
+		memcpy(t->dgid, w->dgid, sizeof(t->dgid));
+		q->used += w->len;
+	}
+	q->n += n;
+	atomic_store_explicit(&net->wait_n, 0, memory_order_relaxed);
+}
+
+void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
+{
+	/* a send outside a receive batch: the ACKs that wait go with it
+	 * (trylock: whoever receives sends them at its batch's end) */
+	if (unlikely(atomic_load_explicit(&net->wait_n, memory_order_relaxed)) && !tls_in_rx &&
+	    !pthread_mutex_trylock(&net->rx_lock)) {
+		acks_into(net, q, false);
+		pthread_mutex_unlock(&net->rx_lock);
+	}
+	txq_send(net, q);
+}
+
+void urvt_txq_batch_end(struct urvt_net *net, bool app)
+{
+	struct urvt_txq *q = urvt_txq_peek();
+	bool waiting = atomic_load_explicit(&net->wait_n, memory_order_relaxed) != 0;
+
+	if (!waiting && (!q || !q->n))
+		return;
+	if (app && !waiting && net->ack_wait &&
+	    atomic_load_explicit(&net->aside, memory_order_relaxed) && acks_wait(net, q))
+		return;
+	if (waiting) {
+		if (!q)
+			q = urvt_txq_get();
+		if (!q)
+			return; /* out of memory: they wait for the next batch */
+		acks_into(net, q, true);
+	}
+	txq_send(net, q);
+}
+
+void urvt_net_acks_flush(struct urvt_net *net, bool wait)
+{
+	if (!net || !atomic_load_explicit(&net->wait_n, memory_order_relaxed))
+		return;
+	if (wait)
+		pthread_mutex_lock(&net->rx_lock);
+	else if (pthread_mutex_trylock(&net->rx_lock))
+		return; /* the one receiving sends them */
+	urvt_txq_batch_end(net, false);
+	pthread_mutex_unlock(&net->rx_lock);
 }
 
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
@@ -255,6 +401,7 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 
 	q->cur_av = av;
 	q->cur_where = URVT_TXPKT_QUEUED;
+	q->cur_may_wait = false;
 	/* to a same-host peer, without a trace: built in its ring, one copy
 	 * fewer (docs/shm.md "The rings") */
 	if (av->route && likely(!net->pcap) && shm && shm->ops->tx_reserve) {

@@ -728,11 +728,174 @@ static void test_comp_read_and_retry(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* ---- ACKs that wait for the application's next send (tx.c) ---- */
+
+/* Poll as a busy application does (the transport's poll_cq, which
+ * receives inline); the first completion within ms, or 0. */
+static int app_poll(struct rvt_cq *cq, struct ibv_wc *wc, int ms)
+{
+	uint64_t end = ut_now_ms() + (uint64_t)ms;
+
+	do {
+		int r = rvt_app_poll_cq(cq, 1, wc);
+		assert_true(r >= 0);
+		if (r)
+			return r;
+	} while (ut_now_ms() < end);
+	return 0;
+}
+
+static uint32_t acks_waiting(void)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	return atomic_load(&net->wait_n);
+}
+
+/* The peer acknowledges our request psn (MSN msn), so nothing is resent. */
+static void peer_ack(struct rvt_qp *qp, uint32_t psn, uint32_t msn)
+{
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, psn, false);
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.aeth.msn = msn;
+	peer_send(&f, NULL, 0);
+}
+
+/* A busy application: it owns the socket (a run of empty polls), and is
+ * not taken for one that waits elsewhere between its verbs (this test's
+ * checks take longer than an application's would; poll.c). Its next poll
+ * must come within the watchdog's 2 ms. */
+static void app_busy(struct rvt_cq *cq)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct ibv_wc wc;
+
+	atomic_store(&net->app_leave, 0);
+	for (int i = 0; i < 10000 && !atomic_load(&net->aside); i++)
+		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+	assert_true(atomic_load(&net->aside));
+}
+
+/* The application owns the socket; the peer sends SEND_ONLY psn (AckReq),
+ * which lands in receive wr_id; then waiting ACKs are as many as said. */
+static void busy_app_gets(struct rvt_cq *cq, uint32_t qpn, uint32_t psn, uint64_t wr_id,
+			  uint32_t waiting)
+{
+	struct urvt_pkt f = req(qpn, URVT_OP_RC_SEND_ONLY, psn, true);
+	uint8_t data[16];
+	struct ibv_wc wc;
+
+	memset(data, 'w', sizeof(data));
+	app_busy(cq);
+	peer_send(&f, data, sizeof(data));
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, wr_id);
+	assert_int_equal(acks_waiting(), waiting);
+}
+
+/* An application that owns the socket: the plain ACK of what its poll
+ * received waits for its next send and leaves after it; a later ACK to
+ * the QP replaces a waiting one; the next receive batch, a NAK, blocking
+ * (req_notify_cq) and a reset each send what waits; with URVT_ACK_WAIT
+ * off (ack_wait) nothing waits. */
+static void test_resp_ack_waits_for_send(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
+	static uint8_t rbuf[8][64], sbuf[64];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	const uint8_t ack = URVT_AETH_SYN_ACK_UNLIMITED;
+	uint64_t waited0 = dev_ctr(URVT_CTR_ACKS_WAITED);
+	uint64_t replaced0 = dev_ctr(URVT_CTR_ACKS_REPLACED);
+	uint8_t data[16];
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	(void)state;
+
+	memset(data, 'w', sizeof(data));
+	for (int i = 0; i < 8; i++)
+		ut_post_recv(qp, (uint64_t)i, rbuf[i], sizeof(rbuf[i]), mr->lkey);
+
+	/* a SEND: its ACK waits, then follows our reply */
+	busy_app_gets(cq, qp->qpn, PEER_PSN, 0, 1);
+	assert_int_equal(dev_ctr(URVT_CTR_ACKS_WAITED) - waited0, 1);
+	ut_post_send(qp, &wr);
+	assert_int_equal(acks_waiting(), 0);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	assert_int_equal(p.psn, MY_PSN);
+	expect_ack(ack, PEER_PSN);
+	peer_ack(qp, MY_PSN, 1);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 100);
+
+	/* two SENDs in one batch: one ACK, of the second */
+	app_busy(cq);
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 1, true);
+	peer_send(&f, data, sizeof(data));
+	f.psn = PEER_PSN + 2;
+	peer_send(&f, data, sizeof(data));
+	usleep(300); /* both in the socket (well within the watchdog's 2 ms) */
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_equal(acks_waiting(), 1);
+	assert_int_equal(dev_ctr(URVT_CTR_ACKS_REPLACED) - replaced0, 1);
+	/* the CQ is not empty: that poll takes nothing from the socket */
+	assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 1);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(acks_waiting(), 1);
+	/* the next poll finds the CQ empty and runs a batch: the ACK leaves */
+	assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+	assert_int_equal(acks_waiting(), 0);
+	expect_ack(ack, PEER_PSN + 2);
+	peer_quiet(10);
+
+	/* a gap: the NAK does not wait, and the ACK before it goes first */
+	busy_app_gets(cq, qp->qpn, PEER_PSN + 3, 3, 1);
+	f.psn = PEER_PSN + 5; /* held past the gap */
+	peer_send(&f, data, sizeof(data));
+	for (int i = 0; i < 1000 && acks_waiting(); i++)
+		assert_int_equal(app_poll(cq, &wc, 1), 0);
+	expect_ack(ack, PEER_PSN + 3);
+	expect_ack(urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), PEER_PSN + 4);
+
+	/* the gap fills: one ACK, of the last, waits; req_notify_cq (the
+	 * application will sleep) sends it */
+	busy_app_gets(cq, qp->qpn, PEER_PSN + 4, 4, 1);
+	rvt_req_notify_cq(cq, 0);
+	assert_int_equal(acks_waiting(), 0);
+	expect_ack(ack, PEER_PSN + 5);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 5);
+
+	/* URVT_ACK_WAIT=0: the ACK leaves at once */
+	net->ack_wait = false;
+	busy_app_gets(cq, qp->qpn, PEER_PSN + 6, 6, 0);
+	expect_ack(ack, PEER_PSN + 6);
+	net->ack_wait = true;
+
+	/* the last message before a reset: its ACK still leaves */
+	busy_app_gets(cq, qp->qpn, PEER_PSN + 7, 7, 1);
+	rvt_destroy_qp(qp);
+	assert_int_equal(acks_waiting(), 0);
+	expect_ack(ack, PEER_PSN + 7);
+
+	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
+	rvt_dereg_mr(mr);
+	rvt_dereg_mr(smr);
+	rvt_destroy_cq(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_held_past_gaps),
+		cmocka_unit_test(test_resp_ack_waits_for_send),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
