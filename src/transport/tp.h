@@ -143,7 +143,7 @@ struct urvt_net {
 	/* ACKs that wait for the application's next send (tx.c), under
 	 * rx_lock; wait_n is read without it to skip the lock */
 	struct {
-		bool ack_wait;                    /* URVT_ACK_WAIT (default on) */
+		_Atomic bool ack_wait;            /* URVT_ACK_WAIT (default on) */
 		_Atomic uint32_t wait_n;
 		struct urvt_wait_ack {
 			uint32_t len;

@@ -317,7 +317,7 @@ void urvt_txq_batch_end(struct urvt_net *net, bool app)
 
 	if (!waiting && (!q || !q->n))
 		return;
-	if (app && !waiting && net->ack_wait &&
+	if (app && !waiting && atomic_load_explicit(&net->ack_wait, memory_order_relaxed) &&
 	    atomic_load_explicit(&net->aside, memory_order_relaxed) && acks_wait(net, q))
 		return;
 	if (waiting) {

@@ -873,10 +873,10 @@ static void test_resp_ack_waits_for_send(void **state)
 	assert_int_equal(wc.wr_id, 5);
 
 	/* URVT_ACK_WAIT=0: the ACK leaves at once */
-	net->ack_wait = false;
+	atomic_store(&net->ack_wait, false);
 	busy_app_gets(cq, qp->qpn, PEER_PSN + 6, 6, 0);
 	expect_ack(ack, PEER_PSN + 6);
-	net->ack_wait = true;
+	atomic_store(&net->ack_wait, true);
 
 	/* the last message before a reset: its ACK still leaves */
 	busy_app_gets(cq, qp->qpn, PEER_PSN + 7, 7, 1);
