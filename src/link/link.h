@@ -111,6 +111,10 @@ struct urvt_link_ops {
 	 * negative errno), or stop receiving it. Slow path. */
 	int (*mcast_join)(struct urvt_link *l, const uint8_t gid[16]);
 	void (*mcast_leave)(struct urvt_link *l, const uint8_t gid[16]);
+	/* Optional: hand over (on) or not each datagram's IP traffic class
+	 * and hop limit, which only a UD receiver's GRH shows; without them a
+	 * receive costs less (urvt_link_rx.ip then has 0 and 64). Slow path. */
+	void (*ip_facts)(struct urvt_link *l, bool on);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };

@@ -100,23 +100,34 @@ static void bufsize(int fd, int force, int plain, int bytes)
 		(void)setsockopt(fd, SOL_SOCKET, plain, &bytes, sizeof(bytes));
 }
 
-static void socket_setup(int fd, bool v4, bool gro)
+/* TOS/TTL (traffic class, hop limit) with each datagram: they feed the
+ * UD GRH only (the ICRC masks them), and cost every receive two control
+ * messages (~0.5 us a datagram here): asked for while UD QPs exist. */
+static void socket_ip_facts(int fd, bool v4, bool on)
+{
+	if (v4) {
+		setopt(fd, IPPROTO_IP, IP_RECVTOS, on);
+		setopt(fd, IPPROTO_IP, IP_RECVTTL, on);
+	} else {
+		setopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, on);
+		setopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, on);
+	}
+}
+
+static void socket_setup(int fd, bool v4, bool gro, bool facts)
 {
 	if (v4) {
 		/* Unconnected + DF: the kernel writes IPv4 ID 0, which the
 		 * ICRC covers (docs/wire.md). No IP_PKTINFO: the socket is
 		 * bound to our address, so that is every packet's
-		 * destination; TOS/TTL feed the UD GRH. */
+		 * destination. */
 		setopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO);
-		setopt(fd, IPPROTO_IP, IP_RECVTOS, 1);
-		setopt(fd, IPPROTO_IP, IP_RECVTTL, 1);
 	} else {
 		setopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO);
-		setopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
-		setopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
 		/* rxe sends IPv6 UDP checksum 0 (docs/wire.md) */
 		setopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1);
 	}
+	socket_ip_facts(fd, v4, facts);
 	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, 16 << 20);
 	bufsize(fd, SO_SNDBUFFORCE, SO_SNDBUF, 4 << 20);
 	if (gro)
@@ -440,7 +451,7 @@ static int mc_socket(struct urvt_udp *u, const uint8_t gid[16])
 		close(fd);
 		return e;
 	}
-	socket_setup(fd, v4, false);
+	socket_setup(fd, v4, false, true); /* a group's members are UD QPs */
 	return fd;
 }
 
@@ -528,6 +539,13 @@ static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	return 0;
 }
 
+static void udp_ip_facts(struct urvt_link *l, bool on)
+{
+	struct urvt_udp *u = udp_of(l);
+
+	socket_ip_facts(u->fd, u->link.info.family == AF_INET, on);
+}
+
 static const struct urvt_link_ops udp_ops = {
 	.name = "udp",
 	.send_batch = udp_send_batch,
@@ -535,6 +553,7 @@ static const struct urvt_link_ops udp_ops = {
 	.resolve = udp_resolve,
 	.mcast_join = udp_mcast_join,
 	.mcast_leave = udp_mcast_leave,
+	.ip_facts = udp_ip_facts,
 	.close = udp_close,
 };
 
@@ -600,7 +619,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 		ret = u->fd;
 		goto err;
 	}
-	socket_setup(u->fd, u->link.info.family == AF_INET, cfg->gro);
+	socket_setup(u->fd, u->link.info.family == AF_INET, cfg->gro, false);
 	mc_sender_setup(u);
 	{
 		struct epoll_event ev = { .events = EPOLLIN };

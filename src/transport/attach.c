@@ -23,13 +23,18 @@ static void *tp_qp_priv_alloc(struct rvt_qp *qp)
 	/* its lock group and engine group are cache-line aligned */
 	struct urvt_tp_qp *tp = aligned_alloc(64, sizeof(*tp));
 
-	if (tp)
+	if (tp) {
 		memset(tp, 0, sizeof(*tp));
+		if (qp->type == IBV_QPT_UD && qp->rdi->transport_priv)
+			urvt_net_ud_qps(qp->rdi->transport_priv, 1);
+	}
 	return tp;
 }
 
 static void tp_qp_priv_free(struct rvt_qp *qp, void *priv)
 {
+	if (qp->type == IBV_QPT_UD && qp->rdi->transport_priv)
+		urvt_net_ud_qps(qp->rdi->transport_priv, -1);
 	free(priv);
 }
 

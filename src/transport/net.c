@@ -91,6 +91,7 @@ static void net_free(struct urvt_net *net)
 	urvt_cc_fini(net);
 	pthread_mutex_destroy(&net->rx_lock);
 	pthread_mutex_destroy(&net->watch_lock);
+	pthread_mutex_destroy(&net->facts_lock);
 	pthread_mutex_destroy(&net->bar_lock);
 	pthread_cond_destroy(&net->bar_cond);
 	free(net);
@@ -111,6 +112,7 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 	net->links[URVT_LINK_SHM] = shm;
 	pthread_mutex_init(&net->rx_lock, NULL);
 	pthread_mutex_init(&net->watch_lock, NULL);
+	pthread_mutex_init(&net->facts_lock, NULL);
 	pthread_mutex_init(&net->bar_lock, NULL);
 	pthread_cond_init(&net->bar_cond, NULL);
 
@@ -142,6 +144,9 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 		if (ret)
 			goto err;
 	}
+	/* a trace shows every datagram's real traffic class and hop limit */
+	if (net->pcap && udp && udp->ops->ip_facts)
+		udp->ops->ip_facts(udp, true);
 	rdi->transport_priv = net;
 	atomic_store(&net->app_linger, 2);
 	ret = urvt_net_watch_start(net);
@@ -175,6 +180,20 @@ void urvt_net_destroy(struct rvt_dev_info *rdi)
 	for (int k = 0; k < URVT_LINKS; k++)
 		urvt_link_close(net->links[k]);
 	net_free(net);
+}
+
+void urvt_net_ud_qps(struct urvt_net *net, int delta)
+{
+	struct urvt_link *l;
+	uint32_t before;
+
+	pthread_mutex_lock(&net->facts_lock);
+	l = net->links[URVT_LINK_UDP];
+	before = net->ud_qps;
+	net->ud_qps = (uint32_t)((int)net->ud_qps + delta);
+	if (l && l->ops->ip_facts && !net->pcap && !before != !net->ud_qps)
+		l->ops->ip_facts(l, net->ud_qps != 0);
+	pthread_mutex_unlock(&net->facts_lock);
 }
 
 struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link)

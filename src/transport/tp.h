@@ -153,6 +153,8 @@ struct urvt_net {
 			uint8_t buf[URVT_WAIT_ACK_BYTES];
 		} wait_ack[URVT_WAIT_ACKS];
 	};
+	pthread_mutex_t facts_lock;       /* ud_qps and the UDP link's ip_facts */
+	uint32_t ud_qps;                  /* UD QPs (GSI included) that exist */
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
@@ -269,6 +271,9 @@ void urvt_net_watch_stop(struct urvt_net *net);
  * link attach opened, before any traffic; returns the old one, which the
  * caller now owns. */
 struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link);
+/* A UD QP is created (+1) or freed (-1): the UDP link hands over the IP
+ * facts of their GRH (traffic class, hop limit) only while one exists. */
+void urvt_net_ud_qps(struct urvt_net *net, int delta);
 
 /* ---- recv.c ---- */
 /*

@@ -890,6 +890,51 @@ static void test_resp_ack_waits_for_send(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* A UD receive over UDP: its GRH shows the sender's IP traffic class and
+ * hop limit, which the socket hands over only while a UD QP exists (the
+ * ICRC masks them; an RC-only device's receives skip them). */
+static void test_ud_grh_ip_facts(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	uint32_t ud0 = net->ud_qps;
+	struct rvt_cq *cq = ut_cq(&dev, 8);
+	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_UD, cq, cq, NULL, NULL, false);
+	static uint8_t rbuf[40 + 64];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	int tos = 0x20, ttl = 17, tos0 = 0, ttl0 = 64;
+	uint8_t data[16];
+	struct urvt_pkt f;
+	struct ibv_wc wc;
+	(void)state;
+
+	assert_int_equal(net->ud_qps, ud0 + 1);
+	ut_to_init(qp, 0, 0x1234);
+	ut_to_rtr(&dev, qp, 0, 0);
+	ut_post_recv(qp, 9, rbuf, sizeof(rbuf), mr->lkey);
+	memset(data, 'u', sizeof(data));
+	assert_int_equal(setsockopt(peer_fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)), 0);
+	assert_int_equal(setsockopt(peer_fd, IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl)), 0);
+	f = req(qp->qpn, URVT_OP_UD_SEND_ONLY, 7, false);
+	f.deth.qkey = 0x1234;
+	f.deth.sqp = PEER_QPN;
+	peer_send(&f, data, sizeof(data));
+	setsockopt(peer_fd, IPPROTO_IP, IP_TOS, &tos0, sizeof(tos0));
+	setsockopt(peer_fd, IPPROTO_IP, IP_TTL, &ttl0, sizeof(ttl0));
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_true(wc.wc_flags & IBV_WC_GRH);
+	assert_int_equal(wc.byte_len, 40 + sizeof(data));
+	/* RoCEv2 over IPv4: the IPv4 header in the GRH's last 20 bytes */
+	assert_int_equal(rbuf[20 + 1], 0x20);
+	assert_int_equal(rbuf[20 + 8], 17);
+	assert_memory_equal(rbuf + 40, data, sizeof(data));
+
+	rvt_destroy_qp(qp);
+	assert_int_equal(net->ud_qps, ud0);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -900,6 +945,7 @@ int main(void)
 		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
 		cmocka_unit_test(test_recv_drops),
+		cmocka_unit_test(test_ud_grh_ip_facts),
 		cmocka_unit_test(test_comp_send_coalesced_nak),
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
