@@ -48,8 +48,15 @@
  * also holds the time a process waits for a CPU, which no window changes. */
 #define CC_DELAY_MUL 8
 #define CC_DELAY_ADD_NS 1000000ull
-/* Tail-loss probe floor when the RTT is known. */
-#define CC_PTO_MIN_NS 250000ull
+/* Tail-loss probe floor when the RTT is known. The retransmit timer is
+ * pushed back lazily: a QP with something in flight wakes the progress
+ * thread once per probe interval, and each wake-up takes the CPU from a
+ * busy poller for 10-20 us; at 250 us that was every tenth round trip of
+ * a ping-pong between two namespaces (docs/transport.md "Timers"). */
+#define CC_PTO_MIN_NS 1000000ull
+/* After a window cut, the next loss reaction waits 2 x srtt + this: the
+ * losses of one burst are one event. */
+#define CC_LOSS_HOLD_NS 250000ull
 
 struct urvt_cc_peer {
 	uint8_t gid[16];
@@ -228,7 +235,7 @@ static bool peer_decrease(struct urvt_cc_peer *p, uint64_t now, uint32_t num, ui
 	p->ssthresh = (uint32_t)c;
 	p->ai_acc = 0;
 	/* one reaction per round trip: the losses of one burst are one event */
-	p->hold_until_ns = now + (srtt ? 2 * srtt : 0) + CC_PTO_MIN_NS;
+	p->hold_until_ns = now + (srtt ? 2 * srtt : 0) + CC_LOSS_HOLD_NS;
 	return true;
 }
 
