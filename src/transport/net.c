@@ -5,6 +5,7 @@
  * log lives here too. The parts: pool.c, counters.c, tx.c, rx.c, poll.c.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,62 @@ static void net_free(struct urvt_net *net)
 	free(net);
 }
 
+/*
+ * The process exits (exit(), main returns) with devices open: their
+ * progress threads would go on receiving into the application's memory
+ * while the exit unmaps it (a library destructor freeing its pools: an MPI
+ * rank crashed so, writing a peer's UD datagram into a posted receive).
+ * The kernel tears a process's QPs down before its memory; urvt's atexit
+ * handler does the nearest: ACKs that wait leave, and from then on no
+ * receive batch runs. Registered at the first device's creation, so it
+ * runs before the library destructors (_dl_fini is registered first).
+ */
+static pthread_mutex_t nets_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct urvt_net *nets_head;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+void urvt_net_exit_quiesce(void)
+{
+	pthread_mutex_lock(&nets_lock);
+	for (struct urvt_net *n = nets_head; n; n = n->next_net) {
+		/* bounded: a thread that exits from inside a batch holds it */
+		bool locked = false;
+		for (int i = 0; i < 100000 && !locked; i++)
+			locked = !pthread_mutex_trylock(&n->rx_lock);
+		if (locked)
+			urvt_txq_batch_end(n, false);
+		atomic_store(&n->exiting, true);
+		if (locked)
+			pthread_mutex_unlock(&n->rx_lock);
+	}
+	pthread_mutex_unlock(&nets_lock);
+}
+
+static void exit_handler_register(void)
+{
+	atexit(urvt_net_exit_quiesce);
+}
+
+static void nets_add(struct urvt_net *net)
+{
+	pthread_once(&exit_once, exit_handler_register);
+	pthread_mutex_lock(&nets_lock);
+	net->next_net = nets_head;
+	nets_head = net;
+	pthread_mutex_unlock(&nets_lock);
+}
+
+static void nets_remove(struct urvt_net *net)
+{
+	pthread_mutex_lock(&nets_lock);
+	for (struct urvt_net **pp = &nets_head; *pp; pp = &(*pp)->next_net)
+		if (*pp == net) {
+			*pp = net->next_net;
+			break;
+		}
+	pthread_mutex_unlock(&nets_lock);
+}
+
 int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm)
 {
 	struct urvt_net *net = calloc(1, sizeof(*net));
@@ -154,6 +211,7 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 		rdi->transport_priv = NULL;
 		goto err;
 	}
+	nets_add(net);
 	return 0;
 err:
 	net_free(net);
@@ -167,6 +225,7 @@ void urvt_net_destroy(struct rvt_dev_info *rdi)
 
 	if (!net)
 		return;
+	nets_remove(net);
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
 	urvt_timer_del_sync(rdi->progress, &net->watchdog);

@@ -42,8 +42,13 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 
 int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 {
-	bool was_in_rx = urvt_rx_enter();
+	bool was_in_rx;
 	int got = 0;
+
+	/* the process exits (net.c): its memory is going away */
+	if (unlikely(atomic_load_explicit(&net->exiting, memory_order_relaxed)))
+		return 0;
+	was_in_rx = urvt_rx_enter();
 
 	for (int k = 0; k < URVT_LINKS; k++)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))

@@ -174,6 +174,10 @@ struct urvt_net {
 	pthread_mutex_t bar_lock;
 	pthread_cond_t bar_cond;
 	bool bar_done;
+
+	/* every device of the process, for the exit handler (net.c) */
+	struct urvt_net *next_net;
+	_Atomic bool exiting;             /* set under rx_lock: no more batches */
 };
 
 extern int urvt_debug;
@@ -271,6 +275,9 @@ void urvt_net_watch_stop(struct urvt_net *net);
  * link attach opened, before any traffic; returns the old one, which the
  * caller now owns. */
 struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *link);
+/* The process exits (an atexit handler; tests call it): every device's
+ * waiting ACKs leave, then no receive batch runs (net->exiting). */
+void urvt_net_exit_quiesce(void);
 /* A UD QP is created (+1) or freed (-1): the UDP link hands over the IP
  * facts of their GRH (traffic class, hop limit) only while one exists. */
 void urvt_net_ud_qps(struct urvt_net *net, int delta);

@@ -935,6 +935,43 @@ static void test_ud_grh_ip_facts(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* The exit handler: a waiting ACK leaves, and from then on nothing
+ * received touches the application's memory (a SEND that comes after it
+ * lands nowhere). Last: the device stops receiving (undone for teardown). */
+static void test_exit_quiesce(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7);
+	static uint8_t rbuf[2][64];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 1, true);
+	uint8_t data[16];
+	struct ibv_wc wc;
+	(void)state;
+
+	memset(rbuf, 0, sizeof(rbuf));
+	memset(data, 'x', sizeof(data));
+	ut_post_recv(qp, 0, rbuf[0], sizeof(rbuf[0]), mr->lkey);
+	ut_post_recv(qp, 1, rbuf[1], sizeof(rbuf[1]), mr->lkey);
+	busy_app_gets(cq, qp->qpn, PEER_PSN, 0, 1);
+	urvt_net_exit_quiesce();
+	assert_true(atomic_load(&net->exiting));
+	assert_int_equal(acks_waiting(), 0);
+	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN);
+	peer_send(&f, data, sizeof(data));
+	assert_int_equal(app_poll(cq, &wc, 100), 0);
+	peer_quiet(50);
+	for (size_t i = 0; i < sizeof(rbuf[1]); i++)
+		assert_int_equal(rbuf[1][i], 0);
+
+	atomic_store(&net->exiting, false);
+	rvt_req_notify_cq(cq, 0);
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -949,6 +986,7 @@ int main(void)
 		cmocka_unit_test(test_comp_send_coalesced_nak),
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
+		cmocka_unit_test(test_exit_quiesce),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
