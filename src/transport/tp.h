@@ -145,6 +145,11 @@ struct urvt_net {
 	struct {
 		_Atomic bool ack_wait;            /* URVT_ACK_WAIT (default on) */
 		_Atomic uint32_t wait_n;
+		/* do the application's sends follow its receives? +1 per
+		 * wait a send ended, -2 per wait a batch ended; ACKs wait
+		 * only above 0 (tx.c) */
+		uint32_t wait_score;
+		uint32_t wait_retry;              /* batches since the score hit 0 */
 		struct urvt_wait_ack {
 			uint32_t len;
 			union urvt_link_addr dst;

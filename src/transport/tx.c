@@ -214,8 +214,14 @@ static void txq_send(struct urvt_net *net, struct urvt_txq *q)
  * batch 2 ms after its last poll. A later ACK to the same QP replaces a
  * waiting one (ACKs are cumulative, rc-protocol §3.10). NAKs, RNR NAKs and
  * READ or atomic responses never wait; a batch that queued one of them
- * sends everything.
+ * sends everything. And only while waiting pays: an application that
+ * receives and does not answer (a stream's receiver, which may compute
+ * between its polls) would hold its peer's window; a score (wait_score)
+ * counts waits a send ended against those a batch ended, and at 0 ACKs
+ * leave at once, but for one try every WAIT_RETRY batches.
  */
+#define WAIT_SCORE_MAX 8
+#define WAIT_RETRY 64
 void urvt_txq_next_may_wait(struct urvt_txq *q)
 {
 	q->cur_may_wait = true;
@@ -304,10 +310,25 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 	 * (trylock: whoever receives sends them at its batch's end) */
 	if (unlikely(atomic_load_explicit(&net->wait_n, memory_order_relaxed)) && !tls_in_rx &&
 	    !pthread_mutex_trylock(&net->rx_lock)) {
+		if (atomic_load_explicit(&net->wait_n, memory_order_relaxed) &&
+		    net->wait_score < WAIT_SCORE_MAX)
+			net->wait_score++; /* the wait paid */
 		acks_into(net, q, false);
 		pthread_mutex_unlock(&net->rx_lock);
 	}
 	txq_send(net, q);
+}
+
+/* May this batch's ACKs wait (rx_lock held)? */
+static bool wait_pays(struct urvt_net *net)
+{
+	if (net->wait_score)
+		return true;
+	if (++net->wait_retry < WAIT_RETRY)
+		return false;
+	net->wait_retry = 0;
+	net->wait_score = 1; /* try again: the application may answer now */
+	return true;
 }
 
 void urvt_txq_batch_end(struct urvt_net *net, bool app)
@@ -317,10 +338,14 @@ void urvt_txq_batch_end(struct urvt_net *net, bool app)
 
 	if (!waiting && (!q || !q->n))
 		return;
-	if (app && !waiting && atomic_load_explicit(&net->ack_wait, memory_order_relaxed) &&
+	if (app && !waiting && wait_pays(net) &&
+	    atomic_load_explicit(&net->ack_wait, memory_order_relaxed) &&
 	    atomic_load_explicit(&net->aside, memory_order_relaxed) && acks_wait(net, q))
 		return;
 	if (waiting) {
+		/* a batch, not a send, ended the wait */
+		if (app)
+			net->wait_score = net->wait_score > 2 ? net->wait_score - 2 : 0;
 		if (!q)
 			q = urvt_txq_get();
 		if (!q)

@@ -770,6 +770,7 @@ static void app_busy(struct rvt_cq *cq)
 	struct ibv_wc wc;
 
 	atomic_store(&net->app_leave, 0);
+	net->wait_score = 4; /* nor for one that does not answer (tx.c) */
 	for (int i = 0; i < 10000 && !atomic_load(&net->aside); i++)
 		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
 	assert_true(atomic_load(&net->aside));
@@ -796,13 +797,14 @@ static void busy_app_gets(struct rvt_cq *cq, uint32_t qpn, uint32_t psn, uint64_
  * received waits for its next send and leaves after it; a later ACK to
  * the QP replaces a waiting one; the next receive batch, a NAK, blocking
  * (req_notify_cq) and a reset each send what waits; with URVT_ACK_WAIT
- * off (ack_wait) nothing waits. */
+ * off (ack_wait), or for an application that does not answer, nothing
+ * waits. */
 static void test_resp_ack_waits_for_send(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = ut_cq(&dev, 64);
 	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
-	static uint8_t rbuf[8][64], sbuf[64];
+	static uint8_t rbuf[12][64], sbuf[64];
 	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
 	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
@@ -818,7 +820,7 @@ static void test_resp_ack_waits_for_send(void **state)
 	(void)state;
 
 	memset(data, 'w', sizeof(data));
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 12; i++)
 		ut_post_recv(qp, (uint64_t)i, rbuf[i], sizeof(rbuf[i]), mr->lkey);
 
 	/* a SEND: its ACK waits, then follows our reply */
@@ -878,11 +880,25 @@ static void test_resp_ack_waits_for_send(void **state)
 	expect_ack(ack, PEER_PSN + 6);
 	atomic_store(&net->ack_wait, true);
 
+	/* an application that receives and does not answer: after two
+	 * waits that a receive batch ended, ACKs leave at once */
+	app_busy(cq);
+	for (int k = 0; k < 3; k++) {
+		f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 7 + (uint32_t)k, true);
+		peer_send(&f, data, sizeof(data));
+		assert_int_equal(app_poll(cq, &wc, 2000), 1);
+		assert_int_equal(wc.wr_id, 7 + (uint64_t)k);
+		assert_int_equal(acks_waiting(), k < 2 ? 1 : 0);
+		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+		assert_int_equal(acks_waiting(), 0);
+		expect_ack(ack, PEER_PSN + 7 + (uint32_t)k);
+	}
+
 	/* the last message before a reset: its ACK still leaves */
-	busy_app_gets(cq, qp->qpn, PEER_PSN + 7, 7, 1);
+	busy_app_gets(cq, qp->qpn, PEER_PSN + 10, 10, 1);
 	rvt_destroy_qp(qp);
 	assert_int_equal(acks_waiting(), 0);
-	expect_ack(ack, PEER_PSN + 7);
+	expect_ack(ack, PEER_PSN + 10);
 
 	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
 	rvt_dereg_mr(mr);
