@@ -48,7 +48,7 @@
 /* with a shm peer a linger costs no system call, and a peer that stopped
  * lingering makes ours miss: try again soon */
 #define APP_LINGER_REST_SHM 8
-#define WATCHDOG_NS 2000000       /* while an application owns the socket */
+#define WATCHDOG_NS 2000000       /* while an application owns the socket (net->watchdog_ns) */
 
 static void net_rx_cb(void *arg);
 
@@ -106,7 +106,8 @@ static void rx_take(struct urvt_net *net)
 	}
 	pthread_mutex_unlock(&net->watch_lock);
 	if (arm)
-		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() +
+							     atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed));
 }
 
 /* Any thread: the progress thread watches the socket again (why: a
@@ -188,7 +189,8 @@ static void watchdog_fn(struct urvt_timer *t)
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !give) {
 		/* still polling: look again later */
 		net->wd_polls = polls;
-		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + WATCHDOG_NS);
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() +
+							     atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed));
 	} else {
 		net->wd_armed = false;
 	}
@@ -468,6 +470,8 @@ int urvt_net_watch_start(struct urvt_net *net)
 {
 	int ret;
 
+	if (!atomic_load(&net->watchdog_ns))
+		atomic_store(&net->watchdog_ns, WATCHDOG_NS);
 	urvt_timer_init(&net->watchdog, watchdog_fn);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */

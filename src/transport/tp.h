@@ -164,6 +164,7 @@ struct urvt_net {
 	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
+	_Atomic uint64_t watchdog_ns;     /* its period (poll.c WATCHDOG_NS; tests stretch it) */
 	struct urvt_timer watchdog;
 
 	struct urvt_cc_table *cc;         /* congestion control: the peers (cc.c) */
