@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "wire/ip.h"
@@ -166,6 +167,22 @@ static inline socklen_t urvt_link_addr_len(const union urvt_link_addr *a)
 {
 	return a->sa.sa_family == AF_INET ? sizeof(a->in4) :
 	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->shm);
+}
+
+/* The same destination: family, address and port (a shm peer's index). */
+static inline bool urvt_link_addr_same(const union urvt_link_addr *a,
+				       const union urvt_link_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return false;
+	if (a->sa.sa_family == AF_INET)
+		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr &&
+		       a->in4.sin_port == b->in4.sin_port;
+	if (a->sa.sa_family == AF_INET6)
+		return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) &&
+		       a->in6.sin6_port == b->in6.sin6_port &&
+		       a->in6.sin6_scope_id == b->in6.sin6_scope_id;
+	return a->shm.peer == b->shm.peer;
 }
 
 #endif

@@ -190,15 +190,6 @@ static void msg_set(struct mmsghdr *m, struct iovec *iov, uint8_t *buf, uint32_t
 				      .msg_iovlen = 1 };
 }
 
-static bool addr_equal(const union urvt_link_addr *a, const union urvt_link_addr *b)
-{
-	if (a->sa.sa_family != b->sa.sa_family)
-		return false;
-	if (a->sa.sa_family == AF_INET)
-		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr;
-	return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16);
-}
-
 /* How many of p[0..n) leave as one GSO send with p[0]: a run of equal-size
  * packets to one peer (the last may be shorter), back to back in memory. IPv4 segment k leaves
  * with IP ID k (the send itself has ID 0), which the ICRC covers: patch
@@ -210,7 +201,7 @@ static unsigned gso_run(struct urvt_link_tx *p, unsigned n)
 
 	while (j < n && j < GSO_MAX_SEGS && p[j].len <= p[0].len && p[j - 1].len == p[0].len &&
 	       p[j].buf == p[j - 1].buf + p[j - 1].len && bytes + p[j].len <= GSO_MAX_BYTES &&
-	       addr_equal(p[j].dst, p[0].dst)) {
+	       urvt_link_addr_same(p[j].dst, p[0].dst)) {
 		if (p[0].dst->sa.sa_family == AF_INET) {
 			uint8_t *icrc = p[j].buf + p[j].len - URVT_ICRC_BYTES;
 			urvt_icrc_put(icrc, urvt_icrc_get(icrc) ^

@@ -227,17 +227,6 @@ void urvt_txq_next_may_wait(struct urvt_txq *q)
 	q->cur_may_wait = true;
 }
 
-static bool same_peer(const union urvt_link_addr *a, const union urvt_link_addr *b)
-{
-	if (a->sa.sa_family != b->sa.sa_family)
-		return false;
-	if (a->sa.sa_family == AF_INET)
-		return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr &&
-		       a->in4.sin_port == b->in4.sin_port;
-	return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) &&
-	       a->in6.sin6_port == b->in6.sin6_port && a->in6.sin6_scope_id == b->in6.sin6_scope_id;
-}
-
 /* q holds only plain ACKs, and nothing waits: they wait (rx_lock held).
  * False, nothing moved, if q holds anything else. */
 static bool acks_wait(struct urvt_net *net, struct urvt_txq *q)
@@ -256,7 +245,7 @@ static bool acks_wait(struct urvt_net *net, struct urvt_txq *q)
 		uint32_t k;
 		/* the same destination QP (BTH bytes 5-7) of the same peer */
 		for (k = 0; k < n; k++)
-			if (same_peer(&net->wait_ack[k].dst, &t->dst) &&
+			if (urvt_link_addr_same(&net->wait_ack[k].dst, &t->dst) &&
 			    !memcmp(net->wait_ack[k].buf + 5, b + 5, 3))
 				break;
 		if (k < n)
