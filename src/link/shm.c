@@ -373,12 +373,15 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_pe
 	close(rfd);
 	if (ret)
 		goto err_map;
+	/* UP before the progress thread can see the socket: the HELLO_ACK may
+	 * come at once, and shm_service kills a connection that is not UP */
+	atomic_store(&p->state, PEER_UP);
 	ev.data.ptr = p;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, p->sock, &ev)) {
 		ret = -errno;
+		atomic_store(&p->state, PEER_FREE); /* never published */
 		goto err_map;
 	}
-	atomic_store(&p->state, PEER_UP);
 	return 0;
 err_map:
 	munmap(p->region, sizeof(*p->region));
@@ -527,6 +530,8 @@ static void shm_service(struct urvt_link *l)
 		}
 		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 			peer_end(s, p, PEER_GONE);
+			/* what it sent before it left is still read: look */
+			ring_doorbell(s->doorbell);
 			continue;
 		}
 		nfds = recv_msg(p->sock, &m, fds);
@@ -843,7 +848,8 @@ static void shm_arm(struct urvt_link *l)
 	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t i = 0; i < npeers && !pending; i++) {
 		struct shm_peer *p = &s->peers[i];
-		if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
+		int st = atomic_load_explicit(&p->state, memory_order_acquire);
+		if ((st == PEER_UP || st == PEER_GONE) &&
 		    atomic_load_explicit(&p->rx_ctrl->head, memory_order_acquire) != READ_ONCE(p->rx_tail))
 			pending = true;
 	}

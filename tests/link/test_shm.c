@@ -18,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -263,6 +265,91 @@ static void test_peer_gone(void **state)
 	/* what b still sends to the gone peer is lost, at once */
 	tx.dst = &back;
 	assert_int_equal(urvt_link_send(b, &tx, 1), 1);
+	urvt_link_close(b);
+}
+
+/*
+ * The progress thread may run the connector's service at any moment after
+ * resolve added the new socket to the link's epoll set, before resolve
+ * returns (seen in rdma-core's reject test under load: the HELLO_ACK came
+ * at once, the connection was cut, both sides waited for ever). The test
+ * is that thread: this epoll_ctl (it stands in for libc's for the link's
+ * calls too) lets the acceptor answer and runs the connector's service
+ * right after the connection's ADD.
+ */
+static struct urvt_link *race_a, *race_b;
+
+int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	int ret = (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+	struct urvt_link *a = race_a;
+
+	if (!ret && op == EPOLL_CTL_ADD && a && epfd == a->ctl_fd && ev && ev->data.ptr) {
+		race_a = NULL;
+		service(race_b);   /* accept, hello: the HELLO_ACK is on its way */
+		a->ops->service(a); /* the progress thread takes it */
+	}
+	return ret;
+}
+
+static void test_hello_ack_before_resolve_returns(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.50"), *b = open_shm("127.0.96.51");
+	union urvt_link_addr to;
+	uint8_t buf[64];
+	struct urvt_link_tx tx = { .buf = buf, .len = 64, .dst = &to };
+	struct urvt_link_rx rx[4];
+	struct urvt_shm_stats st;
+
+	(void)state;
+	race_a = a;
+	race_b = b;
+	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
+	assert_null(race_a); /* the race was run */
+	urvt_shm_get_stats(a, &st);
+	assert_int_equal(st.peers_up, 1);
+	urvt_shm_get_stats(b, &st);
+	assert_int_equal(st.peers_up, 1);
+	/* a knows b's doorbell: an armed b is woken by a's packet */
+	b->ops->ack_wake(b);
+	urvt_link_arm(b);
+	fill(buf, 64, 3);
+	assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+	assert_true(readable(b->wake_fd, 100));
+	assert_int_equal(urvt_link_recv(b, rx, 4), 1);
+	assert_true(check(&rx[0], 64, 3));
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
+/* A peer that leaves with packets it could not ring for (it never learnt
+ * the doorbell): the consumer looks at them when it sees the peer go, and
+ * arming with a gone peer's packets waiting rings at once. */
+static void test_gone_peer_rings(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.52"), *b = open_shm("127.0.96.53");
+	union urvt_link_addr to;
+	uint8_t buf[64];
+	struct urvt_link_tx tx = { .buf = buf, .len = 64, .dst = &to };
+	struct urvt_link_rx rx[4];
+
+	(void)state;
+	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
+	service(b);    /* b is up; a never reads the HELLO_ACK */
+	b->ops->ack_wake(b);
+	urvt_link_arm(b);
+	fill(buf, 64, 5);
+	assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+	assert_false(readable(b->wake_fd, 20)); /* a could not ring */
+	urvt_link_close(a);
+	service(b);    /* b sees a go */
+	assert_true(readable(b->wake_fd, 0));
+	b->ops->ack_wake(b);
+	urvt_link_arm(b);
+	assert_true(readable(b->wake_fd, 0));
+	b->ops->ack_wake(b);
+	assert_int_equal(urvt_link_recv(b, rx, 4), 1);
+	assert_true(check(&rx[0], 64, 5));
 	urvt_link_close(b);
 }
 
@@ -630,6 +717,8 @@ int main(void)
 		cmocka_unit_test(test_full_ring),
 		cmocka_unit_test(test_doorbell),
 		cmocka_unit_test(test_peer_gone),
+		cmocka_unit_test(test_hello_ack_before_resolve_returns),
+		cmocka_unit_test(test_gone_peer_rings),
 		cmocka_unit_test(test_hostile_hello),
 		cmocka_unit_test(test_hostile_ring),
 		cmocka_unit_test(test_hostile_indices),
