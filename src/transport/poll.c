@@ -374,12 +374,24 @@ static void app_empty_poll(struct urvt_net *net)
  * that catches a WRITE gains 1, one that times out costs 2; at 0 lingering
  * is tried again only once per APP_LINGER_REST returns. Returns true if it
  * caught the end of a WRITE.
+ *
+ * Not when a WRITE's end came in during this poll_cq already (writes: the
+ * count at its start): in a ping-pong the peer's ACK and its next WRITE
+ * often arrive together, the ACK completing the send; a linger then waited
+ * for a WRITE that comes only after the application answers this one, and
+ * timed out (ib_write_lat over shm: a timeout in 5 returns, which in turn
+ * made the peer's lingers miss; typical 15 us one way, 2 us without).
  */
-static bool app_linger(struct urvt_net *net)
+static bool app_linger(struct urvt_net *net, uint32_t writes)
 {
 	uint32_t s = atomic_load_explicit(&net->app_linger, memory_order_relaxed);
 	uint64_t end;
 
+	if (atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed) != writes) {
+		if (s < APP_LINGER_MAX)
+			atomic_store_explicit(&net->app_linger, s + 1, memory_order_relaxed);
+		return true;
+	}
 	if (!s) {
 		uint32_t r = atomic_load_explicit(&net->app_linger_rest, memory_order_relaxed) + 1;
 		uint32_t rest = net->links[URVT_LINK_SHM] ? APP_LINGER_REST_SHM : APP_LINGER_REST;
@@ -415,8 +427,9 @@ static bool app_linger(struct urvt_net *net)
 	return false;
 }
 
-/* A poll returns completions: the application may wait elsewhere next. */
-static void app_returns(struct urvt_net *net, uint64_t now)
+/* A poll returns completions: the application may wait elsewhere next
+ * (writes: rx_mem_writes when the poll began). */
+static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 {
 	uint32_t leave = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
@@ -424,7 +437,7 @@ static void app_returns(struct urvt_net *net, uint64_t now)
 		atomic_store_explicit(&net->app_ret_ns, now, memory_order_relaxed);
 		return;
 	}
-	if (app_linger(net)) {
+	if (app_linger(net, writes)) {
 		/* it got what it would have waited for: count that as a leave
 		 * (its next verb comes at once) and let it keep the socket */
 		leave = leave + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : leave + 2;
@@ -443,9 +456,11 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 	struct urvt_net *net = cq->uctx->rdi->transport_priv;
 	int n = rvt_poll_cq(cq, num_entries, wc);
 	uint64_t t, now = 0;
+	uint32_t writes;
 
 	if (!net || num_entries <= 0)
 		return n;
+	writes = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed);
 	app_polled(net);
 	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
 	if (unlikely(t)) {
@@ -462,7 +477,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 			return n;
 		now = 0;
 	}
-	app_returns(net, now ? now : urvt_now_ns());
+	app_returns(net, now ? now : urvt_now_ns(), writes);
 	return n;
 }
 

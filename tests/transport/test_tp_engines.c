@@ -931,6 +931,79 @@ static void test_resp_ack_waits_for_send(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* An application that waits on memory after its completions (a "leaver",
+ * poll.c; ib_write_lat) and whose poll takes in the peer's ACK and the
+ * peer's next WRITE in one batch does not linger for another WRITE: it
+ * keeps the socket at once, its linger score up. A poll whose batch brought
+ * only the ACK lingers, nothing comes, and it gives the socket back. */
+static void test_linger_skips_a_write_in_the_batch(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
+	static uint8_t target[64], sbuf[64];
+	struct rvt_mregion *mr = ut_mr(pd, target, sizeof(target),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	uint64_t give0;
+	uint8_t data[16];
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	(void)state;
+
+	memset(data, 'v', sizeof(data));
+	atomic_store(&net->ack_wait, false); /* the WRITE's ACK leaves at once */
+	app_busy(cq);
+
+	/* the ACK of our SEND and the peer's WRITE, together in the socket */
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	atomic_store(&net->app_leave, 8);
+	atomic_store(&net->app_ret_ns, 0);
+	atomic_store(&net->app_linger, 4);
+	give0 = dev_ctr(URVT_CTR_RX_GIVE_LEAVER);
+	peer_ack(qp, MY_PSN, 1);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN, true);
+	f.reth = (struct urvt_reth){ .va = (uintptr_t)target, .rkey = mr->lkey, .len = 16 };
+	peer_send(&f, data, sizeof(data));
+	usleep(300); /* both in the socket (well within the watchdog's 60 s) */
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 1);
+	assert_memory_equal(target, data, sizeof(data));
+	assert_true(atomic_load(&net->aside));
+	assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_LEAVER), give0);
+	assert_int_equal(atomic_load(&net->app_linger), 5);
+	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN);
+
+	/* the ACK alone: the linger waits for a WRITE that does not come */
+	wr.wr_id = 2;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	atomic_store(&net->app_leave, 8);
+	atomic_store(&net->app_ret_ns, 0);
+	atomic_store(&net->app_linger, 4);
+	peer_ack(qp, MY_PSN + 1, 2);
+	usleep(300);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 2);
+	assert_false(atomic_load(&net->aside));
+	assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_LEAVER), give0 + 1);
+	assert_int_equal(atomic_load(&net->app_linger), 2);
+	peer_quiet(10);
+
+	atomic_store(&net->ack_wait, true);
+	app_fresh();
+	net->watchdog_ns = 2000000;
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_dereg_mr(smr);
+	rvt_destroy_cq(cq);
+}
+
 /* A UD receive over UDP: its GRH shows the sender's IP traffic class and
  * hop limit, which the socket hands over only while a UD QP exists (the
  * ICRC masks them; an RC-only device's receives skip them). */
@@ -1020,6 +1093,7 @@ int main(void)
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_held_past_gaps),
 		cmocka_unit_test(test_resp_ack_waits_for_send),
+		cmocka_unit_test(test_linger_skips_a_write_in_the_batch),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
