@@ -25,7 +25,7 @@
  *    application has been seen to leave after its completions (its next
  *    verb came more than APP_LEAVE_NS later, repeatedly: it waits
  *    elsewhere, e.g. on memory) -- it takes the socket again at its next
- *    empty poll --; or when the watchdog saw no poll_cq for WATCHDOG_NS.
+ *    empty poll --; or when the watchdog saw no poll_cq for URVT_WATCHDOG_NS.
  *
  * No clock read per poll: a run is timed once per APP_RUN polls, the gap
  * after a poll that returned completions once. (Until 8f743b5 the
@@ -48,7 +48,6 @@
 /* with a shm peer a linger costs no system call, and a peer that stopped
  * lingering makes ours miss: try again soon */
 #define APP_LINGER_REST_SHM 8
-#define WATCHDOG_NS 2000000       /* while an application owns the socket (net->watchdog_ns) */
 
 static void net_rx_cb(void *arg);
 
@@ -485,8 +484,6 @@ int urvt_net_watch_start(struct urvt_net *net)
 {
 	int ret;
 
-	if (!atomic_load(&net->watchdog_ns))
-		atomic_store(&net->watchdog_ns, WATCHDOG_NS);
 	urvt_timer_init(&net->watchdog, watchdog_fn);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */

@@ -105,6 +105,12 @@ struct urvt_txq {
 };
 
 /* The device's transport (rdi->transport_priv). */
+/* while an application owns the socket, the watchdog looks this often
+ * (poll.c "Who receives") */
+#define URVT_WATCHDOG_NS 2000000
+/* ACKs that wait (tx.c): the score a device starts with */
+#define URVT_WAIT_SCORE_START 4
+
 struct urvt_net {
 	struct rvt_dev_info *rdi;
 	struct urvt_link *links[URVT_LINKS]; /* opened by attach.c, closed after us */
@@ -148,7 +154,7 @@ struct urvt_net {
 		/* do the application's sends follow its receives? +1 per
 		 * wait a send ended, -2 per wait a batch ended; ACKs wait
 		 * only above 0 (tx.c) */
-		uint32_t wait_score;
+		uint32_t wait_score;              /* from URVT_WAIT_SCORE_START */
 		uint32_t wait_retry;              /* batches since the score hit 0 */
 		struct urvt_wait_ack {
 			uint32_t len;
@@ -164,7 +170,7 @@ struct urvt_net {
 	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
-	_Atomic uint64_t watchdog_ns;     /* its period (poll.c WATCHDOG_NS; tests stretch it) */
+	_Atomic uint64_t watchdog_ns;     /* its period: URVT_WATCHDOG_NS (tests stretch it) */
 	struct urvt_timer watchdog;
 
 	struct urvt_cc_table *cc;         /* congestion control: the peers (cc.c) */

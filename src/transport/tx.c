@@ -327,9 +327,11 @@ void urvt_txq_batch_end(struct urvt_net *net, bool app)
 
 	if (!waiting && (!q || !q->n))
 		return;
-	if (app && !waiting && wait_pays(net) &&
-	    atomic_load_explicit(&net->ack_wait, memory_order_relaxed) &&
-	    atomic_load_explicit(&net->aside, memory_order_relaxed) && acks_wait(net, q))
+	/* the score is asked last: a batch that could not wait anyway
+	 * neither spends nor counts a retry */
+	if (app && !waiting && atomic_load_explicit(&net->ack_wait, memory_order_relaxed) &&
+	    atomic_load_explicit(&net->aside, memory_order_relaxed) && wait_pays(net) &&
+	    acks_wait(net, q))
 		return;
 	if (waiting) {
 		/* a batch, not a send, ended the wait */

@@ -786,7 +786,7 @@ static void app_busy(struct rvt_cq *cq)
 
 	net->watchdog_ns = 60000000000ull;
 	app_fresh();
-	net->wait_score = 4; /* nor for one that does not answer (tx.c) */
+	net->wait_score = URVT_WAIT_SCORE_START; /* nor for one that does not answer (tx.c) */
 	for (int i = 0; i < 10000 && !atomic_load(&net->aside); i++)
 		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
 	assert_true(atomic_load(&net->aside));
@@ -925,7 +925,7 @@ static void test_resp_ack_waits_for_send(void **state)
 	expect_ack(ack, PEER_PSN + 10);
 
 	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
-	net->watchdog_ns = 2000000;
+	net->watchdog_ns = URVT_WATCHDOG_NS;
 	rvt_dereg_mr(mr);
 	rvt_dereg_mr(smr);
 	rvt_destroy_cq(cq);
@@ -997,7 +997,7 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 
 	atomic_store(&net->ack_wait, true);
 	app_fresh();
-	net->watchdog_ns = 2000000;
+	net->watchdog_ns = URVT_WATCHDOG_NS;
 	rvt_destroy_qp(qp);
 	rvt_dereg_mr(mr);
 	rvt_dereg_mr(smr);
@@ -1081,7 +1081,7 @@ static void test_exit_quiesce(void **state)
 
 	atomic_store(&net->exiting, false);
 	rvt_req_notify_cq(cq, 0);
-	net->watchdog_ns = 2000000;
+	net->watchdog_ns = URVT_WATCHDOG_NS;
 	rvt_destroy_qp(qp);
 	rvt_dereg_mr(mr);
 	rvt_destroy_cq(cq);
