@@ -49,10 +49,17 @@
 #include "wire/hdr.h"
 
 #define SHM_MAX_PEERS 256
-/* A full ring: wait this long for the consumer before the packets are
- * lost; a patient sender waits while the consumer drains, and gives up
- * when it stalled for SHM_STALL_NS or after SHM_PATIENT_MAX_NS in all. */
+/* A full ring: how long a sender waits for the consumer before the packets
+ * are lost. A patient sender (outside the receive path) gives up when the
+ * tail stalled for SHM_STALL_NS, or after SHM_PATIENT_MAX_NS in all. The
+ * receive path (rx_lock held) gives up after SHM_FULL_WAIT_NS if the peer
+ * may be waiting on us (its ring to us is full: each would wait for the
+ * other), else when the tail stalled for SHM_RX_STALL_NS (longer than a
+ * time slice or a kernel thread's burst, which a consumer may lose to
+ * another thread on its CPU) or after SHM_RX_MAX_NS. */
 #define SHM_FULL_WAIT_NS 2000000
+#define SHM_RX_STALL_NS 20000000
+#define SHM_RX_MAX_NS 100000000
 #define SHM_STALL_NS 50000000
 #define SHM_PATIENT_MAX_NS 1000000000
 
@@ -552,17 +559,51 @@ static void shm_service(struct urvt_link *l)
 /* ------------------------------------------------------------------ */
 /* Data                                                               */
 /* ------------------------------------------------------------------ */
-/* p's ring has need free bytes (tx_lock held; waits for the consumer: a
+/* P1: the records before tx_head are written. */
+static void tx_publish(struct shm_peer *p)
+{
+	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);
+}
+
+/* After a publish: the consumer sets need_wake, then looks at head; we
+ * stored head, now look at need_wake: one of us sees the other. No
+ * doorbell yet (HELLO_ACK not in): leave need_wake for peer_hello_ack,
+ * which rings it when the doorbell comes. */
+static void tx_kick_peer(struct shm_peer *p)
+{
+	int db;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
+	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
+	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
+		ring_doorbell(db);
+}
+
+/* The peer's ring to us may be too full for its largest record (and a
+ * WRAP): it may be waiting for us. Its head is the peer's word, which only
+ * decides how long we wait. */
+static bool peer_waits_on_us(struct shm_peer *p)
+{
+	uint32_t head = atomic_load_explicit(&p->rx_ctrl->head, memory_order_relaxed);
+	uint32_t used = head - atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed);
+
+	return used > SHM_RING_BYTES || SHM_RING_BYTES - used < 2 * shm_rec_bytes(SHM_PKT_MAX);
+}
+
+/* p's ring has need free bytes (tx_lock held, tx_head at the end of a
+ * record; waits for the consumer, as long as the rules above say: a
  * lossless link holds back rather than drops). A consumer that let a wait
  * time out is not waited for again until it moves. */
 static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 {
-	uint64_t start = 0, deadline = 0;
+	uint64_t start = 0, moved_at = 0;
 	uint32_t seen = 0;
 
 	for (unsigned spins = 0;; spins++) {
 		uint32_t tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
 		uint64_t now;
+		bool give_up;
 
 		if (SHM_RING_BYTES - (p->tx_head - tail) >= need) {
 			p->tx_stalled = false;
@@ -573,11 +614,21 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 			return false;
 		now = urvt_now_ns();
 		if (!start) {
-			start = now;
-			deadline = now + (patient ? SHM_STALL_NS : SHM_FULL_WAIT_NS);
-		} else if (patient && tail != seen && now - start < SHM_PATIENT_MAX_NS) {
-			deadline = now + SHM_STALL_NS; /* it drains: keep waiting */
-		} else if (now > deadline) {
+			/* a sleeping consumer would otherwise hear of what fills
+			 * its ring only at the batch's kick, after this wait */
+			tx_publish(p);
+			tx_kick_peer(p);
+			start = moved_at = now;
+		} else if (tail != seen) {
+			moved_at = now;
+		}
+		if (patient)
+			give_up = now - moved_at > SHM_STALL_NS || now - start > SHM_PATIENT_MAX_NS;
+		else if (peer_waits_on_us(p))
+			give_up = now - start > SHM_FULL_WAIT_NS;
+		else
+			give_up = now - moved_at > SHM_RX_STALL_NS || now - start > SHM_RX_MAX_NS;
+		if (give_up) {
 			p->tx_stalled = true;
 			p->tx_stalled_tail = tail;
 			return false;
@@ -620,27 +671,6 @@ static void tx_end_rec(struct shm_peer *p, uint32_t len)
 {
 	tx_head_rec(p)->len = len;
 	p->tx_head += shm_rec_bytes(len);
-}
-
-/* P1: the records before tx_head are written. */
-static void tx_publish(struct shm_peer *p)
-{
-	atomic_store_explicit(&p->tx_ctrl->head, p->tx_head, memory_order_release);
-}
-
-/* After a publish: the consumer sets need_wake, then looks at head; we
- * stored head, now look at need_wake: one of us sees the other. No
- * doorbell yet (HELLO_ACK not in): leave need_wake for peer_hello_ack,
- * which rings it when the doorbell comes. */
-static void tx_kick_peer(struct shm_peer *p)
-{
-	int db;
-
-	atomic_thread_fence(memory_order_seq_cst);
-	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
-	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
-	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
-		ring_doorbell(db);
 }
 
 /* Packets [0, n) all go to peer p. Returns the number lost. */

@@ -12,7 +12,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -236,6 +239,141 @@ static void test_doorbell(void **state)
 	assert_true(readable(b->wake_fd, 0));
 	b->ops->ack_wake(b);
 	assert_int_equal(urvt_link_recv(b, rx, 4), 1);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
+/* A consumer on its own thread: it starts after its doorbell rings
+ * (wait_bell) or after delay_ms, then drains until it has want packets
+ * of 4096 bytes in order, or 10 s passed. */
+struct drainer {
+	struct urvt_link *l;
+	bool wait_bell;
+	int delay_ms;
+	_Atomic uint32_t want;            /* the sender may lower it */
+	uint32_t got, bad;
+	bool woken;
+};
+
+static void *drain_main(void *arg)
+{
+	struct drainer *d = arg;
+	struct urvt_link_rx rx[32];
+	time_t give_up = time(NULL) + 10;
+
+	if (d->wait_bell) {
+		d->woken = readable(d->l->wake_fd, 5000);
+		if (!d->woken)
+			return NULL;
+	} else {
+		usleep((useconds_t)d->delay_ms * 1000);
+	}
+	while (d->got < atomic_load(&d->want) && time(NULL) < give_up) {
+		int k = urvt_link_recv(d->l, rx, 32);
+
+		for (int i = 0; i < k; i++, d->got++)
+			d->bad += !check(&rx[i], 4096, d->got);
+	}
+	return NULL;
+}
+
+#define BIG_BATCH 1500                    /* 6.3 MB of records: more than a ring */
+static uint8_t big_buf[BIG_BATCH][4096];
+static struct urvt_link_tx big_tx[BIG_BATCH];
+
+/* BIG_BATCH packets to, made before the consumer's clock starts. */
+static void make_big_batch(const union urvt_link_addr *to)
+{
+	for (uint32_t i = 0; i < BIG_BATCH; i++) {
+		fill(big_buf[i], 4096, i);
+		big_tx[i] = (struct urvt_link_tx){ .buf = big_buf[i], .len = 4096, .dst = to };
+	}
+}
+
+/* One receive-path send (not patient) of the batch; the count lost. */
+static unsigned send_big_batch(struct urvt_link *a)
+{
+	return urvt_link_send(a, big_tx, BIG_BATCH);
+}
+
+/* One batch fills the ring of a consumer that sleeps on its doorbell: the
+ * doorbell rings when the ring is full, not after the batch (which would
+ * come only once the wait had timed out and packets were lost). */
+static void test_full_ring_rings_a_sleeping_consumer(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.12"), *b = open_shm("127.0.96.13");
+	union urvt_link_addr to = connect_pair(a, b);
+	struct drainer d = { .l = b, .wait_bell = true, .want = BIG_BATCH };
+	pthread_t t;
+
+	(void)state;
+	b->ops->ack_wake(b);
+	urvt_link_arm(b);
+	assert_false(readable(b->wake_fd, 0));
+	make_big_batch(&to);
+	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
+	assert_int_equal(send_big_batch(a), 0);
+	pthread_join(t, NULL);
+	assert_true(d.woken);
+	assert_int_equal(d.got, BIG_BATCH);
+	assert_int_equal(d.bad, 0);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
+/* A busy consumer that loses its CPU for a few ms (a time slice, a kernel
+ * thread) costs the receive path a wait, not packets. */
+static void test_rx_path_outwaits_a_slow_consumer(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.14"), *b = open_shm("127.0.96.15");
+	union urvt_link_addr to = connect_pair(a, b);
+	struct drainer d = { .l = b, .delay_ms = 5, .want = BIG_BATCH };
+	pthread_t t;
+
+	(void)state;
+	make_big_batch(&to);
+	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
+	assert_int_equal(send_big_batch(a), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(d.got, BIG_BATCH);
+	assert_int_equal(d.bad, 0);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
+/* ... but when the peer's ring to us is full, the peer may be waiting on
+ * us in its own receive path: the wait stays short, packets are lost (RC
+ * recovers them), and the two cannot hold each other. */
+static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.16"), *b = open_shm("127.0.96.17");
+	union urvt_link_addr to = connect_pair(a, b), back;
+	static uint8_t buf[4096];
+	struct urvt_link_tx tx;
+	struct drainer d = { .l = b, .delay_ms = 12, .want = BIG_BATCH };
+	struct urvt_link_rx rx[32];
+	unsigned lost = 0, sent = 0;
+	pthread_t t;
+
+	(void)state;
+	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+	tx = (struct urvt_link_tx){ .buf = buf, .len = 4096, .dst = &back };
+	while (!lost && sent < 2000) {
+		fill(buf, 4096, sent);
+		lost = urvt_link_send(b, &tx, 1);
+		sent += !lost;
+	}
+	assert_int_equal(lost, 1); /* b's ring to a is full: nobody reads a */
+	make_big_batch(&to);
+	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
+	lost = send_big_batch(a);
+	atomic_store(&d.want, BIG_BATCH - lost);
+	pthread_join(t, NULL);
+	assert_true(lost > 0);
+	assert_int_equal(d.bad, 0);
+	assert_int_equal(d.got + lost, BIG_BATCH);
+	for (int k; (k = urvt_link_recv(a, rx, 32)) > 0;)
+		;
 	urvt_link_close(a);
 	urvt_link_close(b);
 }
@@ -716,6 +854,9 @@ int main(void)
 		cmocka_unit_test(test_wrap_in_order),
 		cmocka_unit_test(test_full_ring),
 		cmocka_unit_test(test_doorbell),
+		cmocka_unit_test(test_full_ring_rings_a_sleeping_consumer),
+		cmocka_unit_test(test_rx_path_outwaits_a_slow_consumer),
+		cmocka_unit_test(test_rx_path_short_when_the_peer_waits_on_us),
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_hello_ack_before_resolve_returns),
 		cmocka_unit_test(test_gone_peer_rings),
