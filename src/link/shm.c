@@ -594,6 +594,12 @@ static bool peer_waits_on_us(struct shm_peer *p)
 	return used > SHM_RING_BYTES || SHM_RING_BYTES - used < 2 * shm_rec_bytes(SHM_PKT_MAX);
 }
 
+/* Free bytes in p's ring if the consumer is at tail (tx_lock held). */
+static uint32_t tx_free(const struct shm_peer *p, uint32_t tail)
+{
+	return SHM_RING_BYTES - (p->tx_head - tail);
+}
+
 /* p's ring has need free bytes (tx_lock held, tx_head at the end of a
  * record; waits for the consumer, as long as the rules above say: a
  * lossless link holds back rather than drops). A consumer that let a wait
@@ -605,7 +611,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 
 	/* the consumer's tail line is read only when the last look says the
 	 * ring is full: in a ping-pong that is one cache miss less per send */
-	if (SHM_RING_BYTES - (p->tx_head - p->tx_tail_seen) >= need)
+	if (tx_free(p, p->tx_tail_seen) >= need)
 		return true;
 	for (unsigned spins = 0;; spins++) {
 		uint32_t tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
@@ -613,7 +619,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 		bool give_up;
 
 		p->tx_tail_seen = tail;
-		if (SHM_RING_BYTES - (p->tx_head - tail) >= need) {
+		if (tx_free(p, tail) >= need) {
 			p->tx_stalled = false;
 			return true;
 		}

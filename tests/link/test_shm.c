@@ -175,6 +175,22 @@ static void test_wrap_in_order(void **state)
 	urvt_link_close(b);
 }
 
+/* l sends numbered 4096-byte packets from buf through tx until one is lost
+ * (nobody reads): the count sent. */
+static uint32_t send_until_full(struct urvt_link *l, struct urvt_link_tx *tx, uint8_t *buf)
+{
+	uint32_t sent = 0;
+	unsigned lost = 0;
+
+	while (!lost && sent < 10000) {
+		fill(buf, 4096, sent);
+		lost = urvt_link_send(l, tx, 1);
+		sent += !lost;
+	}
+	assert_int_equal(lost, 1);
+	return sent;
+}
+
 /* Nobody reads: the ring fills, the link waits (bounded), then says what
  * it could not take; what it took arrives intact. */
 static void test_full_ring(void **state)
@@ -184,15 +200,10 @@ static void test_full_ring(void **state)
 	static uint8_t buf[4160];
 	struct urvt_link_tx tx = { .buf = buf, .len = 4096, .dst = &to };
 	struct urvt_link_rx rx[32];
-	uint32_t sent = 0, lost = 0, got = 0;
+	uint32_t sent, got = 0;
 
 	(void)state;
-	while (!lost && sent < 10000) {
-		fill(buf, 4096, sent);
-		lost = urvt_link_send(a, &tx, 1);
-		sent += !lost;
-	}
-	assert_int_equal(lost, 1);
+	sent = send_until_full(a, &tx, buf);
 	/* a ring of 4160-byte records (a WRAP may take the last one's place) */
 	assert_true(sent + 1 >= SHM_RING_BYTES / shm_rec_bytes(4096));
 	assert_true(sent <= SHM_RING_BYTES / shm_rec_bytes(4096));
@@ -291,12 +302,6 @@ static void make_big_batch(const union urvt_link_addr *to)
 	}
 }
 
-/* One receive-path send (not patient) of the batch; the count lost. */
-static unsigned send_big_batch(struct urvt_link *a)
-{
-	return urvt_link_send(a, big_tx, BIG_BATCH);
-}
-
 /* a sends one big batch to b's drainer (asleep on its doorbell, or busy
  * after delay_ms): every packet arrives, none is lost. */
 static void expect_batch_delivered(const char *va, const char *vb, bool wait_bell, int delay_ms)
@@ -314,7 +319,7 @@ static void expect_batch_delivered(const char *va, const char *vb, bool wait_bel
 	}
 	make_big_batch(&to);
 	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
-	assert_int_equal(send_big_batch(a), 0);
+	assert_int_equal(urvt_link_send(a, big_tx, BIG_BATCH), 0); /* not patient */
 	pthread_join(t, NULL);
 	assert_true(d.woken || !wait_bell);
 	assert_int_equal(d.got, BIG_BATCH);
@@ -350,29 +355,21 @@ static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
 	static uint8_t buf[4096];
 	struct urvt_link_tx tx;
 	struct drainer d = { .l = b, .delay_ms = 12, .want = BIG_BATCH };
-	struct urvt_link_rx rx[32];
-	unsigned lost = 0, sent = 0;
+	unsigned lost;
 	pthread_t t;
 
 	(void)state;
 	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
 	tx = (struct urvt_link_tx){ .buf = buf, .len = 4096, .dst = &back };
-	while (!lost && sent < 2000) {
-		fill(buf, 4096, sent);
-		lost = urvt_link_send(b, &tx, 1);
-		sent += !lost;
-	}
-	assert_int_equal(lost, 1); /* b's ring to a is full: nobody reads a */
+	send_until_full(b, &tx, buf); /* b's ring to a is full: nobody reads a */
 	make_big_batch(&to);
 	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
-	lost = send_big_batch(a);
+	lost = urvt_link_send(a, big_tx, BIG_BATCH);
 	atomic_store(&d.want, BIG_BATCH - lost);
 	pthread_join(t, NULL);
 	assert_true(lost > 0);
 	assert_int_equal(d.bad, 0);
 	assert_int_equal(d.got + lost, BIG_BATCH);
-	for (int k; (k = urvt_link_recv(a, rx, 32)) > 0;)
-		;
 	urvt_link_close(a);
 	urvt_link_close(b);
 }
