@@ -181,6 +181,7 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 	net->ip_tmpl.hop_limit = 64;
 	net->ip_tmpl.df = true;
 	atomic_init(&net->ack_wait, !urvt_env_off("URVT_ACK_WAIT"));
+	atomic_init(&net->app_writes_fresh, true);
 	net->wait_score = URVT_WAIT_SCORE_START;
 	atomic_init(&net->watchdog_ns, URVT_WATCHDOG_NS);
 

@@ -97,7 +97,10 @@ static void rx_take(struct urvt_net *net)
 	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		watch_del(net);
 		atomic_store_explicit(&net->aside, true, memory_order_relaxed);
-		arm = !net->wd_armed;
+		/* a full period from this take: a watchdog still pending from
+		 * an earlier one would look at wd_polls (set just now) soon and
+		 * give the socket back before the application polled again */
+		arm = true;
 		net->wd_armed = true;
 		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
 		tp_count(net, NULL, URVT_CTR_RX_APP_TAKES, 1);
@@ -374,8 +377,10 @@ static void app_empty_poll(struct urvt_net *net)
  * is tried again only once per APP_LINGER_REST returns. Returns true if it
  * caught the end of a WRITE.
  *
- * Not when a WRITE's end came in during this poll_cq already (writes: the
- * count at its start): in a ping-pong the peer's ACK and its next WRITE
+ * Not when a WRITE's end came in since the application came back for these
+ * completions (writes: the count at its first poll_cq after its last
+ * ones; the completion may come polls after the packets, when another
+ * thread held the QP's engine): in a ping-pong the peer's ACK and its next WRITE
  * often arrive together, the ACK completing the send; a linger then waited
  * for a WRITE that comes only after the application answers this one, and
  * timed out (ib_write_lat over shm: a timeout in 5 returns, which in turn
@@ -427,7 +432,7 @@ static bool app_linger(struct urvt_net *net, uint32_t writes)
 }
 
 /* A poll returns completions: the application may wait elsewhere next
- * (writes: rx_mem_writes when the poll began). */
+ * (writes: as app_linger says). */
 static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 {
 	uint32_t leave = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
@@ -450,6 +455,18 @@ static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 	}
 }
 
+/* rx_mem_writes since the application came back after its last completions. */
+static uint32_t app_writes_since_back(struct urvt_net *net)
+{
+	if (atomic_load_explicit(&net->app_writes_fresh, memory_order_relaxed)) {
+		atomic_store_explicit(&net->app_writes_fresh, false, memory_order_relaxed);
+		atomic_store_explicit(&net->app_writes,
+				      atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed),
+				      memory_order_relaxed);
+	}
+	return atomic_load_explicit(&net->app_writes, memory_order_relaxed);
+}
+
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 {
 	struct urvt_net *net = cq->uctx->rdi->transport_priv;
@@ -459,7 +476,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 
 	if (!net || num_entries <= 0)
 		return n;
-	writes = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed);
+	writes = app_writes_since_back(net);
 	app_polled(net);
 	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
 	if (unlikely(t)) {
@@ -477,6 +494,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 		now = 0;
 	}
 	app_returns(net, now ? now : urvt_now_ns(), writes);
+	atomic_store_explicit(&net->app_writes_fresh, true, memory_order_relaxed);
 	return n;
 }
 

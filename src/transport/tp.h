@@ -145,6 +145,10 @@ struct urvt_net {
 		_Atomic bool take_next;           /* the next empty poll takes the socket */
 		_Atomic uint32_t app_linger;      /* linger score: lingering caught WRITEs */
 		_Atomic uint32_t app_linger_rest; /* returns since lingering was given up */
+		/* rx_mem_writes at the first poll_cq after the application's
+		 * last completions (app_writes_fresh: take it at the next) */
+		_Atomic uint32_t app_writes;
+		_Atomic bool app_writes_fresh;
 	} __attribute__((aligned(64)));
 	/* ACKs that wait for the application's next send (tx.c), under
 	 * rx_lock; wait_n is read without it to skip the lock */
