@@ -37,7 +37,8 @@ static inline void rvt_put_sge(struct rvt_sge *sge)
 {
 	if (sge->mr)
 		rvt_put_mr(sge->mr);
-	sge->mr = NULL;
+	/* relaxed atomic: a dereg may be looking (qp.c sends_have_mr) */
+	__atomic_store_n(&sge->mr, NULL, __ATOMIC_RELAXED);
 }
 
 /* The MR published in key's slot (A1: pairs with the release publish in

@@ -247,15 +247,21 @@ err:
 	return NULL;
 }
 
+/* How long dereg waits for the references a QP in ERR is still dropping
+ * (rdmavt waits 5 s, then fails with EBUSY), and rereg, which has no QP to
+ * clean, for the short ones of a copy in flight. */
+#define RVT_DEREG_WAIT_NS (5000ull * 1000 * 1000)
+#define RVT_REREG_WAIT_NS (100ull * 1000 * 1000)
+
 /*
  * Wait (bounded) until only the owner's reference remains: WQEs and
  * responder state hold references while they use the region.
  */
-static bool wait_idle(struct rvt_mregion *mr)
+static bool wait_idle(struct rvt_mregion *mr, uint64_t wait_ns)
 {
-	/* 100 ms by the clock, not by a count of sleeps: a loaded machine
-	 * stretches each usleep. */
-	uint64_t end = urvt_now_ns() + 100 * 1000 * 1000;
+	/* by the clock, not by a count of sleeps: a loaded machine stretches
+	 * each usleep */
+	uint64_t end = urvt_now_ns() + wait_ns;
 
 	while (atomic_load(&mr->refcount) != 1) {
 		if (urvt_now_ns() > end)
@@ -271,8 +277,11 @@ static int mr_retire(struct rvt_dev_info *rdi, struct rvt_mregion *mr)
 	struct rvt_pd *pd = mr->pd;
 	uint32_t one = 1;
 
+	/* qp-semantics §5.5: the QPs that hold it go to ERR and let go */
+	if (atomic_load(&mr->refcount) != 1 && !rvt_mr_is_mw(mr))
+		rvt_dereg_clean_qps(&rdi->qp_table, mr);
 	for (;;) {
-		if (!wait_idle(mr))
+		if (!wait_idle(mr, RVT_DEREG_WAIT_NS))
 			return -EBUSY;
 		unpublish_mr(&rdi->lkey_table, mr);
 		/* No new lookup finds it; post_direct's use no reference:
@@ -333,7 +342,7 @@ int rvt_rereg_mr(struct rvt_mregion *mr, int flags, struct rvt_pd *pd, void *add
 		if (ret)
 			return ret;
 	}
-	if (!wait_idle(mr))
+	if (!wait_idle(mr, RVT_REREG_WAIT_NS))
 		return -EBUSY;
 	/* Take it out of the table while it changes: lookups miss, no one
 	 * sees a half-updated region. */

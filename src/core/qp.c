@@ -743,6 +743,9 @@ bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err)
 		if (qp->recv_cq)
 			rvt_cq_enter(qp->recv_cq, &wc, true);
 	}
+	/* a WRITE in progress lets go of its target: no packet is taken in
+	 * ERR, and reset forgets the rest (transport qp_reset) */
+	rvt_put_sge(&qp->r_rdma_sge);
 	/* 6./7. */
 	if (!qp->srq) {
 		flush_rq(qp);
@@ -757,6 +760,68 @@ void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err)
 
 	urvt_spin_lock(&qp->r_lock);
 	lastwqe = rvt_error_qp_locked(qp, err);
+	urvt_spin_unlock(&qp->r_lock);
+	if (lastwqe)
+		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+}
+
+/* The segment in use or one after it belongs to mr. */
+static bool ss_has_mr(const struct rvt_sge_state *ss, const struct rvt_mregion *mr)
+{
+	if (!ss->num_sge)
+		return false;
+	if (ss->sge.mr == mr)
+		return true;
+	for (uint32_t i = 0; i + 1 < ss->num_sge; i++)
+		if (ss->sg_list[i].mr == mr)
+			return true;
+	return false;
+}
+
+/*
+ * A posted, unretired send WQE gathers from mr. s_hlock holds the posters
+ * off; the engine may retire a WQE meanwhile, and its put clears the
+ * segment's mr with a relaxed store (keys.h rvt_put_sge) that this loads:
+ * a WQE retired under our eyes reads NULL or mr, never a torn pointer.
+ */
+static bool sends_have_mr(struct rvt_qp *qp, const struct rvt_mregion *mr)
+{
+	bool found = false;
+
+	/* our own ibv_wr_* batch holds s_hlock (qp_table.c rvt_direct_barrier) */
+	if (atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
+	    (uintptr_t)&rvt_batch_marker)
+		return false;
+	urvt_spin_lock(&qp->s_hlock);
+	for (uint32_t n = load_acquire(&qp->s_last); !found && n != qp->s_head; n++) {
+		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, n);
+
+		if (wqe->wqe_flags & RVT_SWQE_INLINE)
+			continue;
+		for (uint32_t i = 0; !found && i < wqe->num_sge; i++)
+			found = __atomic_load_n(&wqe->sg_list[i].mr, __ATOMIC_RELAXED) == mr;
+	}
+	urvt_spin_unlock(&qp->s_hlock);
+	return found;
+}
+
+/*
+ * rvt_qp_mr_clean (qp-semantics §5.5): an MR being deregistered while a QP
+ * still uses it (a receive in progress, a WRITE's target, a send WQE) puts
+ * that QP in ERR with IBV_WC_LOC_PROT_ERR, which drops the references, so
+ * the dereg can finish instead of leaving the region reachable. SMI and
+ * GSI are left alone, as in rdmavt: the dereg waits for them.
+ */
+void rvt_qp_mr_clean(struct rvt_qp *qp, const struct rvt_mregion *mr)
+{
+	bool sends, lastwqe = false;
+
+	if (qp->qpn <= 1)
+		return;
+	sends = sends_have_mr(qp, mr);
+	urvt_spin_lock(&qp->r_lock);
+	if (sends || (qp->r_wrid_valid && ss_has_mr(&qp->r_sge, mr)) || qp->r_rdma_sge.mr == mr)
+		lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_PROT_ERR);
 	urvt_spin_unlock(&qp->r_lock);
 	if (lastwqe)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ruc.h"
 #include "core/rvt_api.h"
 
 #define QPN_SPACE (1u << 24)
@@ -242,6 +243,16 @@ void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp)
  * s_hlock; nothing takes all_lock under a spinlock. The cost is on dereg
  * and rereg (one lock per QP of the device), none on the data path.
  */
+/* all_lock keeps each QP alive while it is looked at (as for the barrier
+ * below); rvt_qp_mr_clean takes s_hlock, then r_lock, never both. */
+void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr)
+{
+	pthread_mutex_lock(&t->all_lock);
+	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next)
+		rvt_qp_mr_clean(qp, mr);
+	pthread_mutex_unlock(&t->all_lock);
+}
+
 void rvt_direct_barrier(struct rvt_qp_table *t)
 {
 	pthread_mutex_lock(&t->all_lock);

@@ -19,6 +19,8 @@ bool rvt_qp_table_contains(struct rvt_qp_table *t, struct rvt_qp *qp);
 /* The list of every QP of the device (create .. destroy). */
 void rvt_qp_all_add(struct rvt_qp_table *t, struct rvt_qp *qp);
 void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp);
+/* rvt_qp_mr_clean on every QP of the device (mr.c: dereg). */
+void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr);
 /* Wait until every post_direct running now has finished (mr.c: dereg/rereg). */
 void rvt_direct_barrier(struct rvt_qp_table *t);
 /* One per thread: its address marks the owner of an ibv_wr_* batch (post.c). */

@@ -33,6 +33,8 @@ void rvt_put_swqe(struct rvt_swqe *wqe);
 int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only);
 void rvt_release_rsge(struct rvt_qp *qp);
 bool rvt_error_qp_locked(struct rvt_qp *qp, enum ibv_wc_status err);
+/* mr is being deregistered: the QP goes to ERR if it holds it (qp.c). */
+void rvt_qp_mr_clean(struct rvt_qp *qp, const struct rvt_mregion *mr);
 
 /* Scatter length bytes into ss. The caller has checked they fit (qp-semantics §8). */
 void rvt_copy_sge(struct rvt_sge_state *ss, const void *data, uint32_t length,

@@ -486,34 +486,113 @@ static void test_rereg(void **state)
 	assert_int_equal(rvt_dealloc_pd(pd2), 0);
 }
 
-/* A queued send WQE holds its SGEs' MRs: dereg is EBUSY until it retires. */
-static void test_dereg_busy_wqe(void **state)
+/*
+ * qp-semantics §5.5 (rvt_qp_mr_clean): deregistering an MR that a queued
+ * send WQE gathers from puts the QP in ERR; the flush drops the reference
+ * and the dereg succeeds. A QP that does not use the MR is left alone.
+ */
+static void test_dereg_errors_a_qp_with_a_queued_wqe(void **state)
+{
+	struct rvt_pd *pd = ut_pd(&dev);
+	struct rvt_cq *cq = ut_cq(&dev, 16);
+	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
+	struct rvt_qp *other = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
+	static uint8_t buf[64], obuf[64];
+	struct rvt_mregion *mr = ut_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *omr = ut_mr(pd, obuf, sizeof(obuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 32, .lkey = mr->ibmr.lkey };
+	struct ibv_sge osge = { .addr = (uintptr_t)obuf, .length = 32, .lkey = omr->ibmr.lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr owr = { .wr_id = 8, .sg_list = &osge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	uint32_t key = mr->ibmr.lkey;
+	struct ibv_wc wc;
+
+	(void)state;
+	ut_connect(&dev, qp, qp->qpn, 0);
+	ut_connect(&dev, other, other->qpn, 0);
+	/* SQD: accepted and queued, not started */
+	ut_modify_state(qp, IBV_QPS_SQD);
+	ut_modify_state(other, IBV_QPS_SQD);
+	ut_post_send(qp, &wr);
+	ut_post_send(other, &owr);
+	assert_int_equal(refs(mr), 2);
+	assert_int_equal(rvt_dereg_mr(mr), 0);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+	assert_int_equal(ut_state(other), IBV_QPS_SQD);
+	expect_lkey_bad(pd, (uintptr_t)buf, 8, key, 0);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 7);
+	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	ut_cq_empty(cq, 50);
+	/* the other QP's WQE still holds its own MR */
+	assert_int_equal(refs(omr), 2);
+	ut_modify_state(other, IBV_QPS_ERR);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 8);
+	assert_int_equal(rvt_dereg_mr(omr), 0);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	assert_int_equal(rvt_destroy_qp(other), 0);
+	assert_int_equal(rvt_destroy_cq(cq), 0);
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+}
+
+/*
+ * The same for the responder: a receive WQE taken for a message in
+ * progress completes IBV_WC_LOC_PROT_ERR, and a WRITE's target lets go.
+ * Both are taken here the way the responder takes them, under r_lock.
+ */
+static void test_dereg_errors_a_receive_in_progress(void **state)
 {
 	struct rvt_pd *pd = ut_pd(&dev);
 	struct rvt_cq *cq = ut_cq(&dev, 16);
 	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
 	static uint8_t buf[64];
 	struct rvt_mregion *mr = ut_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 32, .lkey = mr->ibmr.lkey };
-	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
 	struct ibv_wc wc;
 
 	(void)state;
 	ut_connect(&dev, qp, qp->qpn, 0);
-	/* SQD: accepted and queued, not started */
-	ut_modify_state(qp, IBV_QPS_SQD);
-	ut_post_send(qp, &wr);
+	ut_post_recv(qp, 21, buf, 32, mr->ibmr.lkey);
+	ut_post_recv(qp, 22, buf + 32, 32, mr->ibmr.lkey);
+	urvt_spin_lock(&qp->r_lock);
+	assert_int_equal(rvt_get_rwqe(qp, false), 1);
+	urvt_spin_unlock(&qp->r_lock);
 	assert_int_equal(refs(mr), 2);
-	assert_int_equal(rvt_dereg_mr(mr), -EBUSY);
-	expect_lkey_ok(pd, (uintptr_t)buf, 8, mr->ibmr.lkey, 0);
-	/* ERR flushes the WQE, which drops the reference */
-	ut_modify_state(qp, IBV_QPS_ERR);
-	ut_poll1(cq, &wc);
-	assert_int_equal(wc.wr_id, 7);
-	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
-	assert_int_equal(refs(mr), 1);
 	assert_int_equal(rvt_dereg_mr(mr), 0);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 21);
+	assert_int_equal(wc.status, IBV_WC_LOC_PROT_ERR);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 22);
+	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	assert_int_equal(rvt_destroy_qp(qp), 0);
+	assert_int_equal(rvt_destroy_cq(cq), 0);
+	assert_int_equal(rvt_dealloc_pd(pd), 0);
+}
+
+static void test_dereg_errors_a_write_in_progress(void **state)
+{
+	struct rvt_pd *pd = ut_pd(&dev);
+	struct rvt_cq *cq = ut_cq(&dev, 16);
+	struct rvt_qp *qp = ut_qp(&dev, pd, IBV_QPT_RC, cq, cq, NULL, NULL, false);
+	static uint8_t buf[64];
+	struct rvt_mregion *mr = ut_mr(pd, buf, sizeof(buf),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+
+	(void)state;
+	ut_connect(&dev, qp, qp->qpn, IBV_ACCESS_REMOTE_WRITE);
+	urvt_spin_lock(&qp->r_lock);
+	assert_true(rvt_rkey_ok(qp, &qp->r_rdma_sge, 16, (uintptr_t)buf, mr->ibmr.rkey,
+				IBV_ACCESS_REMOTE_WRITE));
+	urvt_spin_unlock(&qp->r_lock);
+	assert_int_equal(refs(mr), 2);
+	assert_int_equal(rvt_dereg_mr(mr), 0);
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+	assert_null(qp->r_rdma_sge.mr);
+	ut_cq_empty(cq, 50);
 	assert_int_equal(rvt_destroy_qp(qp), 0);
 	assert_int_equal(rvt_destroy_cq(cq), 0);
 	assert_int_equal(rvt_dealloc_pd(pd), 0);
@@ -595,7 +674,9 @@ int main(void)
 		cmocka_unit_test(test_rkey_ok),
 		cmocka_unit_test(test_iova_translation),
 		cmocka_unit_test(test_rereg),
-		cmocka_unit_test(test_dereg_busy_wqe),
+		cmocka_unit_test(test_dereg_errors_a_qp_with_a_queued_wqe),
+		cmocka_unit_test(test_dereg_errors_a_receive_in_progress),
+		cmocka_unit_test(test_dereg_errors_a_write_in_progress),
 		cmocka_unit_test(test_reset_drops_refs),
 		cmocka_unit_test(test_key_slot_reuse),
 	};
