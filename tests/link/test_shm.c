@@ -289,7 +289,9 @@ static void *drain_main(void *arg)
 	return NULL;
 }
 
-#define BIG_BATCH 1500                    /* 6.3 MB of records: more than a ring */
+/* a ring and a half of records: the sender must wait for the consumer, and
+ * no longer than it needs (a slow build, TSan, drains a few MB per 100 ms) */
+#define BIG_BATCH (SHM_RING_BYTES / 4096 * 3 / 2)
 static uint8_t big_buf[BIG_BATCH][4096];
 static struct urvt_link_tx big_tx[BIG_BATCH];
 
@@ -302,14 +304,21 @@ static void make_big_batch(const union urvt_link_addr *to)
 	}
 }
 
+/* The outcomes below depend on timing (a consumer that starts 5 or 12 ms
+ * late against waits of 2 and 20 ms), which a loaded or instrumented build
+ * (TSan) can stretch: a case gets this many tries, and a rule that is wrong
+ * fails every one of them. What must hold in every try is asserted in it. */
+#define TIMING_TRIES 3
+
 /* a sends one big batch to b's drainer (asleep on its doorbell, or busy
- * after delay_ms): every packet arrives, none is lost. */
-static void expect_batch_delivered(const char *va, const char *vb, bool wait_bell, int delay_ms)
+ * after delay_ms); true if every packet arrived. */
+static bool batch_delivered(const char *va, const char *vb, bool wait_bell, int delay_ms)
 {
 	struct urvt_link *a = open_shm(va), *b = open_shm(vb);
 	union urvt_link_addr to = connect_pair(a, b);
 	struct drainer d = { .l = b, .wait_bell = wait_bell, .delay_ms = delay_ms,
 			     .want = BIG_BATCH };
+	unsigned lost;
 	pthread_t t;
 
 	if (wait_bell) {
@@ -319,13 +328,25 @@ static void expect_batch_delivered(const char *va, const char *vb, bool wait_bel
 	}
 	make_big_batch(&to);
 	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
-	assert_int_equal(urvt_link_send(a, big_tx, BIG_BATCH), 0); /* not patient */
+	lost = urvt_link_send(a, big_tx, BIG_BATCH); /* not patient */
+	atomic_store(&d.want, BIG_BATCH - lost);
 	pthread_join(t, NULL);
-	assert_true(d.woken || !wait_bell);
-	assert_int_equal(d.got, BIG_BATCH);
+	/* lost or delivered intact, never both or neither */
 	assert_int_equal(d.bad, 0);
+	if (d.woken || !wait_bell)
+		assert_int_equal(d.got + lost, BIG_BATCH);
 	urvt_link_close(a);
 	urvt_link_close(b);
+	return (d.woken || !wait_bell) && !lost && d.got == BIG_BATCH;
+}
+
+static void expect_batch_delivered(const char *va, const char *vb, bool wait_bell, int delay_ms)
+{
+	bool ok = false;
+
+	for (int i = 0; i < TIMING_TRIES && !ok; i++)
+		ok = batch_delivered(va, vb, wait_bell, delay_ms);
+	assert_true(ok);
 }
 
 /* One batch fills the ring of a consumer that sleeps on its doorbell: the
@@ -347,8 +368,8 @@ static void test_rx_path_outwaits_a_slow_consumer(void **state)
 
 /* ... but when the peer's ring to us is full, the peer may be waiting on
  * us in its own receive path: the wait stays short, packets are lost (RC
- * recovers them), and the two cannot hold each other. */
-static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
+ * recovers them), and the two cannot hold each other. Returns how many. */
+static unsigned lost_when_the_peer_waits_on_us(void)
 {
 	struct urvt_link *a = open_shm("127.0.96.16"), *b = open_shm("127.0.96.17");
 	union urvt_link_addr to = connect_pair(a, b), back;
@@ -358,7 +379,6 @@ static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
 	unsigned lost;
 	pthread_t t;
 
-	(void)state;
 	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
 	tx = (struct urvt_link_tx){ .buf = buf, .len = 4096, .dst = &back };
 	send_until_full(b, &tx, buf); /* b's ring to a is full: nobody reads a */
@@ -367,11 +387,21 @@ static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
 	lost = urvt_link_send(a, big_tx, BIG_BATCH);
 	atomic_store(&d.want, BIG_BATCH - lost);
 	pthread_join(t, NULL);
-	assert_true(lost > 0);
 	assert_int_equal(d.bad, 0);
 	assert_int_equal(d.got + lost, BIG_BATCH);
 	urvt_link_close(a);
 	urvt_link_close(b);
+	return lost;
+}
+
+static void test_rx_path_short_when_the_peer_waits_on_us(void **state)
+{
+	unsigned lost = 0;
+
+	(void)state;
+	for (int i = 0; i < TIMING_TRIES && !lost; i++)
+		lost = lost_when_the_peer_waits_on_us();
+	assert_true(lost > 0);
 }
 
 /* The peer exits: its last packets are still delivered, then nothing goes
