@@ -16,6 +16,7 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 {
 	struct urvt_link_rx *rx = net->rx;
 	int got = urvt_link_recv(net->links[k], rx, URVT_RX_BATCH);
+	uint64_t pkts = 0, bytes = 0;
 
 	for (int i = 0; i < got; i++) {
 		const struct urvt_link_rx *r = &rx[i];
@@ -29,13 +30,19 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 		for (uint32_t off = 0; off < r->len; off += seg) {
 			uint32_t n = r->len - off < seg ? r->len - off : seg;
 			struct urvt_ipinfo ip = r->ip;
-			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, 1);
-			urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, n);
-			urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], 1);
+			pkts++;
+			bytes += n;
 			urvt_recv_pkt(net, r->data + off, n, &ip,
 				      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
 					      (r->shared ? URVT_RX_SHARED : 0));
 		}
+	}
+	/* the device's counters once per batch, not three locked adds per
+	 * packet (the QP's, in recv_on_qp, stay per packet) */
+	if (pkts) {
+		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, pkts);
+		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, bytes);
+		urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], pkts);
 	}
 	return got > 0 ? got : 0;
 }

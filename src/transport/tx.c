@@ -139,6 +139,17 @@ static const enum urvt_ctr link_tx_ctr[URVT_LINKS] = {
 	[URVT_LINK_SHM] = URVT_CTR_SHM_TX_PKTS,
 };
 
+/* pkts packets of bytes in all to link k, counted for qs (NULL: the
+ * device): one atomic add per counter, not per packet. */
+static void count_tx(struct urvt_ctrs *c, enum urvt_link_id k, uint64_t pkts, uint64_t bytes)
+{
+	if (!pkts)
+		return;
+	urvt_ctr_add(c, URVT_CTR_TX_PKTS, pkts);
+	urvt_ctr_add(c, URVT_CTR_TX_BYTES, bytes);
+	urvt_ctr_add(c, link_tx_ctr[k], pkts);
+}
+
 /* Packets [first, first + n) of q, all for link k and all queued or all
  * not (built in the link). */
 static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, uint32_t n,
@@ -146,6 +157,8 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 {
 	struct urvt_link *l = net->links[k];
 	bool queued = q->pkt[first].where == URVT_TXPKT_QUEUED;
+	struct urvt_stats_qp *qs = NULL;
+	uint64_t bytes = 0, qs_pkts = 0, qs_bytes = 0;
 	unsigned lost = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -155,10 +168,27 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 		 * peer that may be waiting on us */
 		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst,
 					       .patient = !tls_in_rx };
-		tp_count(net, t->qs, URVT_CTR_TX_PKTS, 1);
-		tp_count(net, t->qs, URVT_CTR_TX_BYTES, t->len);
-		tp_count(net, t->qs, link_tx_ctr[k], 1);
-		if (!queued) {
+		/* a QP's packets come in runs (one WR's segments) */
+		if (t->qs != qs) {
+			if (qs)
+				count_tx(&qs->c, k, qs_pkts, qs_bytes);
+			qs = t->qs;
+			qs_pkts = qs_bytes = 0;
+		}
+		qs_pkts++;
+		qs_bytes += t->len;
+		bytes += t->len;
+	}
+	/* counted before the peer can see them (a test waits for the reply,
+	 * then reads the counters) */
+	if (qs)
+		count_tx(&qs->c, k, qs_pkts, qs_bytes);
+	count_tx(&net->shm->dev, k, n, bytes);
+	if (queued) {
+		lost = l ? urvt_link_send(l, tx, n) : n;
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			struct urvt_txpkt *t = &q->pkt[first + i];
 			lost += t->where == URVT_TXPKT_LOST;
 			/* in the ring already: wake the receiver once per peer */
 			if (t->where == URVT_TXPKT_IN_LINK &&
@@ -166,8 +196,6 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 				l->ops->tx_kick(l, &t->dst);
 		}
 	}
-	if (queued)
-		lost = l ? urvt_link_send(l, tx, n) : n;
 	if (unlikely(lost)) {
 		URVT_DBG("send: %u of %u packets lost (%s)", lost, n, l ? l->ops->name : "no link");
 		tp_count(net, NULL, URVT_CTR_TX_ERRORS, lost);
