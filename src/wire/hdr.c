@@ -6,9 +6,11 @@
 #include "wire/icrc.h"
 #include "wire/ip.h"
 
+const struct urvt_pkt urvt_pkt_zero;
+
 static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool read_icrc)
 {
-	memset(out, 0, sizeof(*out));
+	*out = urvt_pkt_zero;
 	if (len < URVT_BTH_BYTES + URVT_ICRC_BYTES)
 		return -URVT_DROP_TRUNCATED;
 
