@@ -788,9 +788,7 @@ static bool sends_have_mr(struct rvt_qp *qp, const struct rvt_mregion *mr)
 {
 	bool found = false;
 
-	/* our own ibv_wr_* batch holds s_hlock (qp_table.c rvt_direct_barrier) */
-	if (atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
-	    (uintptr_t)&rvt_batch_marker)
+	if (rvt_batch_is_mine(qp))
 		return false;
 	urvt_spin_lock(&qp->s_hlock);
 	for (uint32_t n = load_acquire(&qp->s_last); !found && n != qp->s_head; n++) {

@@ -214,6 +214,16 @@ void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp)
 	pthread_mutex_unlock(&t->all_lock);
 }
 
+/* all_lock keeps each QP alive while it is looked at (as for the barrier
+ * below: the lock order is the same); rvt_qp_mr_clean takes s_hlock, then r_lock, never both. */
+void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr)
+{
+	pthread_mutex_lock(&t->all_lock);
+	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next)
+		rvt_qp_mr_clean(qp, mr);
+	pthread_mutex_unlock(&t->all_lock);
+}
+
 /*
  * The MR retirement barrier. post_direct (post.c) checks the lkey and the
  * peer's rkey without taking MR references: it finds the MR in the key
@@ -243,26 +253,13 @@ void rvt_qp_all_del(struct rvt_qp_table *t, struct rvt_qp *qp)
  * s_hlock; nothing takes all_lock under a spinlock. The cost is on dereg
  * and rereg (one lock per QP of the device), none on the data path.
  */
-/* all_lock keeps each QP alive while it is looked at (as for the barrier
- * below); rvt_qp_mr_clean takes s_hlock, then r_lock, never both. */
-void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr)
-{
-	pthread_mutex_lock(&t->all_lock);
-	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next)
-		rvt_qp_mr_clean(qp, mr);
-	pthread_mutex_unlock(&t->all_lock);
-}
-
 void rvt_direct_barrier(struct rvt_qp_table *t)
 {
 	pthread_mutex_lock(&t->all_lock);
 	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next) {
-		/* Our own ibv_wr_* batch holds this s_hlock (a dereg between
-		 * wr_start and wr_complete): waiting would deadlock, and no
-		 * post_direct can be inside it while we hold it. Only this
-		 * thread stores its marker, so the relaxed load is exact. */
-		if (atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
-		    (uintptr_t)&rvt_batch_marker)
+		/* (a dereg between wr_start and wr_complete): waiting would
+		 * deadlock, and no post_direct can be inside it while we hold it */
+		if (rvt_batch_is_mine(qp))
 			continue;
 		urvt_spin_lock(&qp->s_hlock);
 		urvt_spin_unlock(&qp->s_hlock);

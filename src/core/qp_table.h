@@ -25,6 +25,14 @@ void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr);
 void rvt_direct_barrier(struct rvt_qp_table *t);
 /* One per thread: its address marks the owner of an ibv_wr_* batch (post.c). */
 extern _Thread_local char rvt_batch_marker;
+
+/* This thread's own ibv_wr_* batch holds qp's s_hlock: taking it would
+ * deadlock. Only this thread stores its marker, so the relaxed load is exact. */
+static inline bool rvt_batch_is_mine(struct rvt_qp *qp)
+{
+	return atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
+	       (uintptr_t)&rvt_batch_marker;
+}
 /* Type-stable QP structures: recycled through the table's free list. */
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);

@@ -165,9 +165,11 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 		struct urvt_txpkt *t = &q->pkt[first + i];
 		/* the receive path holds rx_lock: what it sends (ACKs, READ
 		 * responses: RC, recovered if lost) must not wait long on a
-		 * peer that may be waiting on us */
-		tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len, .dst = &t->dst,
-					       .patient = !tls_in_rx };
+		 * peer that may be waiting on us; built in the link, nothing
+		 * is left to send */
+		if (queued)
+			tx[i] = (struct urvt_link_tx){ .buf = q->buf + t->off, .len = t->len,
+						       .dst = &t->dst, .patient = !tls_in_rx };
 		/* a QP's packets come in runs (one WR's segments) */
 		if (t->qs != qs) {
 			if (qs)

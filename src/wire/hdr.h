@@ -250,10 +250,6 @@ struct urvt_pkt {
 };
 
 /*
- * Start a packet to build: the BTH fields every packet a QP sends sets
- * (the default P_Key, roce-wire §7), everything else zero for the caller to fill.
- */
-/*
  * An all-zero packet to start from by copy: GCC makes a memset or a
  * compound literal of this struct a `rep stos`, whose start-up was 40-45 %
  * of the requester's and the parser's samples on a 64 KiB WRITE over shm
@@ -261,6 +257,10 @@ struct urvt_pkt {
  */
 extern const struct urvt_pkt urvt_pkt_zero;
 
+/*
+ * Start a packet to build: the BTH fields every packet a QP sends sets
+ * (the default P_Key, roce-wire §7), everything else zero for the caller to fill.
+ */
 static inline void urvt_pkt_init(struct urvt_pkt *f, uint8_t opcode, uint32_t dest_qpn,
 				 uint32_t psn)
 {
