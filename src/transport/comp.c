@@ -37,15 +37,6 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	return true;
 }
 
-/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */
-static void progress(struct rvt_qp *qp)
-{
-	qp->s_retry = qp->retry_cnt;
-	qp->s_rnr_retry = qp->rnr_retry;
-	qp_tp(qp)->progress_ns = urvt_now_ns();
-	qp_tp(qp)->probe_sent = false;
-}
-
 /* Tail-loss probe interval: 1/16 of the retransmit timeout, >= 200 us;
  * under congestion control sooner, from the peer's RTT (cc.c). */
 static uint64_t probe_ns(const struct rvt_qp *qp)
@@ -61,6 +52,47 @@ static uint64_t timer_deadline(const struct rvt_qp *qp)
 	if (!qp_tp(qp)->probe_sent && probe_ns(qp) < qp->timeout_ns)
 		return qp_tp(qp)->progress_ns + probe_ns(qp);
 	return qp_tp(qp)->progress_ns + qp->timeout_ns;
+}
+
+static void timer_set(struct rvt_qp *qp, uint64_t deadline)
+{
+	qp_tp(qp)->timer_armed = true;
+	qp_tp(qp)->timer_at_ns = deadline;
+	urvt_timer_mod(qp->rdi->progress, &qp->s_timer, deadline);
+}
+
+/*
+ * The timer is pushed back lazily (urvt_comp_timeout), so a QP that keeps
+ * moving would still wake the progress thread once per interval, and on a
+ * busy CPU that wake-up preempts a polling application for 10-20 us
+ * (docs/transport.md "Timers"). Progress in the last quarter of the
+ * interval pushes it here instead, from the thread that saw the progress:
+ * a lock and at most one timerfd_settime, about once per interval. Not
+ * once the QP has left RTS/SQD: its timer may have been deleted.
+ */
+static void timer_push(struct rvt_qp *qp, uint64_t now)
+{
+	uint64_t deadline;
+
+	if (!qp_tp(qp)->timer_armed ||
+	    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
+		return;
+	deadline = timer_deadline(qp);
+	if (deadline <= now || qp_tp(qp)->timer_at_ns > now + (deadline - now) / 4)
+		return;
+	timer_set(qp, deadline);
+}
+
+/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */
+static void progress(struct rvt_qp *qp)
+{
+	uint64_t now = urvt_now_ns();
+
+	qp->s_retry = qp->retry_cnt;
+	qp->s_rnr_retry = qp->rnr_retry;
+	qp_tp(qp)->progress_ns = now;
+	qp_tp(qp)->probe_sent = false;
+	timer_push(qp, now);
 }
 
 static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
@@ -464,8 +496,7 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 	now = urvt_now_ns();
 	deadline = timer_deadline(qp);
 	if (now < deadline) {
-		qp_tp(qp)->timer_armed = true;
-		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, deadline);
+		timer_set(qp, deadline);
 		return;
 	}
 	if (now < qp_tp(qp)->progress_ns + qp->timeout_ns) {
@@ -473,8 +504,7 @@ void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q)
 		qp_tp(qp)->probe_sent = true;
 		qp_count(qp, URVT_CTR_PROBES, 1);
 		urvt_req_probe(qp, q);
-		qp_tp(qp)->timer_armed = true;
-		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
+		timer_set(qp, timer_deadline(qp));
 		return;
 	}
 	qp_count(qp, URVT_CTR_TIMEOUTS, 1);
@@ -501,8 +531,6 @@ void urvt_comp_arm_timer(struct rvt_qp *qp)
 {
 	if (qp->type == IBV_QPT_RC && qp->timeout_ns && !qp_tp(qp)->timer_armed &&
 	    urvt_psn_diff(qp_tp(qp)->psn_hi, qp_tp(qp)->comp_psn) > 0 &&
-	    !(qp->s_flags & RVT_S_WAIT_RNR)) {
-		qp_tp(qp)->timer_armed = true;
-		urvt_timer_mod(qp->rdi->progress, &qp->s_timer, timer_deadline(qp));
-	}
+	    !(qp->s_flags & RVT_S_WAIT_RNR))
+		timer_set(qp, timer_deadline(qp));
 }

@@ -25,7 +25,11 @@
  *    application has been seen to leave after its completions (its next
  *    verb came more than APP_LEAVE_NS later, repeatedly: it waits
  *    elsewhere, e.g. on memory) -- it takes the socket again at its next
- *    empty poll --; or when the watchdog saw no poll_cq for URVT_WATCHDOG_NS.
+ *    empty poll --; or when the watchdog saw no poll_cq for its period:
+ *    URVT_WATCHDOG_NS after the take, doubling at each look that finds the
+ *    application still polling, up to URVT_WATCHDOG_BACKOFF times that (a
+ *    look wakes the progress thread, which on a busy CPU preempts the
+ *    poller: 500 a second at 2 ms were most of ib_send_lat's wakeups).
  *
  * No clock read per poll: a run is timed once per APP_RUN polls, the gap
  * after a poll that returned completions once. (Until 8f743b5 the
@@ -103,6 +107,7 @@ static void rx_take(struct urvt_net *net)
 		arm = true;
 		net->wd_armed = true;
 		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
+		net->wd_period_ns = atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed);
 		tp_count(net, NULL, URVT_CTR_RX_APP_TAKES, 1);
 		URVT_DBG("rx: application polls, progress thread steps aside");
 	}
@@ -189,10 +194,13 @@ static void watchdog_fn(struct urvt_timer *t)
 	pthread_mutex_lock(&net->watch_lock);
 	give = atomic_load_explicit(&net->aside, memory_order_relaxed) && polls == net->wd_polls;
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !give) {
-		/* still polling: look again later */
+		/* still polling: look again later, and less often while it
+		 * keeps polling (each look preempts a poller on a busy CPU) */
+		uint64_t max = atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed) *
+			       URVT_WATCHDOG_BACKOFF;
 		net->wd_polls = polls;
-		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() +
-							     atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed));
+		net->wd_period_ns = net->wd_period_ns * 2 > max ? max : net->wd_period_ns * 2;
+		urvt_timer_mod(net->rdi->progress, &net->watchdog, urvt_now_ns() + net->wd_period_ns);
 	} else {
 		net->wd_armed = false;
 	}

@@ -106,8 +106,10 @@ struct urvt_txq {
 
 /* The device's transport (rdi->transport_priv). */
 /* while an application owns the socket, the watchdog looks this often
- * (poll.c "Who receives") */
+ * at first; each look that finds it still polling doubles the period, up
+ * to URVT_WATCHDOG_BACKOFF times it (poll.c "Who receives") */
 #define URVT_WATCHDOG_NS 2000000
+#define URVT_WATCHDOG_BACKOFF 8
 /* ACKs that wait (tx.c): the score a device starts with */
 #define URVT_WAIT_SCORE_START 4
 
@@ -174,6 +176,7 @@ struct urvt_net {
 	_Atomic bool aside;               /* the progress thread is not watching the link */
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
+	uint64_t wd_period_ns;            /* the watchdog's next period (backs off) */
 	_Atomic uint64_t watchdog_ns;     /* its period: URVT_WATCHDOG_NS (tests stretch it) */
 	struct urvt_timer watchdog;
 

@@ -1087,6 +1087,112 @@ static void test_exit_quiesce(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* ---- timers that wake the progress thread (comp.c, poll.c) ---- */
+
+/* The retransmit timer is pushed back by progress in the last quarter of
+ * its interval, from the thread that saw it, so it does not fire while the
+ * QP moves; progress earlier leaves it where it was. Without congestion
+ * control (no RTT floor) the probe interval is 1/16 of the timeout: 536 ms
+ * at timeout 21, wide enough for a loaded machine. */
+static void test_timer_pushed_by_late_progress(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	void *cc = net->cc;
+	struct rvt_cq *cq;
+	struct rvt_qp *qp;
+	static uint8_t sbuf[64];
+	struct rvt_mregion *mr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	uint64_t first, pushed;
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	(void)state;
+
+	net->cc = NULL; /* the QP gets no congestion-control peer (at its first send) */
+	cq = ut_cq(&dev, 64);
+	qp = rc_qp(cq, 21, 7);
+
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	assert_true(qp_tp(qp)->timer_armed);
+	first = qp_tp(qp)->timer_at_ns;
+	peer_ack(qp, p.psn, 1);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	/* progress in the first three quarters: not pushed */
+	assert_int_equal(qp_tp(qp)->timer_at_ns, first);
+
+	/* into the last quarter (134 ms), 100 ms before it would fire */
+	while (urvt_now_ns() < first - 100000000ull)
+		usleep(1000);
+	wr.wr_id = 2;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	assert_int_equal(qp_tp(qp)->timer_at_ns, first); /* not fired, not re-armed */
+	peer_ack(qp, p.psn, 2);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 2);
+	pushed = qp_tp(qp)->timer_at_ns;
+	/* a full interval from the ACK: well past where it was */
+	assert_true(pushed > first + 300000000ull);
+	assert_true(pushed <= urvt_now_ns() + 536870912ull);
+	assert_true(qp_tp(qp)->timer_armed);
+	assert_true(qp->s_timer.heap_idx >= 0);
+	assert_true(qp->s_timer.expires_ns == pushed);
+
+	rvt_destroy_qp(qp);
+	net->cc = cc;
+	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+/* The watchdog of an application that owns the socket looks less often
+ * while the application keeps polling (each look preempts a poller on a
+ * busy CPU): 2 ms after the take, then doubling to 8 times that; a new
+ * take starts again at 2 ms. An application that stops polling still
+ * loses the socket to it. */
+static void test_watchdog_backs_off(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	const uint64_t base = URVT_WATCHDOG_NS, max = base * URVT_WATCHDOG_BACKOFF;
+	uint64_t given = dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG), period = 0, end;
+	struct ibv_wc wc;
+	(void)state;
+
+	net->watchdog_ns = base;
+	for (int take = 0; take < 2; take++) {
+		app_fresh();
+		for (int i = 0; i < 10000 && !atomic_load(&net->aside); i++)
+			assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+		assert_true(atomic_load(&net->aside));
+		pthread_mutex_lock(&net->watch_lock);
+		period = net->wd_period_ns;
+		pthread_mutex_unlock(&net->watch_lock);
+		assert_int_equal(period, base);
+		/* polls without a pause: the looks back off to the maximum */
+		end = ut_now_ms() + 3000;
+		while (period < max && ut_now_ms() < end) {
+			assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+			pthread_mutex_lock(&net->watch_lock);
+			period = net->wd_period_ns;
+			pthread_mutex_unlock(&net->watch_lock);
+		}
+		assert_int_equal(period, max);
+		assert_true(atomic_load(&net->aside));
+		/* it stops polling: the watchdog gives the socket back */
+		end = ut_now_ms() + 3000;
+		while (atomic_load(&net->aside) && ut_now_ms() < end)
+			usleep(1000);
+		assert_false(atomic_load(&net->aside));
+		assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG) - given, (uint64_t)take + 1);
+	}
+	rvt_destroy_cq(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1103,6 +1209,8 @@ int main(void)
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
 		cmocka_unit_test(test_exit_quiesce),
+		cmocka_unit_test(test_timer_pushed_by_late_progress),
+		cmocka_unit_test(test_watchdog_backs_off),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
