@@ -2,7 +2,7 @@
 # Installs what urvt needs to build and test on Debian 12 (as root), only if
 # something is missing. Sourced by scripts/demo and scripts/test.
 URVT_DEB_PACKAGES="build-essential cmake pkg-config git python3 \
-  libibverbs-dev ibverbs-utils perftest qperf rdmacm-utils librdmacm-dev \
+  libibverbs-dev ibverbs-utils perftest qperf rdmacm-utils librdmacm-dev python3-pyverbs \
   libcmocka-dev zlib1g-dev libdeflate-dev \
   clang libclang-rt-14-dev llvm valgrind \
   tshark python3-scapy iproute2 nftables procps psmisc \
