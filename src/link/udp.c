@@ -68,6 +68,8 @@ struct urvt_udp {
 
 	/* receive side: one thread at a time (link.h) */
 	unsigned rx_used;                 /* slots the last recvmmsg filled */
+	unsigned rx_want;                 /* slots the next recvmmsg offers (adapts) */
+	bool rx_was_full;                 /* the last recvmmsg filled all it was offered */
 	struct mmsghdr msg[RX_BATCH];
 	struct iovec iov[RX_BATCH];
 	union urvt_link_addr name[RX_BATCH];
@@ -373,7 +375,23 @@ static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	if (max > RX_BATCH)
 		max = RX_BATCH;
 	u->rx = rx;
+	/* As many slots as the traffic fills: recvmmsg tries the slots it is
+	 * given until one finds the queue empty, and in a ping-pong that
+	 * second try is a good part of a receive's cost (docs/performance.md).
+	 * A batch fills fewer: offer that many next. Two full ones in a row
+	 * (a stream; in a ping-pong an empty poll comes between): double. */
+	if (max > u->rx_want)
+		max = u->rx_want;
 	got = rx_from(u, u->fd, u->link.info.addr6.s6_addr, 0, max);
+	if (got == max) {
+		if (u->rx_was_full)
+			u->rx_want = max * 2 > RX_BATCH ? RX_BATCH : max * 2;
+		u->rx_was_full = true;
+	} else {
+		if (got)
+			u->rx_want = got;
+		u->rx_was_full = false;
+	}
 	/* multicast: only while some group is joined */
 	if (unlikely(atomic_load_explicit(&u->mc_members, memory_order_relaxed))) {
 		unsigned n = atomic_load_explicit(&u->mc_n, memory_order_acquire);
@@ -570,6 +588,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 		return NULL;
 	}
 	u->fd = -1;
+	u->rx_want = RX_BATCH;
 	pthread_mutex_init(&u->mc_lock, NULL);
 	u->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (u->epfd < 0) {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -245,6 +246,86 @@ static void test_batch_gso_gro(void **state)
 }
 
 /* drop=1: nothing leaves, each packet says why; dup=1: each arrives twice. */
+/* Sends n plain packets a -> b (seeds from seed) in one batch and waits
+ * until they are in b's socket. */
+static void send_n(struct urvt_link *a, struct urvt_link *b, int n, uint8_t seed)
+{
+	static uint8_t out[40 * 200];
+	struct urvt_link_tx tx[40];
+	union urvt_link_addr dst = addr_of(b);
+	struct pollfd pfd = { .fd = b->wake_fd, .events = POLLIN };
+	uint32_t off = 0;
+
+	assert_true(n <= 40);
+	for (int i = 0; i < n; i++) {
+		uint32_t len = build_pkt(out + off, a, b, 100, (uint8_t)(seed + i));
+		tx[i] = (struct urvt_link_tx){ .buf = out + off, .len = len, .dst = &dst };
+		off += len;
+	}
+	assert_int_equal(urvt_link_send(a, tx, (unsigned)n), 0);
+	assert_int_equal(poll(&pfd, 1, 2000), 1);
+	usleep(20000); /* loopback delivers within the send; margin for a loaded machine */
+}
+
+/* One receive batch: how many datagrams, each checked to be the next
+ * expected one (its PSN is its seed). */
+static unsigned recv_batch_checked(struct urvt_link *b, uint32_t *next_psn)
+{
+	struct urvt_link_rx rx[32];
+	int n = urvt_link_recv(b, rx, 32);
+
+	assert_true(n >= 0);
+	for (int i = 0; i < n; i++) {
+		struct urvt_pkt p;
+		assert_int_equal(urvt_pkt_parse(rx[i].data, rx[i].len, &p), 0);
+		assert_int_equal(p.psn, *next_psn);
+		(*next_psn)++;
+	}
+	return (unsigned)n;
+}
+
+/* The receive side offers recvmmsg as many slots as the traffic fills
+ * (udp.c): after a batch of one, one slot; two full batches in a row
+ * double the offer, back up to 32. Nothing is lost or reordered on the
+ * way. */
+static void test_recv_batch_adapts(void **state)
+{
+	int err = 0;
+	struct urvt_link *a = open_link(ADDR_A, false, false, NULL, NULL, &err);
+	struct urvt_link *b = open_link(ADDR_B, false, false, NULL, NULL, &err);
+	static const unsigned ramp[] = { 1, 1, 2, 4, 8, 16, 8 };
+	uint32_t psn = 0;
+
+	(void)state;
+	assert_non_null(a);
+	assert_non_null(b);
+	/* a ping-pong's single datagram: the next offer is one slot */
+	send_n(a, b, 1, 0);
+	assert_int_equal(recv_batch_checked(b, &psn), 1);
+	assert_int_equal(recv_batch_checked(b, &psn), 0);
+	/* five waiting: 1 (full, the first), 1 (full again: doubles), 2, 1 */
+	send_n(a, b, 5, (uint8_t)psn);
+	assert_int_equal(recv_batch_checked(b, &psn), 1);
+	assert_int_equal(recv_batch_checked(b, &psn), 1);
+	assert_int_equal(recv_batch_checked(b, &psn), 2);
+	assert_int_equal(recv_batch_checked(b, &psn), 1);
+	assert_int_equal(recv_batch_checked(b, &psn), 0);
+	/* a stream of 40: the offer ramps from one back to the full 32 */
+	send_n(a, b, 40, (uint8_t)psn);
+	for (unsigned i = 0; i < sizeof(ramp) / sizeof(ramp[0]); i++)
+		assert_int_equal(recv_batch_checked(b, &psn), ramp[i]);
+	assert_int_equal(recv_batch_checked(b, &psn), 0);
+	assert_int_equal(psn, 46);
+	send_n(a, b, 40, (uint8_t)psn);
+	assert_int_equal(recv_batch_checked(b, &psn), 8); /* the last batch's 8 */
+	assert_int_equal(recv_batch_checked(b, &psn), 8); /* full twice: doubles */
+	assert_int_equal(recv_batch_checked(b, &psn), 16);
+	assert_int_equal(recv_batch_checked(b, &psn), 8);
+	assert_int_equal(psn, 86);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 static void test_fault_injection(void **state)
 {
 	int err = 0;
@@ -338,6 +419,7 @@ int main(void)
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_batch_plain),
 		cmocka_unit_test(test_batch_gso_gro),
+		cmocka_unit_test(test_recv_batch_adapts),
 		cmocka_unit_test(test_fault_injection),
 		cmocka_unit_test(test_fault_parse),
 	};
