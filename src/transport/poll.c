@@ -3,6 +3,7 @@
  * "Who receives"), the application's poll_cq (transport->poll_cq) and the
  * progress thread's watch on the link's wake-up fd.
  */
+#include "base/cycles.h"
 #include "base/progress.h"
 #include "core/rvt_api.h"
 #include "transport/net.h"
@@ -39,7 +40,7 @@
  */
 #define APP_RUN 16                /* empty polls ... */
 #define APP_RUN_NS (16 * 50000ull) /* ... within this: a busy poller */
-#define APP_LEAVE_NS 5000         /* next verb later than this: it left */
+#define APP_LEAVE_NS 5000         /* next verb later than this: it left (urvt_cycles) */
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */
 #define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
@@ -315,8 +316,8 @@ static void app_back(struct urvt_net *net, uint64_t t, uint64_t now)
 {
 	uint32_t s = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
-	atomic_store_explicit(&net->app_ret_ns, 0, memory_order_relaxed);
-	if (now - t > APP_LEAVE_NS)
+	atomic_store_explicit(&net->app_ret_cyc, 0, memory_order_relaxed);
+	if (now - t > net->app_leave_cyc)
 		s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
 	else if (s)
 		s--;
@@ -330,9 +331,9 @@ void urvt_net_app_active(struct rvt_dev_info *rdi)
 
 	if (!net)
 		return;
-	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	t = atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed);
 	if (t)
-		app_back(net, t, urvt_now_ns());
+		app_back(net, t, urvt_cycles());
 }
 
 void urvt_net_app_blocks(struct rvt_dev_info *rdi)
@@ -446,7 +447,7 @@ static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 	uint32_t leave = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
 	if (leave < APP_LEAVER) {
-		atomic_store_explicit(&net->app_ret_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&net->app_ret_cyc, now, memory_order_relaxed);
 		return;
 	}
 	if (app_linger(net, writes)) {
@@ -456,7 +457,7 @@ static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 		atomic_store_explicit(&net->app_leave, leave, memory_order_relaxed);
 		return;
 	}
-	atomic_store_explicit(&net->app_ret_ns, urvt_now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&net->app_ret_cyc, urvt_cycles(), memory_order_relaxed);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		rx_watch(net, URVT_CTR_RX_GIVE_LEAVER);
 		atomic_store_explicit(&net->take_next, true, memory_order_relaxed);
@@ -486,9 +487,9 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 		return n;
 	writes = app_writes_since_back(net);
 	app_polled(net);
-	t = atomic_load_explicit(&net->app_ret_ns, memory_order_relaxed);
+	t = atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed);
 	if (unlikely(t)) {
-		now = urvt_now_ns();
+		now = urvt_cycles();
 		app_back(net, t, now);
 	}
 	if (n == 0) {
@@ -501,7 +502,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 			return n;
 		now = 0;
 	}
-	app_returns(net, now ? now : urvt_now_ns(), writes);
+	app_returns(net, now ? now : urvt_cycles(), writes);
 	atomic_store_explicit(&net->app_writes_fresh, true, memory_order_relaxed);
 	return n;
 }
@@ -511,6 +512,8 @@ int urvt_net_watch_start(struct urvt_net *net)
 	int ret;
 
 	urvt_timer_init(&net->watchdog, watchdog_fn);
+	urvt_cycles_init();
+	net->app_leave_cyc = urvt_cycles_from_ns(APP_LEAVE_NS);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {

@@ -143,7 +143,8 @@ struct urvt_net {
 		uint32_t udp_idle;                /* the last skip, backing off (rx_lock) */
 		uint64_t udp_rx_seen;             /* udp_rx_packets at the last ask (rx_lock) */
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
-		_Atomic uint64_t app_ret_ns;      /* a poll returned completions (0: came back since) */
+		_Atomic uint64_t app_ret_cyc;     /* a poll returned completions, urvt_cycles (0: came back since) */
+		uint64_t app_leave_cyc;           /* APP_LEAVE_NS in urvt_cycles (poll.c) */
 		_Atomic bool take_next;           /* the next empty poll takes the socket */
 		_Atomic uint32_t app_linger;      /* linger score: lingering caught WRITEs */
 		_Atomic uint32_t app_linger_rest; /* returns since lingering was given up */

@@ -771,7 +771,7 @@ static void app_fresh(void)
 	struct urvt_net *net = dev.rdi->transport_priv;
 
 	atomic_store(&net->app_leave, 0);
-	atomic_store(&net->app_ret_ns, 0);
+	atomic_store(&net->app_ret_cyc, 0);
 }
 
 /* A busy application: it owns the socket (a run of empty polls), and is
@@ -963,7 +963,7 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 	ut_post_send(qp, &wr);
 	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
 	atomic_store(&net->app_leave, 8);
-	atomic_store(&net->app_ret_ns, 0);
+	atomic_store(&net->app_ret_cyc, 0);
 	atomic_store(&net->app_linger, 4);
 	give0 = dev_ctr(URVT_CTR_RX_GIVE_LEAVER);
 	peer_ack(qp, MY_PSN, 1);
@@ -984,7 +984,7 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 	ut_post_send(qp, &wr);
 	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
 	atomic_store(&net->app_leave, 8);
-	atomic_store(&net->app_ret_ns, 0);
+	atomic_store(&net->app_ret_cyc, 0);
 	atomic_store(&net->app_linger, 4);
 	peer_ack(qp, MY_PSN + 1, 2);
 	usleep(300);
