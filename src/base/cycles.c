@@ -27,7 +27,7 @@ static bool tsc_invariant(void)
 static void cycles_calibrate(void)
 {
 #ifdef URVT_HAVE_TSC
-	uint64_t t0, t1, c0, c1;
+	uint64_t t0, t1, c0, c1, rate;
 
 	if (!tsc_invariant())
 		return;
@@ -39,9 +39,10 @@ static void cycles_calibrate(void)
 	c1 = __rdtsc();
 	if (c1 <= c0)
 		return;
-	cycles_per_ms = (c1 - c0) * 1000000ull / (t1 - t0);
-	if (!cycles_per_ms)
-		return;
+	rate = (c1 - c0) * 1000000ull / (t1 - t0);
+	if (!rate)
+		return; /* the ns fallback's rate stays */
+	cycles_per_ms = rate;
 	__atomic_store_n(&urvt_cycles_tsc, true, __ATOMIC_RELEASE);
 #endif
 }

@@ -67,20 +67,20 @@ static void timer_set(struct rvt_qp *qp, uint64_t deadline)
  * busy CPU that wake-up preempts a polling application for 10-20 us
  * (docs/transport.md "Timers"). Progress in the last quarter of the
  * interval pushes it here instead, from the thread that saw the progress:
- * a lock and at most one timerfd_settime, about once per interval. Not
- * once the QP has left RTS/SQD: its timer may have been deleted.
+ * a lock and at most one timerfd_settime, about once per interval. now is
+ * the new progress_ns, so the deadline is a whole interval away. The
+ * completer runs only in RTS/SQD (engine.c run_completer checks each
+ * packet), where the timer has not been deleted.
  */
 static void timer_push(struct rvt_qp *qp, uint64_t now)
 {
 	uint64_t deadline;
 
-	if (!qp_tp(qp)->timer_armed ||
-	    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
+	if (!qp_tp(qp)->timer_armed)
 		return;
 	deadline = timer_deadline(qp);
-	if (deadline <= now || qp_tp(qp)->timer_at_ns > now + (deadline - now) / 4)
-		return;
-	timer_set(qp, deadline);
+	if (qp_tp(qp)->timer_at_ns <= now + (deadline - now) / 4)
+		timer_set(qp, deadline);
 }
 
 /* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */

@@ -61,7 +61,7 @@ struct urvt_tp_qp {
 		uint32_t cur_idx;         /* slot the gather cursor belongs to */
 		uint32_t rd_idx;
 		uint64_t progress_ns;     /* last forward progress (retransmit timer) */
-		uint64_t timer_at_ns;     /* the deadline s_timer was last set for */
+		uint64_t timer_at_ns;     /* the deadline s_timer was last set for (no progress lock to read it) */
 		/* congestion control (cc.c): peer NULL = fixed window (shm, UC, off) */
 		struct urvt_cc_peer *peer;
 		int64_t cc_charged;       /* bytes this QP has added to peer->inflight */

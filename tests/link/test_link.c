@@ -245,7 +245,6 @@ static void test_batch_gso_gro(void **state)
 	urvt_link_close(b);
 }
 
-/* drop=1: nothing leaves, each packet says why; dup=1: each arrives twice. */
 /* Sends n plain packets a -> b (seeds from seed) in one batch and waits
  * until they are in b's socket. */
 static void send_n(struct urvt_link *a, struct urvt_link *b, int n, uint8_t seed)
@@ -326,6 +325,7 @@ static void test_recv_batch_adapts(void **state)
 	urvt_link_close(b);
 }
 
+/* drop=1: nothing leaves, each packet says why; dup=1: each arrives twice. */
 static void test_fault_injection(void **state)
 {
 	int err = 0;
