@@ -42,6 +42,7 @@ struct urvt_progress {
 	int doorbell;                     /* eventfd */
 	int tfd;                          /* timerfd armed at the earliest timer */
 	bool stop;
+	bool started;                     /* the thread is in its loop */
 
 	pthread_mutex_t lock;             /* timers, work list, fd table */
 	pthread_cond_t idle;              /* a handler finished */
@@ -374,6 +375,10 @@ static void *progress_main(void *arg)
 	struct epoll_event evs[MAX_FDS + 2];
 	uint64_t spin_until = 0;
 
+	pthread_mutex_lock(&p->lock);
+	p->started = true;
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
 	for (;;) {
 		int timeout = -1, n;
 		bool stop, fd_work = false;
@@ -474,6 +479,13 @@ struct urvt_progress *urvt_progress_create(int *err)
 	ret = -pthread_create(&p->thread, NULL, progress_main, p);
 	if (ret)
 		goto err;
+	/* A new thread's start-up may allocate (a sanitizer's runtime does,
+	 * under its allocator's lock): a fork right after the device opened
+	 * would hand the child that lock taken. Return once it is done. */
+	pthread_mutex_lock(&p->lock);
+	while (!p->started)
+		pthread_cond_wait(&p->idle, &p->lock);
+	pthread_mutex_unlock(&p->lock);
 	return p;
 err:
 	if (p->epfd >= 0)

@@ -204,21 +204,37 @@ static int child_traffic(const union ibv_gid *parent_gid)
 	return 0;
 }
 
+/*
+ * Forked right after the device opened, several times over: the device's
+ * thread has finished starting by then (a start-up that allocates under a
+ * sanitizer's allocator lock would otherwise leave the child's allocator
+ * locked, and its own device's thread hung).
+ */
 static void test_fork_child_own_device(void **state)
 {
-	union ibv_gid gid;
-	int status = 0;
-	pid_t pid;
-
 	(void)state;
-	assert_int_equal(ibv_query_gid(ctx, 1, 0, &gid), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0)
-		_exit(child_traffic(&gid));
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(ibv_dealloc_pd(pd), 0);
+	assert_int_equal(ibv_close_device(ctx), 0);
+	for (int round = 0; round < 6; round++) {
+		union ibv_gid gid;
+		int status = 0;
+		pid_t pid;
+
+		ctx = open_first();
+		assert_non_null(ctx);
+		pid = fork();
+		if (pid == 0)
+			_exit(ibv_query_gid(ctx, 1, 0, &gid) ? 9 : child_traffic(&gid));
+		assert_true(pid >= 0);
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+		assert_int_equal(ibv_close_device(ctx), 0);
+	}
+	ctx = open_first();
+	assert_non_null(ctx);
+	pd = ibv_alloc_pd(ctx);
+	assert_non_null(pd);
 }
 
 /* The default address is a free 127.0.0.x other than 127.0.0.1 (while
