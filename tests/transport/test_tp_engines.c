@@ -853,8 +853,10 @@ static void test_resp_ack_waits_for_send(void **state)
 	/* the retransmit timer, pushed back lazily, fires once more and
 	 * receives a batch (urvt_tp_retry_timeout), which sends what waits:
 	 * the checks below begin after it */
-	for (int i = 0; i < 2000 && qp_tp(qp)->timer_armed; i++)
+	for (int i = 0; i < 2000 && urvt_timer_pending(qp->rdi->progress, &qp->s_timer); i++)
 		usleep(1000);
+	/* and its handler has returned (the lock orders what it wrote) */
+	urvt_timer_del_sync(qp->rdi->progress, &qp->s_timer);
 	assert_false(qp_tp(qp)->timer_armed);
 
 	/* two SENDs in one batch: one ACK, of the second */
@@ -1159,7 +1161,7 @@ static void test_watchdog_backs_off(void **state)
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = ut_cq(&dev, 64);
 	const uint64_t base = URVT_WATCHDOG_NS, max = base * URVT_WATCHDOG_BACKOFF;
-	uint64_t given = dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG), period = 0, end;
+	uint64_t given, period = 0, end;
 	struct ibv_wc wc;
 	(void)state;
 
@@ -1183,12 +1185,15 @@ static void test_watchdog_backs_off(void **state)
 		}
 		assert_int_equal(period, max);
 		assert_true(atomic_load(&net->aside));
-		/* it stops polling: the watchdog gives the socket back */
+		/* it stops polling: the watchdog gives the socket back (once:
+		 * a poller preempted for longer than a look above may have
+		 * lost it and taken it again before) */
+		given = dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG);
 		end = ut_now_ms() + 3000;
 		while (atomic_load(&net->aside) && ut_now_ms() < end)
 			usleep(1000);
 		assert_false(atomic_load(&net->aside));
-		assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG) - given, (uint64_t)take + 1);
+		assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_WATCHDOG) - given, 1);
 	}
 	rvt_destroy_cq(cq);
 }
