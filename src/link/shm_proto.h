@@ -25,7 +25,7 @@
 #define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 2                     /* 2: 2 MiB rings */
+#define SHM_VERSION 3                     /* 2: 2 MiB rings; 3: ready marks */
 
 struct shm_ctrl {
 	_Atomic uint32_t head __cacheline_aligned;      /* producer */
@@ -35,7 +35,8 @@ struct shm_ctrl {
 
 struct shm_rec {
 	uint32_t len;                     /* packet bytes, or SHM_REC_WRAP */
-	uint32_t rsvd;
+	_Atomic uint32_t mark;            /* shm_rec_mark(pos) once the record at
+					     ring position pos is complete */
 	uint8_t data[];
 };
 
@@ -50,6 +51,21 @@ struct shm_region {
 static inline uint32_t shm_rec_bytes(uint32_t len)
 {
 	return (SHM_REC_HDR + len + SHM_REC_ALIGN - 1) & ~(SHM_REC_ALIGN - 1);
+}
+
+/* The ready mark of a record at free-running position pos (a multiple of
+ * SHM_REC_ALIGN): never 0, which a new ring holds and a producer writes
+ * to clear a slot, and no other position's mark (modulo 2^32). */
+static inline uint32_t shm_rec_mark(uint32_t pos)
+{
+	return pos | 1;
+}
+
+/* The bytes a producer needs free for a record of a len-byte packet: the
+ * record, and the header of the record after it, whose mark it clears. */
+static inline uint32_t shm_rec_room(uint32_t len)
+{
+	return shm_rec_bytes(len) + SHM_REC_ALIGN;
 }
 
 /* The handshake messages on the connection (SOCK_SEQPACKET). */

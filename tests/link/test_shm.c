@@ -175,6 +175,59 @@ static void test_wrap_in_order(void **state)
 	urvt_link_close(b);
 }
 
+/* A slot after a record may hold payload of an earlier lap that reads as
+ * a ready mark (docs/shm.md "The rings"): the sender clears it before the
+ * mark that leads there. Lap 1's payloads put at every 64-byte position X
+ * of the ring the mark of X one lap on; laps 2 and 3, in varied sizes,
+ * arrive whole and in order, and nothing else arrives. */
+static void test_stale_payload_is_no_mark(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.7"), *b = open_shm("127.0.96.8");
+	union urvt_link_addr to = connect_pair(a, b);
+	static uint8_t buf[4160];
+	struct urvt_link_tx tx = { .buf = buf, .len = 4096, .dst = &to };
+	struct urvt_link_rx rx[32];
+	const uint32_t rec = shm_rec_bytes(4096), lap1 = SHM_RING_BYTES / rec;
+	uint32_t next_rx = 0, total = 0;
+	struct urvt_shm_stats st;
+
+	(void)state;
+	/* lap 1: the k-th record starts at k * rec (no WRAP before the end) */
+	for (uint32_t k = 0; k < lap1; k++) {
+		uint32_t pos = k * rec;
+		memset(buf, 0, 4096);
+		for (uint32_t x = pos + SHM_REC_ALIGN; x + 8 <= pos + 8 + 4096; x += SHM_REC_ALIGN) {
+			uint32_t fake = shm_rec_mark(x + SHM_RING_BYTES), fake_len = 24;
+			memcpy(buf + (x - pos - 8), &fake_len, 4);
+			memcpy(buf + (x - pos - 8) + 4, &fake, 4);
+		}
+		assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+		for (int n; (n = urvt_link_recv(b, rx, 32)) > 0;)
+			for (int i = 0; i < n; i++)
+				assert_int_equal(rx[i].len, 4096);
+	}
+	/* laps 2 and 3 */
+	while (total < 2 * SHM_RING_BYTES / 2100) {
+		uint32_t len = 8 + (total * 2654435761u) % 4150;
+		fill(buf, len, total);
+		tx.len = len;
+		assert_int_equal(urvt_link_send(a, &tx, 1), 0);
+		total++;
+		for (int n; (n = urvt_link_recv(b, rx, 32)) > 0;)
+			for (int i = 0; i < n; i++, next_rx++)
+				if (next_rx >= total ||
+				    !check(&rx[i], 8 + (next_rx * 2654435761u) % 4150, next_rx))
+					fail_msg("packet %u damaged, out of order or invented", next_rx);
+	}
+	assert_int_equal(next_rx, total);
+	assert_int_equal(urvt_link_recv(b, rx, 32), 0);
+	urvt_shm_get_stats(b, &st);
+	assert_int_equal(st.peers_up, 1);
+	assert_int_equal(st.peers_dead, 0);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 /* l sends numbered 4096-byte packets from buf through tx until one is lost
  * (nobody reads): the count sent. */
 static uint32_t send_until_full(struct urvt_link *l, struct urvt_link_tx *tx, uint8_t *buf)
@@ -626,19 +679,23 @@ static void test_hostile_ring(void **state)
 	struct in6_addr from = gid_of("127.0.96.23");
 	struct urvt_link_rx rx[32];
 	struct urvt_shm_stats st;
-	/* ring 0 is the connector (the fake) to the victim */
+	/* ring 0 is the connector (the fake) to the victim; mark: the ready
+	 * mark of the record at the ring's start (shm_rec_mark: pos | 1), 0
+	 * for none */
 	static const struct {
-		uint32_t head, len;
+		uint32_t head, len, mark;
 		const char *what;
 	} bad[] = {
-		{ SHM_RING_BYTES + 64, 64, "head more than a ring ahead" },
-		{ 100, 64, "head not on a record boundary" },
-		{ 64, SHM_PKT_MAX + 1, "record longer than a packet" },
-		{ 64, 200, "record longer than what head says is there" },
-		{ 64, 0, "empty record" },
-		/* a WRAP at 0 skips a whole ring, past head: it used to send the
-		 * reader round the ring for ever (tail never met head) */
-		{ 64, SHM_REC_WRAP, "WRAP record skipping past head" },
+		{ SHM_RING_BYTES + 64, 64, 0, "head more than a ring ahead" },
+		{ 100, 64, 0, "head not on a record boundary" },
+		{ (uint32_t)-(int32_t)(SHM_RING_BYTES + 64), 64, 0, "head more than a ring behind" },
+		{ 64, 64, 0, "head over a record with no mark" },
+		{ 64, 64, SHM_RING_BYTES | 1, "head over a record marked for the next lap" },
+		{ 0, SHM_PKT_MAX + 1, 1, "record longer than a packet" },
+		{ 0, 0, 1, "empty record" },
+		/* a WRAP at 0 skips a whole ring: it used to send the reader
+		 * round the ring for ever */
+		{ 0, SHM_REC_WRAP, 1, "WRAP record at the ring's start" },
 	};
 
 	(void)state;
@@ -650,6 +707,7 @@ static void test_hostile_ring(void **state)
 		urvt_shm_get_stats(v, &st);
 		assert_int_equal(st.peers_up, 1);
 		rec->len = bad[i].len;
+		atomic_store(&rec->mark, bad[i].mark);
 		atomic_store(&f.r->ctrl[0].head, bad[i].head);
 		n = urvt_link_recv(v, rx, 32);
 		if (n != 0)
@@ -659,21 +717,52 @@ static void test_hostile_ring(void **state)
 			fail_msg("%s: peer not cut off", bad[i].what);
 		/* and it stays cut off */
 		rec->len = 64;
+		atomic_store(&rec->mark, shm_rec_mark(0));
 		atomic_store(&f.r->ctrl[0].head, 128);
 		assert_int_equal(urvt_link_recv(v, rx, 32), 0);
 		fake_close(&f, sizeof(struct shm_region));
 		service(v);
 	}
-	/* a well-formed record after all that still gets through a fresh peer */
+	/* a well-formed record after all that still gets through a fresh
+	 * peer, on its mark alone (head is published later), and so does a
+	 * WRAP to the next lap's start */
 	{
 		struct fake f = fake_connect(v, &from, sizeof(struct shm_region), true, SHM_VERSION);
 		struct shm_rec *rec = (struct shm_rec *)f.r->ring[0];
+		uint32_t end = SHM_RING_BYTES - SHM_REC_ALIGN;
+		struct shm_rec *last = (struct shm_rec *)(f.r->ring[0] + end);
+
 		rec->len = 40;
 		memset(rec->data, 0x5a, 40);
-		atomic_store(&f.r->ctrl[0].head, shm_rec_bytes(40));
+		atomic_store(&rec->mark, shm_rec_mark(0));
 		assert_int_equal(urvt_link_recv(v, rx, 32), 1);
 		assert_int_equal(rx[0].len, 40);
 		assert_int_equal(rx[0].data[39], 0x5a);
+		assert_int_equal(urvt_link_recv(v, rx, 32), 0);
+		urvt_shm_get_stats(v, &st);
+		assert_int_equal(st.peers_up, 1);
+		/* move both ends to the last slot of the ring, as a long run of
+		 * records would have */
+		atomic_store(&f.r->ctrl[0].head, shm_rec_bytes(40));
+		for (uint32_t pos = shm_rec_bytes(40); pos < end; pos += SHM_REC_ALIGN) {
+			struct shm_rec *r = (struct shm_rec *)(f.r->ring[0] + pos);
+			r->len = 1;
+			atomic_store(&r->mark, shm_rec_mark(pos));
+			while (urvt_link_recv(v, rx, 32) > 0)
+				;
+		}
+		last->len = SHM_REC_WRAP;
+		atomic_store(&last->mark, shm_rec_mark(end));
+		rec->len = 24;
+		memset(rec->data, 0xa5, 24);
+		/* still the first lap's mark: the WRAP leads nowhere yet */
+		assert_int_equal(urvt_link_recv(v, rx, 32), 0);
+		atomic_store(&rec->mark, shm_rec_mark(SHM_RING_BYTES));
+		assert_int_equal(urvt_link_recv(v, rx, 32), 1);
+		assert_int_equal(rx[0].len, 24);
+		assert_int_equal(rx[0].data[23], 0xa5);
+		urvt_shm_get_stats(v, &st);
+		assert_int_equal(st.peers_up, 1);
 		fake_close(&f, sizeof(struct shm_region));
 	}
 	urvt_link_close(v);
@@ -878,6 +967,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resolve_and_send),
 		cmocka_unit_test(test_wrap_in_order),
+		cmocka_unit_test(test_stale_payload_is_no_mark),
 		cmocka_unit_test(test_full_ring),
 		cmocka_unit_test(test_doorbell),
 		cmocka_unit_test(test_full_ring_rings_a_sleeping_consumer),

@@ -329,9 +329,10 @@ static void udp_silent(const struct ep *e)
 		fail_msg("a packet for a shm peer went over UDP");
 }
 
-/* Append one record to ring 0 without publishing it (the producer's side
- * of docs/shm.md "The rings"); waits (bounded) for room. */
-static void ring_put(struct ep *e, const uint8_t *pkt, uint32_t len)
+/* Append one record to ring 0 without publishing head (the producer's side
+ * of docs/shm.md "The rings"), marked ready unless !mark; waits (bounded)
+ * for room. */
+static void ring_put_marked(struct ep *e, const uint8_t *pkt, uint32_t len, bool mark)
 {
 	uint32_t need = shm_rec_bytes(len), off = e->head & (SHM_RING_BYTES - 1);
 	uint32_t left = SHM_RING_BYTES - off, total = need > left ? left + need : need;
@@ -339,21 +340,37 @@ static void ring_put(struct ep *e, const uint8_t *pkt, uint32_t len)
 	struct shm_rec *rec;
 
 	assert_true(len && len <= SHM_PKT_MAX);
-	while (e->head + total - atomic_load_explicit(&e->r->ctrl[0].tail, memory_order_acquire) >
+	while (e->head + total + SHM_REC_ALIGN -
+		       atomic_load_explicit(&e->r->ctrl[0].tail, memory_order_acquire) >
 	       SHM_RING_BYTES) {
 		if (ut_now_ms() > end)
 			fail_msg("the device stopped reading ring 0");
 		ut_sleep_ms(1);
 	}
 	if (need > left) {
-		((struct shm_rec *)(void *)(e->r->ring[0] + off))->len = SHM_REC_WRAP;
+		rec = (struct shm_rec *)(void *)(e->r->ring[0] + off);
+		rec->len = SHM_REC_WRAP;
+		atomic_store_explicit(&((struct shm_rec *)(void *)e->r->ring[0])->mark, 0,
+				      memory_order_relaxed);
+		atomic_store_explicit(&rec->mark, shm_rec_mark(e->head), memory_order_release);
 		e->head += left;
 		off = 0;
 	}
 	rec = (struct shm_rec *)(void *)(e->r->ring[0] + off);
 	memcpy(rec->data, pkt, len);
 	rec->len = len;
+	atomic_store_explicit(
+		&((struct shm_rec *)(void *)(e->r->ring[0] +
+					     ((e->head + need) & (SHM_RING_BYTES - 1))))->mark,
+		0, memory_order_relaxed);
+	if (mark)
+		atomic_store_explicit(&rec->mark, shm_rec_mark(e->head), memory_order_release);
 	e->head += need;
+}
+
+static void ring_put(struct ep *e, const uint8_t *pkt, uint32_t len)
+{
+	ring_put_marked(e, pkt, len, true);
 }
 
 /* Publish head (any value: hostile tests write impossible ones) and ring
@@ -1352,28 +1369,34 @@ static void expect_wcs(const char *what, const struct want_wc *want, int n, int 
 }
 
 /* A record header in ring 0 with this length field and nothing sensible
- * behind it, one record slot (64 bytes) long as far as our head goes. */
-static void ring_put_bad(struct ep *e, uint32_t len_field)
+ * behind it, one record slot (64 bytes) long as far as our head goes,
+ * marked ready unless !mark. */
+static void ring_put_bad(struct ep *e, uint32_t len_field, bool mark)
 {
 	struct shm_rec *rec = (void *)(e->r->ring[0] + (e->head & (SHM_RING_BYTES - 1)));
 
 	rec->len = len_field;
+	if (mark)
+		atomic_store_explicit(&rec->mark, shm_rec_mark(e->head), memory_order_release);
 	e->head += SHM_REC_ALIGN;
 }
 
-enum scribble { SC_HEAD_AHEAD, SC_HEAD_OFF, SC_LEN_ZERO, SC_LEN_BIG, SC_PAST_HEAD, SC_WRAP };
+enum scribble { SC_HEAD_AHEAD, SC_HEAD_OFF, SC_LEN_ZERO, SC_LEN_BIG, SC_NO_MARK, SC_WRAP };
 static const struct {
 	enum scribble how;
 	const char *what;
 } scribbles[] = {
+	/* the records behind a bad head have no marks: head alone claims them */
 	{ SC_HEAD_AHEAD, "head more than a ring ahead of tail" },
 	{ SC_HEAD_OFF, "head off a record boundary" },
 	{ SC_LEN_ZERO, "a record of length 0" },
 	{ SC_LEN_BIG, "a record longer than any packet" },
-	{ SC_PAST_HEAD, "a record running past head" },
-	/* also over the consumed start of the ring: a reader that believed
-	 * it went round the ring for ever (fixed in f339e9e) */
-	{ SC_WRAP, "a WRAP record skipping past head" },
+	/* marked records behind it, which head covers too */
+	{ SC_NO_MARK, "a record under head with no ready mark" },
+	/* over the consumed start of the ring, marked for the next lap: a
+	 * reader that believed it went round the ring for ever (fixed in
+	 * f339e9e) */
+	{ SC_WRAP, "a WRAP record at the ring's start" },
 };
 
 /* Half of a 4-packet WRITE into M_RW has arrived (and been ACKed) and the
@@ -1419,36 +1442,43 @@ static void scribble_once(size_t k)
 	t0 = ut_now_ms();
 	switch (scribbles[k].how) {
 	case SC_LEN_ZERO:
-		ring_put_bad(&x, 0);
+		ring_put_bad(&x, 0, true);
 		break;
 	case SC_LEN_BIG:
-		ring_put_bad(&x, SHM_PKT_MAX + 1);
+		ring_put_bad(&x, SHM_PKT_MAX + 1, true);
 		break;
-	case SC_PAST_HEAD:
-		ring_put_bad(&x, 1000); /* 1024 bytes of record, head says 64 */
+	case SC_NO_MARK:
+		ring_put_bad(&x, 1000, false);
 		break;
-	case SC_WRAP:
-		ring_put_bad(&x, SHM_REC_WRAP);
-		((struct shm_rec *)(void *)x.r->ring[0])->len = SHM_REC_WRAP;
+	case SC_WRAP: {
+		uint32_t next_lap = (x.head | (SHM_RING_BYTES - 1)) + 1;
+		struct shm_rec *start = (struct shm_rec *)(void *)x.r->ring[0];
+
+		start->len = SHM_REC_WRAP;
+		atomic_store(&start->mark, shm_rec_mark(next_lap));
+		ring_put_bad(&x, SHM_REC_WRAP, true);
 		break;
+	}
 	default:
 		break;
 	}
-	if (scribbles[k].how != SC_PAST_HEAD && scribbles[k].how != SC_WRAP) {
+	if (scribbles[k].how != SC_WRAP) {
+		bool mark = scribbles[k].how != SC_HEAD_AHEAD && scribbles[k].how != SC_HEAD_OFF;
+
 		f.opcode = W_MIDDLE;
 		f.psn = PEER_PSN + 2;
 		f.ackreq = false;
 		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b, PMTU, NULL, NULL);
-		ring_put(&x, pkt, n);
+		ring_put_marked(&x, pkt, n, mark);
 		f.opcode = W_LAST;
 		f.psn = PEER_PSN + 3;
 		f.ackreq = true;
 		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b + PMTU, PMTU, NULL, NULL);
-		ring_put(&x, pkt, n);
+		ring_put_marked(&x, pkt, n, mark);
 		f.opcode = S_ONLY;
 		f.psn = PEER_PSN + 4;
 		n = (uint32_t)build_pkt(pkt, &x.addr, &f, b, 64, NULL, NULL);
-		ring_put(&x, pkt, n);
+		ring_put_marked(&x, pkt, n, mark);
 	}
 	ring_publish(&x, scribbles[k].how == SC_HEAD_AHEAD ? x.head + SHM_RING_BYTES :
 			 scribbles[k].how == SC_HEAD_OFF ? x.head + 8 : x.head);
