@@ -47,10 +47,10 @@
 /* ... with a shm link polled every time in between: a socket that stays
  * empty is asked less and less often, up to every APP_EMPTY_SKIP_MAX polls */
 #define APP_EMPTY_SKIP_MAX 256
-/* ... while the shm link delivered within this; a shm link with no
- * traffic costs nothing to poll, and backing off the socket beside it cost
- * a UDP ping-pong between two namespaces 45 % (3.3 -> 4.8 us one way) */
-#define APP_SHM_QUIET_NS 100000
+/* ... unless the socket delivered within this and the shm link did not:
+ * backing off a socket in use beside an idle shm link cost a UDP
+ * ping-pong between two namespaces 45 % (3.3 -> 4.8 us one way) */
+#define APP_QUIET_NS 1000000
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
@@ -244,43 +244,44 @@ static uint64_t shm_rx_count(struct urvt_net *net)
 	return __atomic_load_n(&net->shm->dev.v[URVT_CTR_SHM_RX_PKTS], __ATOMIC_RELAXED);
 }
 
-/* The shm link delivered within APP_SHM_QUIET_NS, as far as the asks of
- * the socket saw (rx_lock held; a clock read per ask, which is a system
- * call anyway). */
-static bool shm_busy(struct urvt_net *net)
-{
-	uint64_t seen = shm_rx_count(net), now = urvt_cycles();
-
-	if (seen != net->shm_rx_seen) {
-		net->shm_rx_seen = seen;
-		net->shm_rx_cyc = now;
-	}
-	return now - net->shm_rx_cyc < net->shm_quiet_cyc;
-}
-
 /* After the UDP socket was asked (rx_lock held): how many polls until it
- * is asked again. Alone, or beside a quiet shm link, an empty socket is
- * skipped APP_EMPTY_SKIP polls; beside a shm link that carries traffic
- * (polled every time in between) one that stays empty is skipped twice as
- * long each time, up to APP_EMPTY_SKIP_MAX: a shm ping-pong would
- * otherwise wait out a recvmmsg returning EAGAIN every few polls. */
+ * is asked again. Alone, an empty socket is skipped APP_EMPTY_SKIP polls.
+ * Beside a shm link (polled every time in between), one that stays empty
+ * is skipped twice as long each time, up to APP_EMPTY_SKIP_MAX, so that
+ * shm or in-process traffic does not wait out a recvmmsg returning EAGAIN
+ * every few polls; but not while the socket carries traffic and the shm
+ * link does not (within APP_QUIET_NS, as far as the asks saw: a clock read
+ * per ask, which is a system call anyway). */
 static void udp_backoff(struct urvt_net *net, int n)
 {
-	uint64_t seen = udp_rx_count(net);
+	uint64_t seen = udp_rx_count(net), shm_seen, now;
 	uint32_t next;
 
-	if (!net->links[URVT_LINK_SHM] || !shm_busy(net)) {
-		net->udp_idle = 0;
+	if (!net->links[URVT_LINK_SHM]) {
 		next = n ? 0 : APP_EMPTY_SKIP;
-	} else if (seen != net->udp_rx_seen) {
+		goto out;
+	}
+	now = urvt_cycles();
+	shm_seen = shm_rx_count(net);
+	if (shm_seen != net->shm_rx_seen) {
+		net->shm_rx_seen = shm_seen;
+		net->shm_rx_cyc = now;
+	}
+	if (seen != net->udp_rx_seen) {
+		net->udp_rx_cyc = now;
 		net->udp_idle = 0; /* UDP traffic: ask at every poll */
 		next = 0;
+	} else if (now - net->udp_rx_cyc < net->quiet_cyc &&
+		   now - net->shm_rx_cyc >= net->quiet_cyc) {
+		net->udp_idle = 0;
+		next = APP_EMPTY_SKIP;
 	} else {
 		net->udp_idle = !net->udp_idle ? APP_EMPTY_SKIP :
 				net->udp_idle < APP_EMPTY_SKIP_MAX / 2 ? 2 * net->udp_idle :
 									 APP_EMPTY_SKIP_MAX;
 		next = net->udp_idle;
 	}
+out:
 	net->udp_rx_seen = seen;
 	atomic_store_explicit(&net->app_skip, next, memory_order_relaxed);
 }
@@ -541,7 +542,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 	urvt_timer_init(&net->watchdog, watchdog_fn);
 	urvt_cycles_init();
 	net->app_leave_cyc = urvt_cycles_from_ns(APP_LEAVE_NS);
-	net->shm_quiet_cyc = urvt_cycles_from_ns(APP_SHM_QUIET_NS);
+	net->quiet_cyc = urvt_cycles_from_ns(APP_QUIET_NS);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {

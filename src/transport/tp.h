@@ -142,9 +142,10 @@ struct urvt_net {
 		_Atomic uint32_t app_skip;        /* polls left before asking the socket again */
 		uint32_t udp_idle;                /* the last skip, backing off (rx_lock) */
 		uint64_t udp_rx_seen;             /* udp_rx_packets at the last ask (rx_lock) */
+		uint64_t udp_rx_cyc;              /* when an ask first saw them changed (urvt_cycles) */
 		uint64_t shm_rx_seen;             /* shm_rx_packets at the last ask (rx_lock) */
 		uint64_t shm_rx_cyc;              /* when an ask first saw them changed (urvt_cycles) */
-		uint64_t shm_quiet_cyc;           /* APP_SHM_QUIET_NS in urvt_cycles (poll.c) */
+		uint64_t quiet_cyc;               /* APP_QUIET_NS in urvt_cycles (poll.c) */
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
 		_Atomic uint64_t app_ret_cyc;     /* a poll returned completions, urvt_cycles (0: came back since) */
 		uint64_t app_leave_cyc;           /* APP_LEAVE_NS in urvt_cycles (poll.c) */
