@@ -8,6 +8,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,17 @@ struct fd_watch {
 	void *arg;
 };
 
+/* A binary min-heap of timers on expires_ns; under the progress lock. */
+struct timer_heap {
+	struct urvt_timer **t;
+	uint32_t len, cap;
+};
+
+/* While a poller runs the pollable timers, the timerfd waits for them on
+ * this grid: pushing a retransmit timer back re-arms it only when its
+ * deadline crosses a grid line (every ~4 ms instead of every ~0.75 ms). */
+#define POLLER_GRID_NS 4000000ull
+
 struct urvt_progress {
 	pthread_t thread;
 	int epfd;
@@ -46,9 +58,11 @@ struct urvt_progress {
 
 	pthread_mutex_t lock;             /* timers, work list, fd table */
 	pthread_cond_t idle;              /* a handler finished */
-	struct urvt_timer **heap;
-	uint32_t heap_len, heap_cap;
+	struct timer_heap strict;         /* timers the progress thread runs */
+	struct timer_heap poll;           /* pollable timers */
 	uint64_t armed_ns;                /* what tfd is set to (0 = disarmed) */
+	_Atomic bool poller;              /* urvt_progress_set_poller */
+	_Atomic uint64_t poll_next_ns;    /* earliest pollable timer, 0: none */
 	struct urvt_work *work_head, *work_tail;
 	struct fd_watch fds[MAX_FDS];
 
@@ -85,61 +99,82 @@ void urvt_work_init(struct urvt_work *w, urvt_work_fn fn)
 	w->fn = fn;
 }
 
-/* ---- binary min-heap on expires_ns; caller holds p->lock ---- */
-static void heap_swap(struct urvt_progress *p, uint32_t a, uint32_t b)
+void urvt_timer_init_pollable(struct urvt_timer *t, urvt_timer_fn fn)
 {
-	struct urvt_timer *t = p->heap[a];
-	p->heap[a] = p->heap[b];
-	p->heap[b] = t;
-	p->heap[a]->heap_idx = (int32_t)a;
-	p->heap[b]->heap_idx = (int32_t)b;
+	urvt_timer_init(t, fn);
+	t->pollable = true;
 }
 
-static void heap_up(struct urvt_progress *p, uint32_t i)
+/* ---- binary min-heap on expires_ns; caller holds p->lock ---- */
+static void heap_swap(struct timer_heap *h, uint32_t a, uint32_t b)
+{
+	struct urvt_timer *t = h->t[a];
+	h->t[a] = h->t[b];
+	h->t[b] = t;
+	h->t[a]->heap_idx = (int32_t)a;
+	h->t[b]->heap_idx = (int32_t)b;
+}
+
+static void heap_up(struct timer_heap *h, uint32_t i)
 {
 	while (i > 0) {
 		uint32_t parent = (i - 1) / 2;
-		if (p->heap[parent]->expires_ns <= p->heap[i]->expires_ns)
+		if (h->t[parent]->expires_ns <= h->t[i]->expires_ns)
 			break;
-		heap_swap(p, i, parent);
+		heap_swap(h, i, parent);
 		i = parent;
 	}
 }
 
-static void heap_down(struct urvt_progress *p, uint32_t i)
+static void heap_down(struct timer_heap *h, uint32_t i)
 {
 	for (;;) {
 		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		if (l < p->heap_len && p->heap[l]->expires_ns < p->heap[m]->expires_ns)
+		if (l < h->len && h->t[l]->expires_ns < h->t[m]->expires_ns)
 			m = l;
-		if (r < p->heap_len && p->heap[r]->expires_ns < p->heap[m]->expires_ns)
+		if (r < h->len && h->t[r]->expires_ns < h->t[m]->expires_ns)
 			m = r;
 		if (m == i)
 			return;
-		heap_swap(p, i, m);
+		heap_swap(h, i, m);
 		i = m;
 	}
 }
 
-static void heap_remove(struct urvt_progress *p, struct urvt_timer *t)
+static void heap_remove(struct timer_heap *h, struct urvt_timer *t)
 {
 	uint32_t i = (uint32_t)t->heap_idx;
 
-	p->heap_len--;
-	if (i != p->heap_len) {
-		heap_swap(p, i, p->heap_len);
-		heap_down(p, i);
-		heap_up(p, i);
+	h->len--;
+	if (i != h->len) {
+		heap_swap(h, i, h->len);
+		heap_down(h, i);
+		heap_up(h, i);
 	}
 	t->heap_idx = -1;
 }
 
-/* Point the timerfd at the earliest deadline; caller holds p->lock. */
+static struct timer_heap *heap_of(struct urvt_progress *p, const struct urvt_timer *t)
+{
+	return t->pollable ? &p->poll : &p->strict;
+}
+
+/* Point the timerfd at the earliest deadline (the pollable ones on the
+ * grid while a poller runs them); caller holds p->lock. */
 static void rearm(struct urvt_progress *p)
 {
-	uint64_t want = p->heap_len ? p->heap[0]->expires_ns : 0;
+	uint64_t want = p->strict.len ? p->strict.t[0]->expires_ns : 0;
 	struct itimerspec its = { 0 };
 
+	atomic_store_explicit(&p->poll_next_ns, p->poll.len ? p->poll.t[0]->expires_ns : 0,
+			      memory_order_relaxed);
+	if (p->poll.len) {
+		uint64_t w = p->poll.t[0]->expires_ns;
+		if (atomic_load_explicit(&p->poller, memory_order_relaxed))
+			w = (w + POLLER_GRID_NS - 1) / POLLER_GRID_NS * POLLER_GRID_NS;
+		if (!want || w < want)
+			want = w;
+	}
 	if (want == p->armed_ns)
 		return;
 	p->armed_ns = want;
@@ -152,30 +187,33 @@ static void rearm(struct urvt_progress *p)
 
 void urvt_timer_mod(struct urvt_progress *p, struct urvt_timer *t, uint64_t expires_ns)
 {
+	struct timer_heap *h;
+
 	if (!expires_ns)
 		expires_ns = 1;
 	pthread_mutex_lock(&p->lock);
+	h = heap_of(p, t);
 	if (t->heap_idx >= 0) {
 		t->expires_ns = expires_ns;
-		heap_down(p, (uint32_t)t->heap_idx);
-		heap_up(p, (uint32_t)t->heap_idx);
+		heap_down(h, (uint32_t)t->heap_idx);
+		heap_up(h, (uint32_t)t->heap_idx);
 	} else {
-		if (p->heap_len == p->heap_cap) {
-			uint32_t cap = p->heap_cap ? p->heap_cap * 2 : 64;
-			struct urvt_timer **h = realloc(p->heap, cap * sizeof(*h));
-			if (!h) {
+		if (h->len == h->cap) {
+			uint32_t cap = h->cap ? h->cap * 2 : 64;
+			struct urvt_timer **n = realloc(h->t, cap * sizeof(*n));
+			if (!n) {
 				/* Timers are armed from engines that cannot fail;
 				 * growing by doubling from 64 only fails when the
 				 * process is out of memory. */
 				abort();
 			}
-			p->heap = h;
-			p->heap_cap = cap;
+			h->t = n;
+			h->cap = cap;
 		}
 		t->expires_ns = expires_ns;
-		t->heap_idx = (int32_t)p->heap_len;
-		p->heap[p->heap_len++] = t;
-		heap_up(p, (uint32_t)t->heap_idx);
+		t->heap_idx = (int32_t)h->len;
+		h->t[h->len++] = t;
+		heap_up(h, (uint32_t)t->heap_idx);
 	}
 	rearm(p);
 	pthread_mutex_unlock(&p->lock);
@@ -187,7 +225,7 @@ bool urvt_timer_del(struct urvt_progress *p, struct urvt_timer *t)
 
 	pthread_mutex_lock(&p->lock);
 	if (t->heap_idx >= 0) {
-		heap_remove(p, t);
+		heap_remove(heap_of(p, t), t);
 		rearm(p);
 		was = true;
 	}
@@ -199,7 +237,7 @@ void urvt_timer_del_sync(struct urvt_progress *p, struct urvt_timer *t)
 {
 	pthread_mutex_lock(&p->lock);
 	if (t->heap_idx >= 0) {
-		heap_remove(p, t);
+		heap_remove(heap_of(p, t), t);
 		rearm(p);
 	}
 	while (t->running)
@@ -306,14 +344,12 @@ int urvt_progress_on_thread(struct urvt_progress *p)
 	return pthread_equal(pthread_self(), p->thread);
 }
 
-static void run_timers(struct urvt_progress *p)
+/* Run h's due timers (p->lock held; dropped around each handler). */
+static void run_heap(struct urvt_progress *p, struct timer_heap *h, uint64_t now)
 {
-	uint64_t now = urvt_now_ns();
-
-	pthread_mutex_lock(&p->lock);
-	while (p->heap_len && p->heap[0]->expires_ns <= now) {
-		struct urvt_timer *t = p->heap[0];
-		heap_remove(p, t);
+	while (h->len && h->t[0]->expires_ns <= now) {
+		struct urvt_timer *t = h->t[0];
+		heap_remove(h, t);
 		t->running = true;
 		pthread_mutex_unlock(&p->lock);
 		t->fn(t);
@@ -321,7 +357,39 @@ static void run_timers(struct urvt_progress *p)
 		t->running = false;
 		pthread_cond_broadcast(&p->idle);
 	}
+}
+
+static void run_timers(struct urvt_progress *p)
+{
+	uint64_t now = urvt_now_ns();
+
+	pthread_mutex_lock(&p->lock);
+	run_heap(p, &p->strict, now);
+	run_heap(p, &p->poll, now);
 	p->armed_ns = 0; /* the timerfd fired or is stale: force a rearm */
+	rearm(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void urvt_progress_set_poller(struct urvt_progress *p, bool on)
+{
+	pthread_mutex_lock(&p->lock);
+	if (atomic_load_explicit(&p->poller, memory_order_relaxed) != on) {
+		atomic_store_explicit(&p->poller, on, memory_order_relaxed);
+		rearm(p);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void urvt_progress_run_due(struct urvt_progress *p)
+{
+	uint64_t next = atomic_load_explicit(&p->poll_next_ns, memory_order_relaxed);
+
+	if (!next || !atomic_load_explicit(&p->poller, memory_order_relaxed) ||
+	    urvt_now_ns() < next)
+		return;
+	pthread_mutex_lock(&p->lock);
+	run_heap(p, &p->poll, urvt_now_ns());
 	rearm(p);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -517,6 +585,7 @@ void urvt_progress_destroy(struct urvt_progress *p)
 	close(p->tfd);
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->idle);
-	free(p->heap);
+	free(p->strict.t);
+	free(p->poll.t);
 	free(p);
 }

@@ -16,6 +16,8 @@ struct urvt_timer {
 	urvt_timer_fn fn;
 	int32_t heap_idx;                 /* -1 while not armed */
 	bool running;                     /* handler executing now */
+	bool pollable;                    /* fn may run on a polling thread
+					     (urvt_progress_run_due) */
 };
 
 static inline uint64_t urvt_now_ns(void)
@@ -26,6 +28,10 @@ static inline uint64_t urvt_now_ns(void)
 }
 
 void urvt_timer_init(struct urvt_timer *t, urvt_timer_fn fn);
+/* A timer whose fn may also run on an application thread that polls
+ * (urvt_progress_run_due): fn takes no lock a poller may hold and only
+ * hands work on (flags, the send engine). */
+void urvt_timer_init_pollable(struct urvt_timer *t, urvt_timer_fn fn);
 /* Arm (or re-arm) to fire at expires_ns. */
 void urvt_timer_mod(struct urvt_progress *p, struct urvt_timer *t, uint64_t expires_ns);
 /* Disarm; returns true if it was pending. Does not wait for a running handler. */

@@ -452,8 +452,10 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	pthread_mutex_init(&qp->state_lock, NULL);
 	urvt_spin_init(&qp->s_hlock);
 	urvt_spin_init(&qp->r_lock);
-	urvt_timer_init(&qp->s_timer, rvt_retry_timer_fn);
-	urvt_timer_init(&qp->s_rnr_timer, rvt_rnr_timer_fn);
+	/* both only set a flag and schedule the engine: a busy poller may
+	 * run them (base/progress.h urvt_progress_set_poller) */
+	urvt_timer_init_pollable(&qp->s_timer, rvt_retry_timer_fn);
+	urvt_timer_init_pollable(&qp->s_rnr_timer, rvt_rnr_timer_fn);
 	urvt_work_init(&qp->s_work, rvt_send_work_fn);
 	atomic_store(&qp->state, IBV_QPS_RESET);
 	qp->port_num = 1;
@@ -794,7 +796,7 @@ static bool sends_have_mr(struct rvt_qp *qp, const struct rvt_mregion *mr)
 	for (uint32_t n = load_acquire(&qp->s_last); !found && n != qp->s_head; n++) {
 		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, n);
 
-		if (wqe->wqe_flags & RVT_SWQE_INLINE)
+		if (__atomic_load_n(&wqe->wqe_flags, __ATOMIC_RELAXED) & RVT_SWQE_INLINE)
 			continue;
 		for (uint32_t i = 0; !found && i < wqe->num_sge; i++)
 			found = __atomic_load_n(&wqe->sg_list[i].mr, __ATOMIC_RELAXED) == mr;

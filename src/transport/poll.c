@@ -110,6 +110,9 @@ static void rx_take(struct urvt_net *net)
 		 * an earlier one would look at wd_polls (set just now) soon and
 		 * give the socket back before the application polled again */
 		arm = true;
+		/* the QPs' timers go with it: no re-arm per push (poll.c
+		 * urvt_net_poll_cq runs them) */
+		urvt_progress_set_poller(net->rdi->progress, true);
 		net->wd_armed = true;
 		net->wd_polls = atomic_load_explicit(&net->app_polls, memory_order_relaxed);
 		net->wd_period_ns = atomic_load_explicit(&net->watchdog_ns, memory_order_relaxed);
@@ -128,8 +131,10 @@ static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 {
 	pthread_mutex_lock(&net->watch_lock);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
-		if (!watch_add(net))
+		if (!watch_add(net)) {
 			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
+			urvt_progress_set_poller(net->rdi->progress, false);
+		}
 		tp_count(net, NULL, why, 1);
 		URVT_DBG("rx: progress thread receives again");
 	}
@@ -515,6 +520,10 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 		return n;
 	writes = app_writes_since_back(net);
 	app_polled(net);
+	/* the QPs' timers that are due, while we own the socket (rx_take):
+	 * a clock read every 8 polls */
+	if (!(atomic_load_explicit(&net->app_polls, memory_order_relaxed) & 7))
+		urvt_progress_run_due(cq->uctx->rdi->progress);
 	t = atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed);
 	if (unlikely(t)) {
 		now = urvt_cycles();
@@ -564,6 +573,7 @@ void urvt_net_watch_stop(struct urvt_net *net)
 	if (!atomic_load(&net->aside))
 		watch_del(net);
 	atomic_store(&net->aside, true);
+	urvt_progress_set_poller(net->rdi->progress, false);
 	for (int k = 0; k < URVT_LINKS; k++)
 		if (net->links[k] && net->links[k]->ctl_fd >= 0)
 			urvt_progress_del_fd(net->rdi->progress, net->links[k]->ctl_fd);

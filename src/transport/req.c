@@ -438,7 +438,7 @@ static void req_run(struct rvt_qp *qp, struct urvt_txq *q)
 					return;
 				}
 				qp->s_rd_atomic_outstanding++;
-				wqe->wqe_flags |= RVT_SWQE_T_CREDIT;
+				wqe_flags_set(wqe, RVT_SWQE_T_CREDIT);
 			}
 		}
 		if (!qp_tp(qp)->cur_valid || qp_tp(qp)->cur_idx != qp->s_cur)
@@ -469,7 +469,7 @@ static void req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			continue;
 		}
 		/* the last packet of the WQE went out */
-		wqe->wqe_flags |= RVT_SWQE_T_SENT;
+		wqe_flags_set(wqe, RVT_SWQE_T_SENT);
 		if (!rc) {
 			/* rc-protocol §6: UC completes when the last packet is sent;
 			 * every earlier UC WQE already did, so this is s_last */

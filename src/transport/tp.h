@@ -43,6 +43,15 @@ enum {
 	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (rc-protocol §2.2) */
 };
 
+/* The engine sets its flag bits with a relaxed atomic store: a dereg reads
+ * wqe_flags from another thread (core/qp.c sends_have_mr, for the
+ * poster's bits, set before the WQE was published); TSan saw the plain
+ * |= race with that read. */
+static inline void wqe_flags_set(struct rvt_swqe *wqe, uint16_t f)
+{
+	__atomic_store_n(&wqe->wqe_flags, (uint16_t)(wqe->wqe_flags | f), __ATOMIC_RELAXED);
+}
+
 /* Per-QP completer queue bound. */
 #define URVT_RXQ_MAX 1024
 /* rc-protocol §2.2: RXE_MAX_UNACKED_PSNS */

@@ -214,6 +214,87 @@ static void test_fd_callback(void **state)
 	close(f.fd);
 }
 
+/* Pollable timers (urvt_progress_set_poller): without a poller they run on
+ * the progress thread like any other; with one, on the thread that calls
+ * urvt_progress_run_due, not early; a poller that stops calling leaves
+ * them to the progress thread's backstop (a 4 ms grid), still not early;
+ * one overdue when the poller is unset runs at once. */
+static void test_pollable_timers(void **state)
+{
+	int err = 0;
+	struct urvt_progress *p = urvt_progress_create(&err);
+	struct rec_timer r = { .p = p };
+	const uint64_t grid = 4 * MS;
+	uint64_t due, end;
+
+	(void)state;
+	assert_non_null(p);
+	urvt_timer_init_pollable(&r.t, rec_fn);
+	due = urvt_now_ns() + 5 * MS;
+	urvt_timer_mod(p, &r.t, due);
+	WAIT_FOR(atomic_load(&r.fired), 2000);
+	assert_int_equal(atomic_load(&r.fired), 1);
+	assert_true(atomic_load(&r.at_ns) >= due);
+	assert_true(atomic_load(&r.on_thread));
+
+	/* a poller runs it: due 1 ms past a grid line, the backstop 3 ms
+	 * later (a poller preempted for that long loses it to the backstop:
+	 * up to five tries, one must go to the poller) */
+	urvt_progress_set_poller(p, true);
+	for (int tries = 0;; tries++) {
+		int before = atomic_load(&r.fired);
+		due = (urvt_now_ns() / grid + 2) * grid + MS;
+		urvt_timer_mod(p, &r.t, due);
+		end = urvt_now_ns() + 2000 * MS;
+		while (atomic_load(&r.fired) == before) {
+			urvt_progress_run_due(p);
+			if (urvt_now_ns() > end)
+				fail_msg("the timer never ran");
+		}
+		assert_int_equal(atomic_load(&r.fired), before + 1);
+		assert_true(atomic_load(&r.at_ns) >= due);
+		assert_false(urvt_timer_pending(p, &r.t));
+		if (!atomic_load(&r.on_thread))
+			break;
+		if (tries == 4)
+			fail_msg("the progress thread ran the timer five times, never the poller");
+	}
+	atomic_store(&r.fired, 2);
+
+	/* nobody calls run_due: the backstop, not early */
+	due = urvt_now_ns() + 2 * MS;
+	urvt_timer_mod(p, &r.t, due);
+	WAIT_FOR(atomic_load(&r.fired) == 3, 2000);
+	assert_int_equal(atomic_load(&r.fired), 3);
+	assert_true(atomic_load(&r.at_ns) >= due);
+	assert_true(atomic_load(&r.on_thread));
+
+	/* overdue when the poller goes, 3.8 ms before the grid line the
+	 * backstop waits for: it runs at once, not at that line */
+	for (int tries = 0;; tries++) {
+		int before = atomic_load(&r.fired);
+		bool early;
+		urvt_progress_set_poller(p, true);
+		due = (urvt_now_ns() / grid + 2) * grid + MS / 5;
+		urvt_timer_mod(p, &r.t, due);
+		while (urvt_now_ns() < due + MS / 10)
+			;
+		/* this thread preempted past the grid line: the backstop ran */
+		early = atomic_load(&r.fired) != before;
+		urvt_progress_set_poller(p, false);
+		WAIT_FOR(atomic_load(&r.fired) == before + 1, 2000);
+		assert_int_equal(atomic_load(&r.fired), before + 1);
+		assert_true(atomic_load(&r.on_thread));
+		assert_true(atomic_load(&r.at_ns) >= due);
+		/* a progress thread preempted for 3.5 ms: try again */
+		if (!early && atomic_load(&r.at_ns) < due + grid - MS / 5)
+			break;
+		if (tries == 4)
+			fail_msg("the overdue timer waited for the grid five times");
+	}
+	urvt_progress_destroy(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -223,6 +304,7 @@ int main(void)
 		cmocka_unit_test(test_timer_del_sync_waits),
 		cmocka_unit_test(test_work_runs_once_per_queue),
 		cmocka_unit_test(test_fd_callback),
+		cmocka_unit_test(test_pollable_timers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
