@@ -383,13 +383,15 @@ void urvt_progress_set_poller(struct urvt_progress *p, bool on)
 
 void urvt_progress_run_due(struct urvt_progress *p)
 {
-	uint64_t next = atomic_load_explicit(&p->poll_next_ns, memory_order_relaxed);
+	uint64_t next = atomic_load_explicit(&p->poll_next_ns, memory_order_relaxed), now;
 
-	if (!next || !atomic_load_explicit(&p->poller, memory_order_relaxed) ||
-	    urvt_now_ns() < next)
+	if (!next || !atomic_load_explicit(&p->poller, memory_order_relaxed))
+		return;
+	now = urvt_now_ns();
+	if (now < next)
 		return;
 	pthread_mutex_lock(&p->lock);
-	run_heap(p, &p->poll, urvt_now_ns());
+	run_heap(p, &p->poll, now);
 	rearm(p);
 	pthread_mutex_unlock(&p->lock);
 }

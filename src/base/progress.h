@@ -31,10 +31,6 @@ int urvt_progress_del_fd(struct urvt_progress *p, int fd);
 /* True when called on the progress thread itself. */
 int urvt_progress_on_thread(struct urvt_progress *p);
 
-/* While the thread spins after activity (instead of sleeping at once), it
- * also calls spin(arg): polling that costs no system call (shared-memory
- * rings); > 0 means it found work. Before it sleeps in epoll it calls
- * sleep(arg), so that what spin would have found wakes it instead. */
 /* An application thread polls busily and calls urvt_progress_run_due
  * often (its poll_cq): pollable timers are then run by it, on time, and
  * the timerfd is armed for them only on a coarse grid (a re-arm is a
@@ -44,6 +40,10 @@ void urvt_progress_set_poller(struct urvt_progress *p, bool on);
 /* Any thread, while a poller is set: run the pollable timers that are due. */
 void urvt_progress_run_due(struct urvt_progress *p);
 
+/* While the thread spins after activity (instead of sleeping at once), it
+ * also calls spin(arg): polling that costs no system call (shared-memory
+ * rings); > 0 means it found work. Before it sleeps in epoll it calls
+ * sleep(arg), so that what spin would have found wakes it instead. */
 typedef int (*urvt_spin_fn)(void *arg);
 typedef void (*urvt_sleep_fn)(void *arg);
 void urvt_progress_set_spin(struct urvt_progress *p, urvt_spin_fn spin, urvt_sleep_fn sleep,

@@ -833,20 +833,28 @@ static bool rx_marked(struct shm_peer *p, uint32_t tail)
 	       shm_rec_mark(tail);
 }
 
-/* How far the peer's head is ahead of our tail (SHM-C1; negative while the
- * records we took are not yet published), or INT32_MIN if the peer wrote
- * an impossible head: more than a ring either way, or off a record
- * boundary, or ahead of a slot with no mark (it stores head after the
- * marks: SHM-P0 before SHM-P1). */
-static int32_t rx_head_ahead(struct shm_peer *p, uint32_t tail)
+/* The peer wrote an impossible head (SHM-C1): more than a ring ahead of
+ * or behind our tail (behind: the records we took are not yet published),
+ * off a record boundary, or ahead of a slot with no mark (it stores head
+ * after the marks: SHM-P0 before SHM-P1). */
+static bool rx_head_broken(struct shm_peer *p, uint32_t tail)
 {
 	uint32_t head = atomic_load_explicit(&p->rx_ctrl->head, memory_order_acquire);
 	int32_t ahead = (int32_t)(head - tail);
 
-	if (ahead > (int32_t)SHM_RING_BYTES || ahead < -(int32_t)SHM_RING_BYTES ||
-	    (head - tail) % SHM_REC_ALIGN || (ahead > 0 && !rx_marked(p, tail)))
-		return INT32_MIN;
-	return ahead;
+	return ahead > (int32_t)SHM_RING_BYTES || ahead < -(int32_t)SHM_RING_BYTES ||
+	       (head - tail) % SHM_REC_ALIGN || (ahead > 0 && !rx_marked(p, tail));
+}
+
+/* A receive from p would find something: a record, or a broken head that
+ * it cuts the peer off for (a head ahead of tail implies a mark). */
+static bool rx_pending(struct shm_peer *p)
+{
+	int st = atomic_load_explicit(&p->state, memory_order_acquire);
+	uint32_t tail = READ_ONCE(p->rx_tail);
+
+	return (st == PEER_UP || st == PEER_GONE) &&
+	       (rx_marked(p, tail) || rx_head_broken(p, tail));
 }
 
 /* Take up to max packets from p into rx: pointers into the ring (shared:
@@ -861,6 +869,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 {
 	uint32_t tail = p->rx_tail;
 	unsigned got = 0;
+	bool caught_up = false;
 
 	if (p->rx_caught_up && max > 1)
 		max = 1;
@@ -871,11 +880,10 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		struct urvt_link_rx *r;
 
 		if (!rx_marked(p, tail)) {
-			if (!got && rx_head_ahead(p, tail) == INT32_MIN)
+			if (!got && rx_head_broken(p, tail))
 				peer_kill(s, p);
-			p->rx_caught_up = true;
-			WRITE_ONCE(p->rx_tail, tail);
-			return got;
+			caught_up = true;
+			break;
 		}
 		len = READ_ONCE(rec->len);
 		if (len == SHM_REC_WRAP) {
@@ -906,7 +914,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		r->ip.df = urvt_gid_is_v4(p->gid);
 		got++;
 	}
-	p->rx_caught_up = false;
+	p->rx_caught_up = caught_up;
 	WRITE_ONCE(p->rx_tail, tail); /* arm reads it from any thread */
 	return got;
 }
@@ -949,16 +957,9 @@ static bool shm_pending(struct urvt_link *l)
 	struct urvt_shm *s = shm_of(l);
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 
-	for (uint32_t i = 0; i < npeers; i++) {
-		struct shm_peer *p = &s->peers[i];
-		int st = atomic_load_explicit(&p->state, memory_order_acquire);
-		uint32_t tail = READ_ONCE(p->rx_tail);
-		/* a broken head counts: the receive that follows cuts the
-		 * peer off (a head ahead of tail implies a mark) */
-		if ((st == PEER_UP || st == PEER_GONE) &&
-		    (rx_marked(p, tail) || rx_head_ahead(p, tail) == INT32_MIN))
+	for (uint32_t i = 0; i < npeers; i++)
+		if (rx_pending(&s->peers[i]))
 			return true;
-	}
 	return false;
 }
 
@@ -975,14 +976,8 @@ static void shm_arm(struct urvt_link *l)
 		atomic_store(&p->rx_ctrl->need_wake, 1);
 	}
 	atomic_thread_fence(memory_order_seq_cst);
-	for (uint32_t i = 0; i < npeers && !pending; i++) {
-		struct shm_peer *p = &s->peers[i];
-		int st = atomic_load_explicit(&p->state, memory_order_acquire);
-		uint32_t tail = READ_ONCE(p->rx_tail);
-		if ((st == PEER_UP || st == PEER_GONE) &&
-		    (rx_marked(p, tail) || rx_head_ahead(p, tail) == INT32_MIN))
-			pending = true;
-	}
+	for (uint32_t i = 0; i < npeers && !pending; i++)
+		pending = rx_pending(&s->peers[i]);
 	if (pending)
 		ring_doorbell(s->doorbell);
 }

@@ -237,16 +237,10 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
-/* Packets the UDP link delivered so far (the device counter). */
-static uint64_t udp_rx_count(struct urvt_net *net)
+/* A device counter (udp_rx_packets, shm_rx_packets: what a link delivered). */
+static uint64_t dev_count(struct urvt_net *net, enum urvt_ctr c)
 {
-	return __atomic_load_n(&net->shm->dev.v[URVT_CTR_UDP_RX_PKTS], __ATOMIC_RELAXED);
-}
-
-/* Packets the shm link delivered so far (the device counter). */
-static uint64_t shm_rx_count(struct urvt_net *net)
-{
-	return __atomic_load_n(&net->shm->dev.v[URVT_CTR_SHM_RX_PKTS], __ATOMIC_RELAXED);
+	return __atomic_load_n(&net->shm->dev.v[c], __ATOMIC_RELAXED);
 }
 
 /* After the UDP socket was asked (rx_lock held): how many polls until it
@@ -259,7 +253,7 @@ static uint64_t shm_rx_count(struct urvt_net *net)
  * per ask, which is a system call anyway). */
 static void udp_backoff(struct urvt_net *net, int n)
 {
-	uint64_t seen = udp_rx_count(net), shm_seen, now;
+	uint64_t seen = dev_count(net, URVT_CTR_UDP_RX_PKTS), shm_seen, now;
 	uint32_t next;
 
 	if (!net->links[URVT_LINK_SHM]) {
@@ -267,7 +261,7 @@ static void udp_backoff(struct urvt_net *net, int n)
 		goto out;
 	}
 	now = urvt_cycles();
-	shm_seen = shm_rx_count(net);
+	shm_seen = dev_count(net, URVT_CTR_SHM_RX_PKTS);
 	if (shm_seen != net->shm_rx_seen) {
 		net->shm_rx_seen = shm_seen;
 		net->shm_rx_cyc = now;
