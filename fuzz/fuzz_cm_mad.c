@@ -231,6 +231,22 @@ static void snapshot(struct snap *s)
 	}
 }
 
+/* Has the peer told id its comm ID (passive ids at once, active ones by
+ * the REP)? */
+static bool remote_id_known(const struct ib_cm_id *id)
+{
+	switch (id->state) {
+	case IB_CM_IDLE:
+	case IB_CM_LISTEN:
+	case IB_CM_REQ_SENT:
+	case IB_CM_MRA_REQ_RCVD:
+	case IB_CM_SIDR_REQ_SENT:
+		return id->remote_id != 0;
+	default:
+		return true;
+	}
+}
+
 /* Does the MAD name one of A's connections with src by its comm IDs?
  * Loose on purpose (either ID suffices): "forged" must never be a false
  * alarm. */
@@ -249,9 +265,10 @@ static bool names_a_connection(const uint8_t *buf, size_t len, const union ibv_g
 		if (!hids[i].live || hids[i].dev != DEV_A || hids[i].listener ||
 		    !gid_eq(&hids[i].peer, src))
 			continue;
-		/* SIDR_REP: the request ID comes first */
+		/* SIDR_REP: the request ID comes first. A remote ID of 0 is
+		 * a real one once the peer gave it (0 is a valid comm ID). */
 		if (id->local_id == first || id->local_id == second ||
-		    (id->remote_id && id->remote_id == first))
+		    (remote_id_known(id) && id->remote_id == first))
 			return true;
 	}
 	return false;
