@@ -277,7 +277,7 @@ static void rvt_init_qp(struct rvt_qp *qp)
 	/* qp-semantics §4.2 / §5.4: the RESET values. */
 	qp->remote_qpn = 0;
 	qp->qkey = 0;
-	qp->qp_access_flags = 0;
+	WRITE_ONCE(qp->qp_access_flags, 0); /* post_direct reads it (lb_barrier) */
 	qp->s_flags = 0;
 	qp->s_head = qp->s_last = qp->s_cur = qp->s_acked = 0;
 	qp->s_ssn = 1;
@@ -450,7 +450,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	}
 
 	pthread_mutex_init(&qp->state_lock, NULL);
-	urvt_spin_init(&qp->s_hlock);
+	urvt_bias_init(&qp->s_hlock);
 	urvt_spin_init(&qp->r_lock);
 	/* both only set a flag and schedule the engine: a busy poller may
 	 * run them (base/progress.h urvt_progress_set_poller) */
@@ -555,9 +555,9 @@ static void drop_send_wqes(struct rvt_qp *qp)
  */
 static void lb_set(struct rvt_qp *qp, struct rvt_qp *peer)
 {
-	urvt_spin_lock(&qp->s_hlock);
+	urvt_bias_lock(&qp->s_hlock);
 	WRITE_ONCE(qp->lb_peer, peer);
-	urvt_spin_unlock(&qp->s_hlock);
+	urvt_bias_unlock(&qp->s_hlock);
 }
 
 /* Caller holds lb_lock. */
@@ -613,6 +613,29 @@ static void lb_cache(struct rvt_qp *qp)
 		rvt_put_qp(peer);
 }
 
+/*
+ * After a modify of qp: every post_direct into qp that read its state or
+ * access flags before the change has finished (it holds its sender's
+ * s_hlock from those reads to the end of its copy, post.c), so no WRITE
+ * checked against the old attributes lands after the modify returns.
+ */
+static void lb_barrier(struct rvt_qp *qp)
+{
+	struct rvt_qp_table *t = &qp->rdi->qp_table;
+
+	pthread_mutex_lock(&t->lb_lock);
+	if (qp->lb_cachers)
+		urvt_bias_fence(); /* for the senders' fast owners, none revoked */
+	for (struct rvt_qp *s = qp->lb_cachers; s; s = s->lb_next) {
+		/* (a modify between wr_start and wr_complete on the sender):
+		 * no post_direct can run on it while this thread holds it */
+		if (rvt_batch_is_mine(s))
+			continue;
+		urvt_bias_wait(&s->s_hlock);
+	}
+	pthread_mutex_unlock(&t->lb_lock);
+}
+
 /* Destroy, after reset: no QP may keep a pointer to this one. */
 static void lb_evict(struct rvt_qp *qp)
 {
@@ -662,9 +685,9 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		if (qp->rdi->transport && qp->rdi->transport->qp_reset)
 			qp->rdi->transport->qp_reset(qp);
 		/* 4. Discard the send WQEs and the responder's references. */
-		urvt_spin_lock(&qp->s_hlock);
+		urvt_bias_lock(&qp->s_hlock);
 		drop_send_wqes(qp);
-		urvt_spin_unlock(&qp->s_hlock);
+		urvt_bias_unlock(&qp->s_hlock);
 		urvt_spin_lock(&qp->r_lock);
 		rvt_release_rsge(qp);
 		urvt_spin_unlock(&qp->r_lock);
@@ -677,7 +700,7 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 			rvt_cq_clean(qp->recv_cq, qp->qpn);
 	}
 	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
-	urvt_spin_lock(&qp->s_hlock);
+	urvt_bias_lock(&qp->s_hlock);
 	urvt_spin_lock(&qp->r_lock);
 	rvt_init_qp(qp);
 	if (!qp->srq) {
@@ -688,7 +711,7 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		urvt_spin_unlock(&qp->rq.c_lock);
 	}
 	urvt_spin_unlock(&qp->r_lock);
-	urvt_spin_unlock(&qp->s_hlock);
+	urvt_bias_unlock(&qp->s_hlock);
 }
 
 /* Flush every posted receive WQE with WR_FLUSH_ERR; caller holds r_lock. */
@@ -792,7 +815,7 @@ static bool sends_have_mr(struct rvt_qp *qp, const struct rvt_mregion *mr)
 
 	if (rvt_batch_is_mine(qp))
 		return false;
-	urvt_spin_lock(&qp->s_hlock);
+	urvt_bias_lock(&qp->s_hlock);
 	for (uint32_t n = load_acquire(&qp->s_last); !found && n != qp->s_head; n++) {
 		struct rvt_swqe *wqe = rvt_get_swqe_ptr(qp, n);
 
@@ -801,7 +824,7 @@ static bool sends_have_mr(struct rvt_qp *qp, const struct rvt_mregion *mr)
 		for (uint32_t i = 0; !found && i < wqe->num_sge; i++)
 			found = __atomic_load_n(&wqe->sg_list[i].mr, __ATOMIC_RELAXED) == mr;
 	}
-	urvt_spin_unlock(&qp->s_hlock);
+	urvt_bias_unlock(&qp->s_hlock);
 	return found;
 }
 
@@ -910,7 +933,7 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 
 	/* 7. apply the attributes, then the new state: the engines read them
 	 * only after an acquire of a state that lets them run. */
-	urvt_spin_lock(&qp->s_hlock);
+	urvt_bias_lock(&qp->s_hlock);
 	urvt_spin_lock(&qp->r_lock);
 	if (attr_mask & IBV_QP_PKEY_INDEX)
 		qp->pkey_index = attr->pkey_index;
@@ -925,7 +948,7 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if (attr_mask & IBV_QP_RQ_PSN)
 		qp->r_psn = qp->r_ack_psn = attr->rq_psn & URVT_QPN_MASK;
 	if (attr_mask & IBV_QP_ACCESS_FLAGS)
-		qp->qp_access_flags = (int)attr->qp_access_flags;
+		WRITE_ONCE(qp->qp_access_flags, (int)attr->qp_access_flags); /* post_direct */
 	if (attr_mask & IBV_QP_AV)
 		qp->remote_av = av;
 	if (attr_mask & IBV_QP_PATH_MIG_STATE)
@@ -983,13 +1006,15 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 		break;
 	}
 	urvt_spin_unlock(&qp->r_lock);
-	urvt_spin_unlock(&qp->s_hlock);
+	urvt_bias_unlock(&qp->s_hlock);
 
 	/* 8. RESET -> INIT publishes the QP for lookups by QPN. */
 	if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
 		ret = rvt_qp_table_insert(&rdi->qp_table, qp);
-	/* 8b. the loopback peer, for post_direct */
+	/* 8b. the loopback peer, for post_direct; and the senders that
+	 * cache this QP see its new state and access flags */
 	lb_cache(qp);
+	lb_barrier(qp);
 	pthread_mutex_unlock(&qp->state_lock);
 
 	/* 9. */
@@ -1020,9 +1045,9 @@ int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 	urvt_spin_lock(&qp->r_lock);
 	attr->rq_psn = qp->r_psn & URVT_QPN_MASK;
 	urvt_spin_unlock(&qp->r_lock);
-	urvt_spin_lock(&qp->s_hlock);
+	urvt_bias_lock(&qp->s_hlock);
 	attr->sq_psn = qp->s_next_psn & URVT_QPN_MASK;
-	urvt_spin_unlock(&qp->s_hlock);
+	urvt_bias_unlock(&qp->s_hlock);
 	attr->dest_qp_num = qp->remote_qpn;
 	attr->qp_access_flags = (unsigned int)qp->qp_access_flags;
 	attr->cap = qp->cap;
@@ -1089,7 +1114,6 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 		rvt_rq_fini(&qp->rq);
 	/* off the MR barrier's list before s_hlock and the structure go */
 	rvt_qp_all_del(&rdi->qp_table, qp);
-	urvt_spin_destroy(&qp->s_hlock);
 	urvt_spin_destroy(&qp->r_lock);
 	pthread_mutex_destroy(&qp->state_lock);
 	pthread_mutex_destroy(&qp->ibqp_ex.qp_base.mutex);

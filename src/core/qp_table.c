@@ -246,6 +246,10 @@ void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr)
  *    (never the retired MR: the slot only gets it back by rereg's or a
  *    failed dereg's publish, which are release stores made after the
  *    barrier and the change, so P then sees the MR complete).
+ * A post_direct by the QP's fast owner (base/biaslock.h) takes no lock:
+ * there the fence before the visits and the visit's wait for the owner's
+ * busy flag make the same two cases (P's busy store seen by B's wait, or
+ * the NULL store seen by P's load of the slot).
  * A QP is on the list from before it can post (create) until after its
  * reset took s_hlock (destroy), and all_lock is held throughout, so a QP
  * cannot be destroyed and its structure recycled (s_hlock reinitialised)
@@ -256,13 +260,14 @@ void rvt_dereg_clean_qps(struct rvt_qp_table *t, const struct rvt_mregion *mr)
 void rvt_direct_barrier(struct rvt_qp_table *t)
 {
 	pthread_mutex_lock(&t->all_lock);
+	/* one fence for every QP's fast owner (base/biaslock.h), none revoked */
+	urvt_bias_fence();
 	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next) {
 		/* (a dereg between wr_start and wr_complete): waiting would
 		 * deadlock, and no post_direct can be inside it while we hold it */
 		if (rvt_batch_is_mine(qp))
 			continue;
-		urvt_spin_lock(&qp->s_hlock);
-		urvt_spin_unlock(&qp->s_hlock);
+		urvt_bias_wait(&qp->s_hlock);
 	}
 	pthread_mutex_unlock(&t->all_lock);
 }

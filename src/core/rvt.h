@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/biaslock.h"
 #include "base/compiler.h"
 #include "base/timer.h"
 #include "wire/hdr.h" /* URVT_DEFAULT_PKEY, URVT_GSI_QKEY, URVT_QPN_MASK */
@@ -631,7 +632,9 @@ struct rvt_qp {
 
 	/* ---- posting side (post_send), under s_hlock ---- */
 	struct {
-		urvt_spinlock_t s_hlock;
+		/* a spinlock whose one posting thread enters without
+		 * the atomic exchange (base/biaslock.h) */
+		struct urvt_biaslock s_hlock;
 		/* the thread whose ibv_wr_* batch holds s_hlock (its
 		 * rvt_batch_marker's address), 0 if none: the MR retirement
 		 * barrier skips the QP for that thread (qp_table.c) */

@@ -1576,6 +1576,153 @@ static void test_direct_mr_churn(void **state)
 		      (unsigned long long)(ut_now_ms() - t0), (unsigned long long)landed);
 }
 
+/*
+ * A modify of the responder waits for every post_direct that checked its
+ * old state (qp.c lb_barrier; post_direct takes no lock of the peer's):
+ * once a modify of the responder to ERR has returned, no WRITE lands,
+ * while the sender, the fast owner of its s_hlock by then
+ * (base/biaslock.h), goes on posting. UC, so the refused WRITEs complete
+ * and the sender goes on. Each cycle then brings the responder back
+ * (RESET..RTS, the sender held meanwhile: a WRITE to a QP in INIT would
+ * put it in ERR, as rdmavt's loopback does) and checks that WRITEs land
+ * again. The window between post_direct's look at the state and its copy
+ * is a few instructions, so a plain run rarely sees a late WRITE; under
+ * TSan the plain reads of the target race with it unless the barrier
+ * ordered them (reported with lb_barrier left out).
+ */
+#define GATE_CYCLES 200u
+static struct rvt_qp *ga, *gb;
+static struct rvt_cq *gca, *gcb;
+static struct rvt_mregion *gmr;
+static uint64_t *gbuf; /* [0]: the sender's source, [8]: the target */
+static _Atomic int g_run;
+static _Atomic uint64_t g_posted;
+static struct sender_hold g_h;
+
+static void *gate_sender(void *arg)
+{
+	(void)arg;
+	for (uint64_t v = 1; atomic_load(&g_run) && !t_stop(); v++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)&gbuf[0], .length = 8,
+				       .lkey = gmr->ibmr.lkey };
+		struct ibv_send_wr wr = { .wr_id = v, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE }, *bad;
+		int ret;
+
+		if (sender_held(&g_h))
+			continue;
+		gbuf[0] = v;
+		wr.wr.rdma.remote_addr = (uintptr_t)&gbuf[8];
+		wr.wr.rdma.rkey = gmr->ibmr.rkey;
+		ret = rvt_post_send(ga, &wr, &bad);
+		if (ret == -ENOMEM) { /* queued ones (refused direct) not yet run */
+			sched_yield();
+			continue;
+		}
+		if (ret) {
+			t_fail("gate: post_send %d", ret);
+			break;
+		}
+		/* relaxed: no happens-before from the sender's WRITEs to the
+		 * reader but the one the barrier makes (TSan checks it) */
+		atomic_fetch_add_explicit(&g_posted, 1, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+/* Until the sender has posted n more WRs (bounded by the deadline). */
+static void gate_wait_posts(uint64_t n)
+{
+	uint64_t want = atomic_load_explicit(&g_posted, memory_order_relaxed) + n;
+
+	while (atomic_load_explicit(&g_posted, memory_order_relaxed) < want && !t_stop())
+		sched_yield();
+}
+
+static void gate_responder_up(void)
+{
+	ut_modify_state(gb, IBV_QPS_RESET);
+	ut_to_init(gb, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_rtr(&dev, gb, ga->qpn, 1);
+	ut_to_rts(gb, 0, 0, 0);
+}
+
+static void test_direct_write_stops_at_modify(void **state)
+{
+	struct ut_qp_caps caps = { 64, 4, 1, 1, 0 };
+	uint64_t t0 = ut_now_ms(), last = 0, owned = 0;
+	uint32_t cycles = 0;
+	pthread_t s;
+
+	(void)state;
+	atomic_store(&failed, 0);
+	deadline = t0 + DEADLINE_MS;
+	gbuf = aligned_alloc(64, 4096);
+	assert_non_null(gbuf);
+	memset(gbuf, 0, 4096);
+	gmr = ut_mr(pd, gbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	gca = ut_cq(&dev, 256);
+	gcb = ut_cq(&dev, 256);
+	ga = ut_qp(&dev, pd, IBV_QPT_UC, gca, gca, NULL, &caps, false);
+	gb = ut_qp(&dev, pd, IBV_QPT_UC, gcb, gcb, NULL, &caps, false);
+	ut_to_init(ga, 0, 0);
+	ut_to_init(gb, IBV_ACCESS_REMOTE_WRITE, 0);
+	ut_to_rtr(&dev, gb, ga->qpn, 1);
+	ut_to_rts(gb, 0, 0, 0);
+	ut_to_rtr(&dev, ga, gb->qpn, 1);
+	ut_to_rts(ga, 0, 0, 0);
+
+	atomic_store(&g_run, 1);
+	atomic_store(&g_h.running, 1);
+	atomic_store(&g_h.hold, 0);
+	assert_int_equal(pthread_create(&s, NULL, gate_sender, NULL), 0);
+	for (; cycles < GATE_CYCLES && !t_stop(); cycles++) {
+		uint64_t before, after;
+
+		gate_wait_posts(2000);
+		owned += atomic_load(&ga->s_hlock.owner) != 0;
+		ut_modify_state(gb, IBV_QPS_ERR);
+		/* the modify returned: whatever the sender does now is refused */
+		before = gbuf[8]; /* plain: TSan reports it if a WRITE can still land */
+		gate_wait_posts(2000);
+		after = gbuf[8];
+		if (before != after)
+			t_fail("cycle %u: a WRITE landed after the modify returned (%llu -> %llu)",
+			       cycles, (unsigned long long)before, (unsigned long long)after);
+		if (before <= last)
+			t_fail("cycle %u: no WRITE landed while allowed (%llu)", cycles,
+			       (unsigned long long)before);
+		last = before;
+		if (atomic_load(&failed))
+			break;
+		hold_sender(&g_h);
+		/* nothing queued may reach the responder while it is in INIT */
+		while (load_acquire(&ga->s_last) != ga->s_head && !t_stop())
+			sched_yield();
+		gate_responder_up();
+		atomic_store(&g_h.hold, 0);
+	}
+	hold_sender(&g_h);
+	atomic_store(&g_h.running, 0);
+	atomic_store(&g_run, 0);
+	pthread_join(s, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	assert_int_equal(cycles, GATE_CYCLES);
+	/* the sender had the fast way in (where membarrier is there) */
+	if (urvt_bias_available())
+		assert_true(owned > 0);
+	assert_int_equal(rvt_destroy_qp(ga), 0);
+	assert_int_equal(rvt_destroy_qp(gb), 0);
+	assert_int_equal(rvt_dereg_mr(gmr), 0);
+	assert_int_equal(rvt_destroy_cq(gca), 0);
+	assert_int_equal(rvt_destroy_cq(gcb), 0);
+	free(gbuf);
+	print_message("%u cycles, %llu WRITEs, the sender the fast owner at %llu of the modifies, "
+		      "%llu ms\n", cycles, (unsigned long long)atomic_load(&g_posted),
+		      (unsigned long long)owned, (unsigned long long)(ut_now_ms() - t0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1588,6 +1735,7 @@ int main(void)
 		cmocka_unit_test(test_direct_peer_churn),
 		cmocka_unit_test(test_direct_mr_churn),
 		cmocka_unit_test(test_dereg_inside_own_batch),
+		cmocka_unit_test(test_direct_write_stops_at_modify),
 	};
 
 	cmocka_set_test_filter(getenv("UT_FILTER")); /* e.g. UT_FILTER=test_read */
