@@ -1680,6 +1680,11 @@ static void test_direct_write_stops_at_modify(void **state)
 		uint64_t before, after;
 
 		gate_wait_posts(2000);
+		/* over a link (URVT_PATH) a WRITE lands after its post returned:
+		 * wait for one (only the in-process path lands it in post_send) */
+		for (uint64_t w = ut_now_ms() + 2000; !ga->lb_direct && ut_now_ms() < w &&
+						    __atomic_load_n(&gbuf[8], __ATOMIC_RELAXED) <= last;)
+			sched_yield();
 		owned += atomic_load(&ga->s_hlock.owner) != 0;
 		ut_modify_state(gb, IBV_QPS_ERR);
 		/* the modify returned: whatever the sender does now is refused */
