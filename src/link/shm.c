@@ -97,6 +97,7 @@ struct shm_peer {
 	uint32_t tx_clear;                /* slots in [tx_head, tx_clear) have their
 					     mark cleared since the consumer freed
 					     them (tx_mark) */
+	uint32_t tx_rewind_look;          /* no rewind look before this head */
 	bool tx_stalled;                  /* the last wait for room timed out ... */
 	uint32_t tx_stalled_tail;         /* ... at this tail: no wait until it moves */
 	/* the consumer (rx_lock) */
@@ -212,6 +213,7 @@ static bool peer_map_dirs(struct shm_peer *p)
 	p->tx_head = head;
 	p->tx_clear = head;
 	p->tx_tail_seen = tail;
+	p->tx_rewind_look = head;
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
 	p->rx_released = p->rx_tail;
 	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;
@@ -710,15 +712,45 @@ static void tx_mark(struct shm_peer *p, uint32_t bytes)
 	}
 }
 
+/*
+ * Rewind when drained: once tx_head is SHM_REWIND_AT into the ring and the
+ * consumer has taken everything but a few small records (a ping-pong's
+ * last ACK is still in), the next record goes to the ring's start
+ * (after a WRAP record, which the consumer follows from any offset but 0).
+ * A ping-pong then stays in the ring's first pages instead of walking all
+ * 512 of them: each first write to another page cost a message ~5 us on
+ * this project's VMs (every 32nd 8 B ping-pong message, docs/shm.md), and
+ * a small working set meets the consumer in cache. Only for small
+ * packets: a stream of MTU-sized ones ran 10-15 % slower in a small
+ * working set (the producer's stores then take lines the consumer's cache
+ * holds; docs/performance.md). The look reads the consumer's tail line (a
+ * miss), so a ring that is not drained is looked at again only
+ * SHM_REWIND_EVERY bytes later.
+ */
+static bool tx_rewind_due(struct shm_peer *p, uint32_t off, uint32_t maxlen)
+{
+	uint32_t tail;
+
+	if (maxlen > SHM_REWIND_MAX_PKT || off < SHM_REWIND_AT ||
+	    (int32_t)(p->tx_head - p->tx_rewind_look) < 0)
+		return false;
+	tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_acquire);
+	p->tx_tail_seen = tail;
+	if (p->tx_head - tail <= SHM_REWIND_SLACK)
+		return true;
+	p->tx_rewind_look = p->tx_head + SHM_REWIND_EVERY;
+	return false;
+}
+
 /* Room for a record of up to maxlen packet bytes at tx_head, after a WRAP
- * record where the end of the ring is too short (tx_lock held); false if
- * there is none in time. */
+ * record where the end of the ring is too short or the ring rewinds
+ * (tx_lock held); false if there is none in time. */
 static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, bool patient)
 {
 	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
 	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_room(maxlen);
 
-	if (shm_rec_bytes(maxlen) <= left)
+	if (shm_rec_bytes(maxlen) <= left && !tx_rewind_due(p, off, maxlen))
 		return tx_room(p, need, patient);
 	/* fill the end with a WRAP record, start again at 0 */
 	if (!tx_room(p, left + need, patient))

@@ -27,6 +27,17 @@
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
 #define SHM_VERSION 3                     /* 2: 2 MiB rings; 3: ready marks */
 
+/* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
+ * follows a WRAP record from any offset but 0), here for the tests. Past
+ * SHM_REWIND_AT (more than the largest record's room, so the WRAP fits), a
+ * ring whose consumer is within SHM_REWIND_SLACK of head starts again at
+ * 0, for packets of at most SHM_REWIND_MAX_PKT bytes; a look that finds
+ * it busy is made again SHM_REWIND_EVERY bytes on. */
+#define SHM_REWIND_AT (8u << 10)
+#define SHM_REWIND_SLACK (4 * SHM_REC_ALIGN)
+#define SHM_REWIND_MAX_PKT 256
+#define SHM_REWIND_EVERY (64u << 10)
+
 struct shm_ctrl {
 	_Atomic uint32_t head __cacheline_aligned;      /* producer */
 	_Atomic uint32_t tail __cacheline_aligned;      /* consumer */

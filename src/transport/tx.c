@@ -459,7 +459,11 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 		shm_dst(&dst, av);
 		if (q->n == URVT_TXQ_PKTS)
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
-		p = shm->ops->tx_reserve(shm, &dst, URVT_PKT_MAX, !tls_in_rx);
+		/* headers, payload, pad and ICRC: the link rewinds a ring for
+		 * small packets only (link/shm.c tx_rewind_due) */
+		uint32_t maxlen = f->paylen <= URVT_PKT_MAX - URVT_HDR_MAX - 8 ?
+					  URVT_HDR_MAX + f->paylen + 8 : URVT_PKT_MAX;
+		p = shm->ops->tx_reserve(shm, &dst, maxlen, !tls_in_rx);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
 	}
 	if (!p)

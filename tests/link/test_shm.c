@@ -175,6 +175,85 @@ static void test_wrap_in_order(void **state)
 	urvt_link_close(b);
 }
 
+/* The offset of a received packet in its ring, given the first packet of
+ * the connection (at offset 0: its data is SHM_REC_HDR in). */
+static uint32_t ring_off(const struct urvt_link_rx *r, const uint8_t *first)
+{
+	return (uint32_t)(r->data - first);
+}
+
+/* Rewind when drained (shm.c tx_rewind_due): a ping-pong of small packets
+ * stays in the ring's first SHM_REWIND_AT bytes (plus the record that
+ * crosses it), in order and whole; packets above SHM_REWIND_MAX_PKT walk
+ * the ring; and a ring whose consumer lags is not rewound. */
+static void test_small_packets_rewind(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.11"), *b = open_shm("127.0.96.12");
+	union urvt_link_addr to = connect_pair(a, b);
+	static uint8_t buf[64][1024];
+	struct urvt_link_tx tx[64];
+	struct urvt_link_rx rx[64];
+	const uint8_t *first = NULL;
+	uint32_t seq = 0, max_off = 0, last_off = 0;
+	bool walked = true;
+
+	(void)state;
+	/* 2000 small packets one at a time, each taken before the next:
+	 * 128 KB of records in an 8 KiB window */
+	for (uint32_t i = 0; i < 2000; i++, seq++) {
+		fill(buf[0], 24, seq);
+		tx[0] = (struct urvt_link_tx){ .buf = buf[0], .len = 24, .dst = &to };
+		assert_int_equal(urvt_link_send(a, tx, 1), 0);
+		assert_int_equal(urvt_link_recv(b, rx, 64), 1);
+		assert_true(check(&rx[0], 24, seq));
+		if (!first)
+			first = rx[0].data;
+		if (ring_off(&rx[0], first) > max_off)
+			max_off = ring_off(&rx[0], first);
+	}
+	assert_true(max_off < SHM_REWIND_AT + SHM_REC_ALIGN);
+	assert_true(max_off >= SHM_REWIND_AT - SHM_REC_ALIGN); /* it did go that far */
+
+	/* 64 small ones queued before any is taken (a consumer 4 KiB and
+	 * more behind): no rewind while it lags, one contiguous walk */
+	for (uint32_t i = 0; i < 64; i++) {
+		fill(buf[i], 24, seq + i);
+		tx[i] = (struct urvt_link_tx){ .buf = buf[i], .len = 24, .dst = &to };
+	}
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(urvt_link_send(a, tx, 64), 0);
+		for (uint32_t got = 0; got < 64;) {
+			int n = urvt_link_recv(b, rx + got, 64 - got);
+			assert_true(n > 0);
+			got += (uint32_t)n;
+		}
+		for (uint32_t i = 0; i < 64; i++) {
+			assert_true(check(&rx[i], 24, seq + i));
+			/* (the batch's first record may start a rewound ring) */
+			if (i && ring_off(&rx[i], first) != ring_off(&rx[i - 1], first) + 64)
+				walked = false;
+		}
+	}
+	assert_true(walked);
+	seq += 64;
+
+	/* 1024-byte packets, one at a time: past SHM_REWIND_MAX_PKT, they walk */
+	max_off = 0;
+	for (uint32_t i = 0; i < 200; i++, seq++) {
+		fill(buf[0], 1024, seq);
+		tx[0] = (struct urvt_link_tx){ .buf = buf[0], .len = 1024, .dst = &to };
+		assert_int_equal(urvt_link_send(a, tx, 1), 0);
+		assert_int_equal(urvt_link_recv(b, rx, 64), 1);
+		assert_true(check(&rx[0], 1024, seq));
+		last_off = ring_off(&rx[0], first);
+		if (last_off > max_off)
+			max_off = last_off;
+	}
+	assert_true(max_off > 4 * SHM_REWIND_AT);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 /* A slot after a record may hold payload of an earlier lap that reads as
  * a ready mark (docs/shm.md "The rings"): the sender clears it before the
  * mark that leads there. Lap 1's payloads put at every 64-byte position X
@@ -968,6 +1047,7 @@ int main(void)
 		cmocka_unit_test(test_resolve_and_send),
 		cmocka_unit_test(test_wrap_in_order),
 		cmocka_unit_test(test_stale_payload_is_no_mark),
+		cmocka_unit_test(test_small_packets_rewind),
 		cmocka_unit_test(test_full_ring),
 		cmocka_unit_test(test_doorbell),
 		cmocka_unit_test(test_full_ring_rings_a_sleeping_consumer),
