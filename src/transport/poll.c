@@ -51,6 +51,17 @@
  * backing off a socket in use beside an idle shm link cost a UDP
  * ping-pong between two namespaces 45 % (3.3 -> 4.8 us one way) */
 #define APP_QUIET_NS 1000000
+/* ... while the shm link does carry traffic (within APP_QUIET_NS), the skip
+ * grows past APP_EMPTY_SKIP_MAX, up to APP_EMPTY_SKIP_SHM_MAX polls, and a
+ * long skip also ends APP_ASK_GAP_NS after the last ask (a cycle counter
+ * read every APP_ASK_CLOCK_EVERY polls): an ask is a recvmmsg of ~1.5 us on
+ * these VMs, and at one per 256 polls (~10 us) a shm ping-pong met them
+ * often enough to cost ~0.1 us a message on average (8 B one way
+ * 1.08-1.10 -> 0.99-1.01 us with asks ~150 us apart). A datagram that
+ * comes meanwhile waits up to about APP_ASK_GAP_NS for the application. */
+#define APP_EMPTY_SKIP_SHM_MAX 65536
+#define APP_ASK_GAP_NS 50000
+#define APP_ASK_CLOCK_EVERY 8
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
@@ -275,11 +286,15 @@ static void udp_backoff(struct urvt_net *net, int n)
 		net->udp_idle = 0;
 		next = APP_EMPTY_SKIP;
 	} else {
-		net->udp_idle = !net->udp_idle ? APP_EMPTY_SKIP :
-				net->udp_idle < APP_EMPTY_SKIP_MAX / 2 ? 2 * net->udp_idle :
+		uint32_t cap = now - net->shm_rx_cyc < net->quiet_cyc ? APP_EMPTY_SKIP_SHM_MAX :
 									 APP_EMPTY_SKIP_MAX;
+		uint32_t idle = net->udp_idle;
+
+		idle = !idle ? APP_EMPTY_SKIP : idle < cap / 2 ? 2 * idle : cap;
+		net->udp_idle = idle < cap ? idle : cap;
 		next = net->udp_idle;
 	}
+	atomic_store_explicit(&net->udp_ask_cyc, now, memory_order_relaxed);
 out:
 	net->udp_rx_seen = seen;
 	atomic_store_explicit(&net->app_skip, next, memory_order_relaxed);
@@ -298,7 +313,13 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	skip = atomic_load_explicit(&net->app_skip, memory_order_relaxed);
 	/* ACKs that wait leave at the next batch: no skipping it */
 	if (skip && !atomic_load_explicit(&net->wait_n, memory_order_relaxed)) {
-		atomic_store_explicit(&net->app_skip, skip - 1, memory_order_relaxed);
+		uint32_t left = skip - 1;
+		/* a skip past APP_EMPTY_SKIP_MAX is bounded in time too */
+		if (left > APP_EMPTY_SKIP_MAX && !(left % APP_ASK_CLOCK_EVERY) &&
+		    urvt_cycles() - atomic_load_explicit(&net->udp_ask_cyc, memory_order_relaxed) >
+			    net->ask_gap_cyc)
+			left = 0;
+		atomic_store_explicit(&net->app_skip, left, memory_order_relaxed);
 		/* the rings cost nothing to look at: only the socket waits;
 		 * and nothing there needs no lock */
 		if (!net->links[URVT_LINK_SHM] || !urvt_net_rx_pending(net))
@@ -546,6 +567,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 	urvt_cycles_init();
 	net->app_leave_cyc = urvt_cycles_from_ns(APP_LEAVE_NS);
 	net->quiet_cyc = urvt_cycles_from_ns(APP_QUIET_NS);
+	net->ask_gap_cyc = urvt_cycles_from_ns(APP_ASK_GAP_NS);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {

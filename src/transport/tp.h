@@ -155,6 +155,8 @@ struct urvt_net {
 		uint64_t shm_rx_seen;             /* shm_rx_packets at the last ask (rx_lock) */
 		uint64_t shm_rx_cyc;              /* when an ask first saw them changed (urvt_cycles) */
 		uint64_t quiet_cyc;               /* APP_QUIET_NS in urvt_cycles (poll.c) */
+		_Atomic uint64_t udp_ask_cyc;     /* the last ask of the socket (urvt_cycles) */
+		uint64_t ask_gap_cyc;             /* APP_ASK_GAP_NS in urvt_cycles (poll.c) */
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
 		_Atomic uint64_t app_ret_cyc;     /* a poll returned completions, urvt_cycles (0: came back since) */
 		uint64_t app_leave_cyc;           /* APP_LEAVE_NS in urvt_cycles (poll.c) */

@@ -1265,6 +1265,66 @@ static void test_udp_backoff_beside_a_shm_link(void **state)
 	rvt_destroy_cq(cq);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Beside a shm link that carries traffic (its counter moves between asks)
+ * and a quiet socket, the skip grows past APP_EMPTY_SKIP_MAX, and the asks
+ * stay bounded in time all the same (poll.c APP_ASK_GAP_NS, 50 us): here a
+ * poll every ~2 us, so 65536 polls without the time bound would be 130 ms
+ * between asks. */
+static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	uint32_t prev, most = 0;
+	uint64_t last_ask = 0, longest = 0, end;
+	int asks = 0;
+	struct ibv_wc wc;
+	(void)state;
+
+	if (!net->links[URVT_LINK_SHM]) {
+		rvt_destroy_cq(cq);
+		skip();
+	}
+	app_busy(cq);
+	usleep(3000); /* the socket quiet for longer than APP_QUIET_NS */
+	prev = atomic_load(&net->app_skip);
+	end = ut_now_ms() + 1500;
+	while (ut_now_ms() < end && asks < 200) {
+		uint64_t t0 = mono_ns();
+		uint32_t left;
+
+		/* shm "traffic": its delivery counter moves */
+		__atomic_fetch_add(&net->shm->dev.v[URVT_CTR_SHM_RX_PKTS], 1, __ATOMIC_RELAXED);
+		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+		left = atomic_load(&net->app_skip);
+		if (left > prev) { /* an ask */
+			uint64_t now = mono_ns();
+			if (last_ask && now - last_ask > longest)
+				longest = now - last_ask;
+			last_ask = now;
+			most = left > most ? left : most;
+			asks++;
+		}
+		prev = left;
+		while (mono_ns() - t0 < 2000)
+			;
+	}
+	assert_true(asks >= 10);
+	if (most <= 256)
+		fail_msg("beside busy shm the skip grew to %u polls only", most);
+	if (longest > 20000000)
+		fail_msg("%llu us between two asks of the socket", (unsigned long long)longest / 1000);
+	assert_true(atomic_load(&net->aside));
+	rvt_destroy_cq(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1284,6 +1344,7 @@ int main(void)
 		cmocka_unit_test(test_timer_pushed_by_late_progress),
 		cmocka_unit_test(test_watchdog_backs_off),
 		cmocka_unit_test(test_udp_backoff_beside_a_shm_link),
+		cmocka_unit_test(test_udp_asks_bounded_in_time_beside_busy_shm),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
