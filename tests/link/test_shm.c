@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -388,12 +389,15 @@ static void test_doorbell(void **state)
 }
 
 /* A consumer on its own thread: it starts after its doorbell rings
- * (wait_bell) or after delay_ms, then drains until it has want packets
- * of 4096 bytes in order, or 10 s passed. */
+ * (wait_bell) or after delay_ms (counted from go, if after_go), then
+ * drains until it has want packets of 4096 bytes in order, or 10 s
+ * passed. */
 struct drainer {
 	struct urvt_link *l;
 	bool wait_bell;
 	int delay_ms;
+	bool after_go;
+	_Atomic bool go;                  /* the sender's wait is about to start */
 	_Atomic uint32_t want;            /* the sender may lower it */
 	uint32_t got, bad;
 	bool woken;
@@ -410,6 +414,8 @@ static void *drain_main(void *arg)
 		if (!d->woken)
 			return NULL;
 	} else {
+		while (d->after_go && !atomic_load(&d->go) && time(NULL) < give_up)
+			sched_yield();
 		usleep((useconds_t)d->delay_ms * 1000);
 	}
 	while (d->got < atomic_load(&d->want) && time(NULL) < give_up) {
@@ -500,14 +506,19 @@ static void test_rx_path_outwaits_a_slow_consumer(void **state)
 
 /* ... but when the peer's ring to us is full, the peer may be waiting on
  * us in its own receive path: the wait stays short, packets are lost (RC
- * recovers them), and the two cannot hold each other. Returns how many. */
+ * recovers them), and the two cannot hold each other. Returns how many.
+ * The consumer's 12 ms (between the 2 ms wait and the 20 ms stall) start
+ * when the ring is full: under TSan filling it takes ~35 ms, and a
+ * consumer counting from its own start drained a ring still filling. */
 static unsigned lost_when_the_peer_waits_on_us(void)
 {
 	struct urvt_link *a = open_shm("127.0.96.16"), *b = open_shm("127.0.96.17");
 	union urvt_link_addr to = connect_pair(a, b), back;
 	static uint8_t buf[4096];
 	struct urvt_link_tx tx;
-	struct drainer d = { .l = b, .delay_ms = 12, .want = BIG_BATCH };
+	struct drainer d = { .l = b, .delay_ms = 12, .after_go = true, .want = BIG_BATCH };
+	/* records that fit an empty ring with room to spare: the rest waits */
+	const unsigned fit = SHM_RING_BYTES / shm_rec_room(4096) - 1;
 	unsigned lost;
 	pthread_t t;
 
@@ -516,7 +527,10 @@ static unsigned lost_when_the_peer_waits_on_us(void)
 	send_until_full(b, &tx, buf); /* b's ring to a is full: nobody reads a */
 	make_big_batch(&to);
 	assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
-	lost = urvt_link_send(a, big_tx, BIG_BATCH);
+	lost = urvt_link_send(a, big_tx, fit);
+	assert_int_equal(lost, 0);
+	atomic_store(&d.go, true);
+	lost = urvt_link_send(a, big_tx + fit, BIG_BATCH - fit);
 	atomic_store(&d.want, BIG_BATCH - lost);
 	pthread_join(t, NULL);
 	assert_int_equal(d.bad, 0);
