@@ -626,13 +626,8 @@ static void lb_barrier(struct rvt_qp *qp)
 	pthread_mutex_lock(&t->lb_lock);
 	if (qp->lb_cachers)
 		urvt_bias_fence(); /* for the senders' fast owners, none revoked */
-	for (struct rvt_qp *s = qp->lb_cachers; s; s = s->lb_next) {
-		/* (a modify between wr_start and wr_complete on the sender):
-		 * no post_direct can run on it while this thread holds it */
-		if (rvt_batch_is_mine(s))
-			continue;
-		urvt_bias_wait(&s->s_hlock);
-	}
+	for (struct rvt_qp *s = qp->lb_cachers; s; s = s->lb_next)
+		rvt_direct_wait(s);
 	pthread_mutex_unlock(&t->lb_lock);
 }
 

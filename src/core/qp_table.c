@@ -262,12 +262,7 @@ void rvt_direct_barrier(struct rvt_qp_table *t)
 	pthread_mutex_lock(&t->all_lock);
 	/* one fence for every QP's fast owner (base/biaslock.h), none revoked */
 	urvt_bias_fence();
-	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next) {
-		/* (a dereg between wr_start and wr_complete): waiting would
-		 * deadlock, and no post_direct can be inside it while we hold it */
-		if (rvt_batch_is_mine(qp))
-			continue;
-		urvt_bias_wait(&qp->s_hlock);
-	}
+	for (struct rvt_qp *qp = t->all_head; qp; qp = qp->all_next)
+		rvt_direct_wait(qp); /* a dereg between wr_start and wr_complete skips its own */
 	pthread_mutex_unlock(&t->all_lock);
 }

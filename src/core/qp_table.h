@@ -33,6 +33,15 @@ static inline bool rvt_batch_is_mine(struct rvt_qp *qp)
 	return atomic_load_explicit(&qp->s_batch_owner, memory_order_relaxed) ==
 	       (uintptr_t)&rvt_batch_marker;
 }
+/* After urvt_bias_fence(): the post_direct running on qp now, if any, has
+ * finished (one its owner entered the fast way included). Skipped for this
+ * thread's own ibv_wr_* batch, which holds s_hlock: waiting would deadlock,
+ * and no post_direct can run on qp while this thread holds it. */
+static inline void rvt_direct_wait(struct rvt_qp *qp)
+{
+	if (!rvt_batch_is_mine(qp))
+		urvt_bias_wait(&qp->s_hlock);
+}
 /* Type-stable QP structures: recycled through the table's free list. */
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);

@@ -290,8 +290,7 @@ static void udp_backoff(struct urvt_net *net, int n)
 									 APP_EMPTY_SKIP_MAX;
 		uint32_t idle = net->udp_idle;
 
-		idle = !idle ? APP_EMPTY_SKIP : idle < cap / 2 ? 2 * idle : cap;
-		net->udp_idle = idle < cap ? idle : cap;
+		net->udp_idle = !idle ? APP_EMPTY_SKIP : idle < cap / 2 ? 2 * idle : cap;
 		next = net->udp_idle;
 	}
 	atomic_store_explicit(&net->udp_ask_cyc, now, memory_order_relaxed);

@@ -461,9 +461,11 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
 		/* headers, payload, pad and ICRC: the link rewinds a ring for
 		 * small packets only (link/shm.c tx_rewind_due) */
-		uint32_t maxlen = f->paylen <= URVT_PKT_MAX - URVT_HDR_MAX - 8 ?
-					  URVT_HDR_MAX + f->paylen + 8 : URVT_PKT_MAX;
-		p = shm->ops->tx_reserve(shm, &dst, maxlen, !tls_in_rx);
+		uint64_t most = (uint64_t)URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) +
+				URVT_ICRC_BYTES;
+		p = shm->ops->tx_reserve(shm, &dst,
+					 most < URVT_PKT_MAX ? (uint32_t)most : URVT_PKT_MAX,
+					 !tls_in_rx);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
 	}
 	if (!p)

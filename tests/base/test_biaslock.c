@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/biaslock.h"
+#include "base/timer.h"
 
 static bool is_owner(struct urvt_biaslock *b)
 {
@@ -78,28 +79,34 @@ static void *post_once(void *arg)
 	return NULL;
 }
 
+/* fn(b) on another thread, to its end. */
+static void on_other_thread(void *(*fn)(void *), struct urvt_biaslock *b)
+{
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, fn, b), 0);
+	pthread_join(t, NULL);
+}
+
 /* Another thread's lock revokes the owner; the owner's streak starts
  * again. A take by another poster revokes too, and each change of posting
  * thread (there and back: two) doubles the streak a grant needs. */
 static void test_other_taker_revokes(void **state)
 {
 	struct urvt_biaslock b;
-	pthread_t t;
 	(void)state;
 
 	urvt_bias_init(&b);
 	take_n(&b, 64);
 	assert_true(is_owner(&b));
-	assert_int_equal(pthread_create(&t, NULL, lock_once, &b), 0);
-	pthread_join(t, NULL);
+	on_other_thread(lock_once, &b);
 	assert_false(is_owner(&b));
 	take_n(&b, 63);
 	assert_false(is_owner(&b));
 	take_n(&b, 1);
 	assert_true(is_owner(&b));
 
-	assert_int_equal(pthread_create(&t, NULL, post_once, &b), 0);
-	pthread_join(t, NULL);
+	on_other_thread(post_once, &b);
 	assert_false(is_owner(&b));
 	take_n(&b, 255);
 	assert_false(is_owner(&b));
@@ -117,16 +124,12 @@ struct race {
 	uint64_t done[2];
 	uint64_t fast;
 	bool second_posts;
-	struct timespec end;
+	uint64_t end_ns;                  /* urvt_now_ns() deadline */
 };
 
-static bool past(const struct timespec *end)
+static bool past(const struct race *r)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > end->tv_sec ||
-	       (now.tv_sec == end->tv_sec && now.tv_nsec >= end->tv_nsec);
+	return urvt_now_ns() >= r->end_ns;
 }
 
 static void section(struct race *r)
@@ -142,7 +145,7 @@ static void *poster(void *arg)
 {
 	struct race *r = arg;
 
-	for (int i = 0; i < 2000000 && !(i % 1024 == 0 && past(&r->end)); i++) {
+	for (int i = 0; i < 2000000 && !(i % 1024 == 0 && past(r)); i++) {
 		bool fast = take_as_poster(&r->b);
 		section(r);
 		r->done[0]++;
@@ -157,9 +160,9 @@ static void *intruder(void *arg)
 	struct race *r = arg;
 
 	/* first let the poster become the owner, so that revokes happen */
-	while (!atomic_load(&r->b.owner) && !past(&r->end))
+	while (!atomic_load(&r->b.owner) && !past(r))
 		urvt_cpu_relax();
-	for (int i = 0; i < 20000 && !past(&r->end); i++) {
+	for (int i = 0; i < 20000 && !past(r); i++) {
 		if (r->second_posts) {
 			urvt_bias_leave(&r->b, take_as_poster(&r->b));
 		} else {
@@ -184,8 +187,7 @@ static void run_race(bool second_posts)
 	memset(&r, 0, sizeof(r));
 	urvt_bias_init(&r.b);
 	r.second_posts = second_posts;
-	clock_gettime(CLOCK_MONOTONIC, &r.end);
-	r.end.tv_sec += 2;
+	r.end_ns = urvt_now_ns() + 2000000000ull;
 	assert_int_equal(pthread_create(&a, NULL, poster, &r), 0);
 	assert_int_equal(pthread_create(&b, NULL, intruder, &r), 0);
 	pthread_join(a, NULL);

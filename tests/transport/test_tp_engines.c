@@ -1225,22 +1225,33 @@ static int watch_asks(struct rvt_cq *cq, int max_polls, uint32_t *gap, int n)
  * shm link idle, it asks every few polls. Backing off a socket in use made
  * a UDP ping-pong between two namespaces wait up to 256 polls for each
  * reply (3.3 -> 4.8 us one way). */
-static void test_udp_backoff_beside_a_shm_link(void **state)
+/* A CQ whose poller owns the socket, the socket quiet for longer than
+ * APP_QUIET_NS, beside the device's shm link (the test is skipped without
+ * one). */
+static struct rvt_cq *busy_poller_beside_shm(void)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = ut_cq(&dev, 64);
-	uint32_t gap[16], most = 0;
-	uint64_t rx0, t0;
-	struct urvt_pkt f;
-	int asks;
-	(void)state;
 
 	if (!net->links[URVT_LINK_SHM]) {
 		rvt_destroy_cq(cq);
 		skip();
 	}
 	app_busy(cq);
-	usleep(3000); /* the socket quiet for longer than APP_QUIET_NS */
+	usleep(3000);
+	return cq;
+}
+
+static void test_udp_backoff_beside_a_shm_link(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = busy_poller_beside_shm();
+	uint32_t gap[16], most = 0;
+	uint64_t rx0, t0;
+	struct urvt_pkt f;
+	int asks;
+	(void)state;
+
 	asks = watch_asks(cq, 5000, gap, 16);
 	for (int i = 0; i < asks; i++)
 		most = gap[i] > most ? gap[i] : most;
@@ -1265,14 +1276,6 @@ static void test_udp_backoff_beside_a_shm_link(void **state)
 	rvt_destroy_cq(cq);
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Beside a shm link that carries traffic (its counter moves between asks)
  * and a quiet socket, the skip grows past APP_EMPTY_SKIP_MAX, and the asks
  * stay bounded in time all the same (poll.c APP_ASK_GAP_NS, 50 us): here a
@@ -1281,23 +1284,17 @@ static uint64_t mono_ns(void)
 static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
-	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_cq *cq = busy_poller_beside_shm();
 	uint32_t prev, most = 0;
 	uint64_t last_ask = 0, longest = 0, end;
 	int asks = 0;
 	struct ibv_wc wc;
 	(void)state;
 
-	if (!net->links[URVT_LINK_SHM]) {
-		rvt_destroy_cq(cq);
-		skip();
-	}
-	app_busy(cq);
-	usleep(3000); /* the socket quiet for longer than APP_QUIET_NS */
 	prev = atomic_load(&net->app_skip);
 	end = ut_now_ms() + 1500;
 	while (ut_now_ms() < end && asks < 200) {
-		uint64_t t0 = mono_ns();
+		uint64_t t0 = urvt_now_ns();
 		uint32_t left;
 
 		/* shm "traffic": its delivery counter moves */
@@ -1305,7 +1302,7 @@ static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
 		left = atomic_load(&net->app_skip);
 		if (left > prev) { /* an ask */
-			uint64_t now = mono_ns();
+			uint64_t now = urvt_now_ns();
 			if (last_ask && now - last_ask > longest)
 				longest = now - last_ask;
 			last_ask = now;
@@ -1313,7 +1310,7 @@ static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 			asks++;
 		}
 		prev = left;
-		while (mono_ns() - t0 < 2000)
+		while (urvt_now_ns() - t0 < 2000)
 			;
 	}
 	assert_true(asks >= 10);

@@ -1666,9 +1666,7 @@ static void test_direct_write_stops_at_modify(void **state)
 	ga = ut_qp(&dev, pd, IBV_QPT_UC, gca, gca, NULL, &caps, false);
 	gb = ut_qp(&dev, pd, IBV_QPT_UC, gcb, gcb, NULL, &caps, false);
 	ut_to_init(ga, 0, 0);
-	ut_to_init(gb, IBV_ACCESS_REMOTE_WRITE, 0);
-	ut_to_rtr(&dev, gb, ga->qpn, 1);
-	ut_to_rts(gb, 0, 0, 0);
+	gate_responder_up();
 	ut_to_rtr(&dev, ga, gb->qpn, 1);
 	ut_to_rts(ga, 0, 0, 0);
 
