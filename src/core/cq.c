@@ -1,5 +1,6 @@
 /* Completion queues (rdmavt cq.c, qp-semantics §11). */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,6 +102,10 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 
 	if (atomic_load(&cq->usecnt))
 		return -EBUSY;
+	/* a receive batch that entered a CQE before the last QP went still
+	 * holds its event: it signals it at the batch's end, soon */
+	while (atomic_load_explicit(&cq->events_held, memory_order_acquire))
+		sched_yield();
 	urvt_cancel_async_events(cq->uctx, cq);
 	if (cq->channel)
 		urvt_comp_channel_cancel(cq->channel, cq);
@@ -216,6 +221,59 @@ static void notify_channel(struct rvt_cq *cq)
 		urvt_comp_channel_notify(cq->channel, cq);
 }
 
+/*
+ * Completion events held by this thread's receive batch. A responder
+ * enters the receive CQE before it queues the ACK, and the ACK leaves at
+ * the batch's end; an event signalled at once could wake the application,
+ * which on a busy CPU preempts the receiver and answers before the ACK is
+ * out. The peer then sees our reply before the ACK of its request, and an
+ * application that waits for its send completion and then for its receive
+ * on one channel (perftest's -e) gets the two events the other way round.
+ * On a kernel driver the responder runs in softirq and its ACK leaves
+ * before the woken thread runs. A CQ fires once per arm, so a batch holds
+ * a few; past RVT_HELD_EVENTS they are signalled at once.
+ */
+#define RVT_HELD_EVENTS 32
+static __thread struct {
+	bool on;
+	uint32_t n;
+	struct rvt_cq *cq[RVT_HELD_EVENTS];
+} held_events;
+
+bool rvt_cq_events_hold(void)
+{
+	bool was = held_events.on;
+
+	held_events.on = true;
+	return was;
+}
+
+void rvt_cq_events_release(bool was_held)
+{
+	if (was_held)
+		return;
+	held_events.on = false;
+	/* in the order the CQEs were entered */
+	for (uint32_t i = 0; i < held_events.n; i++) {
+		struct rvt_cq *cq = held_events.cq[i];
+
+		notify_channel(cq);
+		/* destroy_cq waits for this (rvt_destroy_cq) */
+		atomic_fetch_sub_explicit(&cq->events_held, 1, memory_order_release);
+	}
+	held_events.n = 0;
+}
+
+static void raise_event(struct rvt_cq *cq)
+{
+	if (held_events.on && held_events.n < RVT_HELD_EVENTS && cq->channel) {
+		atomic_fetch_add_explicit(&cq->events_held, 1, memory_order_relaxed);
+		held_events.cq[held_events.n++] = cq;
+		return;
+	}
+	notify_channel(cq);
+}
+
 static inline uint64_t clock_ns(clockid_t id)
 {
 	struct timespec t;
@@ -263,7 +321,7 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 	}
 	urvt_spin_unlock(&cq->p_lock);
 	if (fire)
-		notify_channel(cq);
+		raise_event(cq);
 	return true;
 }
 

@@ -397,6 +397,7 @@ struct rvt_cq {
 
 	_Atomic int usecnt;               /* QPs using it */
 	struct urvt_comp_channel *channel;
+	_Atomic int events_held;          /* events a receive batch holds (rvt_cq_events_hold) */
 	_Atomic uint32_t comp_events_reported;
 	_Atomic uint32_t async_events_reported;
 };

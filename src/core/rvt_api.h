@@ -82,6 +82,11 @@ int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
 /* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* A receive batch holds the completion events it raises on this thread
+ * until its responses have left (rvt_cq_events_release with what hold
+ * returned): the peer sees the ACK before our application can answer. */
+bool rvt_cq_events_hold(void);
+void rvt_cq_events_release(bool was_held);
 void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn); /* drop qpn's completions */
 
 /* srq.c */

@@ -4,6 +4,7 @@
  * (rx_lock). The responses the responder queued on this thread leave in
  * one send at the end of the batch. Who calls it: poll.c.
  */
+#include "core/rvt_api.h"
 #include "transport/tp.h"
 
 static const enum urvt_ctr link_rx_ctr[URVT_LINKS] = {
@@ -27,15 +28,25 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 			tp_count(net, NULL, URVT_CTR_DROP_BASE + URVT_TDROP_OVERSIZE, 1);
 			continue;
 		}
-		for (uint32_t off = 0; off < r->len; off += seg) {
-			uint32_t n = r->len - off < seg ? r->len - off : seg;
-			struct urvt_ipinfo ip = r->ip;
-			pkts++;
-			bytes += n;
-			urvt_recv_pkt(net, r->data + off, n, &ip,
-				      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
-					      (r->shared ? URVT_RX_SHARED : 0));
-		}
+		/* a train's responses go first: a peer's ACK that waited for
+		 * its reply rides behind the reply in one GSO send (tx.c
+		 * acks_into), yet was made before it; completing our send
+		 * first gives the application the order rxe would (the send's
+		 * completion, then the reply's) */
+		bool train = r->len > seg;
+		for (int pass = train ? 0 : 1; pass < 2; pass++)
+			for (uint32_t off = 0; off < r->len; off += seg) {
+				uint32_t n = r->len - off < seg ? r->len - off : seg;
+				struct urvt_ipinfo ip = r->ip;
+				bool resp = urvt_opcode[r->data[off]].mask & URVT_ACK_MASK;
+				if (train && resp != (pass == 0))
+					continue;
+				pkts++;
+				bytes += n;
+				urvt_recv_pkt(net, r->data + off, n, &ip,
+					      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
+						      (r->shared ? URVT_RX_SHARED : 0));
+			}
 	}
 	/* the device's counters once per batch, not three locked adds per
 	 * packet (the QP's, in recv_on_qp, stay per packet) */
@@ -49,13 +60,15 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 
 int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 {
-	bool was_in_rx;
+	bool was_in_rx, events_held;
 	int got = 0;
 
 	/* the process exits (net.c): its memory is going away */
 	if (unlikely(atomic_load_explicit(&net->exiting, memory_order_relaxed)))
 		return 0;
 	was_in_rx = urvt_rx_enter();
+	/* the completion events of the batch wait for its responses (cq.c) */
+	events_held = rvt_cq_events_hold();
 
 	for (int k = 0; k < URVT_LINKS; k++)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))
@@ -65,6 +78,7 @@ int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 	 * plain ACKs may wait for its next send), and ACKs that waited */
 	if (!was_in_rx)
 		urvt_txq_batch_end(net, app);
+	rvt_cq_events_release(events_held);
 	return got;
 }
 

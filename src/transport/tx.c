@@ -295,15 +295,29 @@ static bool acks_wait(struct urvt_net *net, struct urvt_txq *q)
 	return true;
 }
 
+/* Can the one waiting ACK ride behind q's last packet in its GSO send
+ * (same peer over UDP, no longer than it)? The receiver takes a train's
+ * responses first (rx.c), so it still sees the ACK before the reply. */
+static bool ack_rides_behind(const struct urvt_net *net, const struct urvt_txq *q, uint32_t n)
+{
+	const struct urvt_txpkt *last = q->n ? &q->pkt[q->n - 1] : NULL;
+
+	return n == 1 && last && last->link == URVT_LINK_UDP &&
+	       last->where == URVT_TXPKT_QUEUED && last->len >= net->wait_ack[0].len &&
+	       urvt_link_addr_same(&last->dst, &net->wait_ack[0].dst);
+}
+
 /* The waiting ACKs join q (rx_lock held): in front (a batch's end: they
- * are older than what it queued) or behind (a send: after the reply, in
- * its GSO send when the sizes allow). */
+ * are older than what it queued; a send: the peer must see an ACK before
+ * the reply its request caused, as from rxe) or behind a send's reply
+ * when they form one GSO send (ack_rides_behind). */
 static void acks_into(struct urvt_net *net, struct urvt_txq *q, bool front)
 {
 	uint32_t n = atomic_load_explicit(&net->wait_n, memory_order_relaxed);
 
 	if (!n)
 		return;
+	front = front || !ack_rides_behind(net, q, n);
 	if (q->n + n > URVT_TXQ_PKTS || q->used + n * URVT_WAIT_ACK_BYTES > URVT_TXQ_BYTES)
 		txq_send(net, q);
 	if (front)
