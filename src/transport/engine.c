@@ -95,11 +95,7 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
 	struct urvt_txq *q;
 
-	/* an application thread posts: it is back from wherever it waited
-	 * (poll.c "Who receives") */
-	if (unlikely(atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed)) &&
-	    !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
-		urvt_net_app_active(qp->rdi);
+	urvt_net_app_posts(qp);
 	if (!(ops & RVT_PROCESS_OR_FLUSH_SEND)) {
 		urvt_rxq_drop(qp);
 		return;

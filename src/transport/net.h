@@ -41,8 +41,6 @@ void urvt_net_poll_stalled(struct rvt_dev_info *rdi);
 /* Receive everything waiting now unless another thread is receiving. */
 void urvt_net_drain(struct rvt_dev_info *rdi);
 
-/* An application thread calls a verb (post_send): it is not waiting elsewhere. */
-void urvt_net_app_active(struct rvt_dev_info *rdi);
 /* ops->app_blocks: the application is about to block for a completion
  * event (req_notify_cq): the progress thread receives. */
 void urvt_net_app_blocks(struct rvt_dev_info *rdi);

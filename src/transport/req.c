@@ -519,6 +519,10 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 	uint32_t h;
 	uint8_t *p;
 
+	/* as the RC engine does (urvt_tp_do_send): UCX's ud_verbs answered
+	 * more than 5 us after its completions and was taken for a leaver,
+	 * each message then costing the progress thread a wake-up */
+	urvt_net_app_posts(qp);
 	if (unlikely(!q))
 		return;
 	urvt_pkt_init(&f,

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/progress.h"
 #include "core/rvt.h"
 #include "link/link.h"
 #include "transport/stats.h"
@@ -223,9 +224,24 @@ extern int urvt_debug;
 	} while (0)
 void urvt_dbg_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* This thread is inside a receive batch. */
+bool urvt_in_rx(void);
 static inline struct urvt_net *qp_net(struct rvt_qp *qp)
 {
 	return qp->rdi->transport_priv;
+}
+
+/* An application thread calls a verb (post_send): it is not waiting elsewhere. */
+void urvt_net_app_active(struct rvt_dev_info *rdi);
+
+/* Engine or UD send: an application thread that posts is back from
+ * wherever it waited since its last completions (poll.c "Who receives";
+ * a send that came late made it a leaver). */
+static inline void urvt_net_app_posts(struct rvt_qp *qp)
+{
+	if (unlikely(atomic_load_explicit(&qp_net(qp)->app_ret_cyc, memory_order_relaxed)) &&
+	    !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+		urvt_net_app_active(qp->rdi);
 }
 
 /* ---- counters ---- */
@@ -270,8 +286,6 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
 /* Flush, except while this thread is inside a receive batch (which flushes
  * once at its end, so ACK-driven engine runs share one sendmmsg). */
 void urvt_txq_flush_unless_rx(struct urvt_net *net, struct urvt_txq *q);
-/* This thread is inside a receive batch. */
-bool urvt_in_rx(void);
 /* Between urvt_build_start and _finish: the packet is a plain ACK, which
  * may wait for the application's next send. */
 void urvt_txq_next_may_wait(struct urvt_txq *q);
