@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness for the IB CM (issue 11): MADs into cm_recv_mad, the
+ * libFuzzer harness for the IB CM (docs/rdmacm.md): MADs into cm_recv_mad, the
  * one entry point of everything the GSI QP receives, on a CM that has
  * connections in every state.
  *

@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness for the whole receive path (issue 6 (a)): a device with
+ * libFuzzer harness for the whole receive path (docs/security.md): a device with
  * registered MRs and QPs of every type in every state is fed arbitrary
  * packets through urvt_recv_pkt, the single entry point of a received
  * datagram (classification, ICRC, responder, completer).

@@ -1,9 +1,9 @@
 /*
  * The link interface: how the transport moves whole RoCEv2 packets (BTH to
  * ICRC) between devices. One implementation per medium: the UDP socket
- * (udp.c) now, a same-host shared-memory link later. A link knows nothing
- * of QPs or of the packets' contents; the transport knows nothing of
- * sockets. docs/architecture.md has the layers.
+ * (udp.c) and the same-host shared-memory link (shm.c, docs/shm.md). A
+ * link knows nothing of QPs or of the packets' contents; the transport
+ * knows nothing of sockets. docs/architecture.md has the layers.
  *
  * Threading: send_batch may be called by several threads at once (each
  * with its own packets); recv_batch by one thread at a time (the

@@ -1,10 +1,10 @@
 #!/bin/sh
 # capture.sh SLOT PINGPONG [ARGS...]
 #
-# issue 4 / issue 3 proof: capture a pingpong run between two network
-# namespaces joined by a veth pair (made here, addresses only inside them)
-# whose devices segment UDP GSO sends in software (gso_max_segs 1), as a
-# NIC path does; then
+# Proof that the ICRC survives a NIC-like path (docs/wire.md): capture a
+# pingpong run between two network namespaces joined by a veth pair (made
+# here, addresses only inside them) whose devices segment UDP GSO sends in
+# software (gso_max_segs 1), as a NIC path does; then
 #   - pcap_icrc recomputes every packet's ICRC from the captured IP header
 #     (IPv4 ID and all) and compares it with the 4 bytes on the wire;
 #   - tshark decodes the packets as InfiniBand/RoCEv2.

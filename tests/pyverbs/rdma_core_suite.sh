@@ -10,11 +10,16 @@
 #
 # Passes when the suite reports no failure and no error and at least
 # RDMA_CORE_MIN_PASS tests (default 130; 136 pass today) passed, not
-# skipped. Skips (77) without root, ip, python3-pyverbs or the suite.
+# skipped. Skips (77) without root, ip or python3-pyverbs, or when
+# RDMA_CORE_TESTS names a folder without run_tests.py.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
-tests=${RDMA_CORE_TESTS:-$here/../../../shared/rdma-core-v44/tests}
+# the suite: the copy vendored in tests/pyverbs/rdma-core-v44 (VENDORED.md
+# there), unless RDMA_CORE_TESTS names another tests/ folder of rdma-core
+tests=${RDMA_CORE_TESTS:-$here/rdma-core-v44/tests}
+# run_tests.py would write __pycache__ into the vendored folder
+export PYTHONDONTWRITEBYTECODE=1
 min=${RDMA_CORE_MIN_PASS:-130}
 py=/usr/bin/python3
 ns=urvt-suite$$

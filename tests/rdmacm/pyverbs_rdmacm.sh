@@ -14,7 +14,11 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
-tests=${RDMA_CORE_TESTS:-$here/../../../shared/rdma-core-v44/tests}
+# the suite: the copy vendored in tests/pyverbs/rdma-core-v44 (VENDORED.md
+# there), unless RDMA_CORE_TESTS names another tests/ folder of rdma-core
+tests=${RDMA_CORE_TESTS:-$here/../pyverbs/rdma-core-v44/tests}
+# run_tests.py would write __pycache__ into the vendored folder
+export PYTHONDONTWRITEBYTECODE=1
 py=/usr/bin/python3
 ns=urvt-pyv$$
 out=$(mktemp)

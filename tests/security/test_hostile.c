@@ -1,5 +1,5 @@
 /*
- * Hostile packets (issue 6, over the shm link issue 12): the device's QPs
+ * Hostile packets (docs/security.md; over the shm link, docs/shm.md): the device's QPs
  * face an attacker that sends hand-built RoCEv2 packets, and a stranger.
  * Built twice from this file: test_hostile, where each is a plain UDP
  * socket on its own 127.214.x address (port 4791), and test_hostile_shm

@@ -1,5 +1,5 @@
 /*
- * Resource exhaustion (issue 6): 100 000 QPs in one process (time and
+ * Resource exhaustion (docs/security.md): 100 000 QPs in one process (time and
  * memory per idle QP reported, everything freed), MRs up to the device's
  * max_mr then ENOMEM, and the device usable again afterwards. Nothing may
  * crash or leak: the ASan build runs this with LeakSanitizer, and the

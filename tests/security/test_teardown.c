@@ -1,5 +1,5 @@
 /*
- * Teardown under traffic (issue 6; the rxe CVE-2021-1000501 class): a peer
+ * Teardown under traffic (docs/security.md; the rxe CVE-2021-1000501 class): a peer
  * process keeps sending WRITEs, SENDs and READ requests at the device's
  * QPs (and at QPNs that are half-built or gone) while this process
  * destroys QPs, deregisters MRs and destroys CQs under it. Every MR lives
