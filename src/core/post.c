@@ -89,26 +89,14 @@ static int atomic_write_value(struct rvt_qp *qp, const struct ibv_send_wr *wr, u
 }
 
 /*
- * Check one WR (qp-semantics §2.2 W1-W11, in rdmavt's order) and fill the
- * send slot after the ones already taken: s_head for post_send, s_head + b->n
- * inside an ibv_wr_* batch. The caller publishes the slot (advances s_head).
- * Caller holds s_hlock. Returns 1 (slot filled), 0 (executed at post time,
- * no slot: an unsignaled LOCAL_INV) or a negative errno (nothing kept).
- *
- * A batch (b != NULL) may still be discarded by wr_abort or a later failure,
- * so it must leave no trace before rvt_post_batch_end: its PSN/SSN counters
- * run in b, and a local operation is always queued (as with IBV_SEND_FENCE)
- * rather than executed here, where it could not be undone.
+ * rdmavt's rvt_qp_valid_operation (qp-semantics §2.2 W1-W7, in its order):
+ * may this QP post this WR at all? Fills *parms with the opcode's row of
+ * post_parms. Returns 0 or -EINVAL.
  */
-static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
-			   struct rvt_post_batch *b)
+static inline int rvt_qp_valid_operation(const struct rvt_qp *qp, const struct ibv_send_wr *wr,
+					 uint32_t *parms)
 {
-	struct rvt_swqe *wqe;
-	uint32_t opcode = wr->opcode, parms, acc, j = 0;
-	uint64_t length = 0; /* 64-bit: 32 SGEs of up to 4 GiB must not wrap (W11, inline) */
-	uint64_t value = 0;
-	uint32_t head = qp->s_head + (b ? b->n : 0);
-	bool is_inline, local_now = false;
+	uint32_t opcode = wr->opcode;
 
 	/* W1 */
 	if (unlikely(wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge))
@@ -116,119 +104,153 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	/* W2, W3 (W4: no privileged opcode in the table) */
 	if (unlikely(opcode >= ARRAY_SIZE(post_parms)))
 		return -EINVAL;
-	parms = post_parms[opcode];
-	if (unlikely(!(parms & qp_type_bit(qp->type))))
+	*parms = post_parms[opcode];
+	if (unlikely(!(*parms & qp_type_bit(qp->type))))
 		return -EINVAL;
 	/* W5 */
-	if (parms & OPF_ATOMIC) {
+	if (*parms & OPF_ATOMIC) {
 		if (unlikely(wr->num_sge == 0 || wr->sg_list[0].length < sizeof(uint64_t) ||
 			     (wr->sg_list[0].addr & (sizeof(uint64_t) - 1))))
 			return -EINVAL;
 	}
 	/* W6 */
-	if (unlikely((parms & OPF_RDATOMIC) && !qp->max_rd_atomic))
+	if (unlikely((*parms & OPF_RDATOMIC) && !qp->max_rd_atomic))
 		return -EINVAL;
 	/* W7 */
 	if (qp->type == IBV_QPT_UD) {
 		if (unlikely(!wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd))
 			return -EINVAL;
 	}
-	/* W8: local operations. Decided once: the engine may lower
-	 * local_ops_pending concurrently (it does not take s_hlock). */
-	if (parms & OPF_LOCAL) {
-		/* a bind always runs in the engine (its errors are completions) */
-		local_now = opcode == IBV_WR_LOCAL_INV && !b && !(wr->send_flags & IBV_SEND_FENCE) &&
-			    !READ_ONCE(qp->local_ops_pending);
-		if (opcode == IBV_WR_BIND_MW && unlikely(!wr->bind_mw.mw))
-			return -EINVAL;
-		if (local_now) {
-			int ret = local_inv_now(qp, wr->invalidate_rkey);
-			if (ret)
-				return ret;
-			if (!(wr->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
-				return 0; /* done; no completion will ever be produced */
-		}
-	}
-	/* W9 */
-	if (unlikely(sq_full(qp, head)))
-		return -ENOMEM;
+	return 0;
+}
 
-	wqe = rvt_get_swqe_ptr(qp, head);
-	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
-	if (parms & OPF_VALUE) {
-		int ret = atomic_write_value(qp, wr, &value);
+/*
+ * W8: a local operation (LOCAL_INV, BIND_MW). An unfenced LOCAL_INV outside
+ * a batch, with no local operation queued, runs now (*local_now). Decided
+ * once: the engine may lower local_ops_pending concurrently (it does not
+ * take s_hlock). Returns 1 (go on and queue it), 0 (done, no slot: an
+ * unsignaled LOCAL_INV run now) or a negative errno.
+ */
+static inline int rvt_post_chk_local(struct rvt_qp *qp, const struct ibv_send_wr *wr,
+				     const struct rvt_post_batch *b, bool *local_now)
+{
+	/* a bind always runs in the engine (its errors are completions) */
+	*local_now = wr->opcode == IBV_WR_LOCAL_INV && !b && !(wr->send_flags & IBV_SEND_FENCE) &&
+		     !READ_ONCE(qp->local_ops_pending);
+	if (wr->opcode == IBV_WR_BIND_MW && unlikely(!wr->bind_mw.mw))
+		return -EINVAL;
+	if (*local_now) {
+		int ret = local_inv_now(qp, wr->invalidate_rkey);
 		if (ret)
 			return ret;
-		length = sizeof(value);
-		wqe->wqe_flags = 0;
-	} else if (is_inline) {
-		/* rxe-style inline (qp-semantics §2.7 decision): copy now, no lkey check. */
-		uint8_t *buf = (uint8_t *)&wqe->sg_list[qp->max_send_sge ? qp->max_send_sge : 1];
-		for (int i = 0; i < wr->num_sge; i++)
-			length += wr->sg_list[i].length;
-		if (unlikely(length > qp->max_inline))
-			return -EINVAL;
-		length = 0;
-		for (int i = 0; i < wr->num_sge; i++) {
-			memcpy(buf + length, (void *)(uintptr_t)wr->sg_list[i].addr,
-			       wr->sg_list[i].length);
-			length += wr->sg_list[i].length;
-		}
-		if (length) {
-			wqe->sg_list[0] = (struct rvt_sge){ .mr = NULL, .vaddr = buf,
-							    .length = (uint32_t)length,
-							    .sge_length = (uint32_t)length };
-			j = 1;
-		}
-		wqe->wqe_flags = RVT_SWQE_INLINE;
-	} else {
-		/* W10. Deviation: LOCAL_WRITE only for READ and atomics, not for
-		 * SEND_WITH_INV sources (qp-semantics §2.2 note). */
-		acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0;
-		int odp = 0;
-		if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
-			return -EINVAL; /* inline only for SEND and RDMA WRITE */
-		for (int i = 0; i < wr->num_sge; i++) {
-			int ret;
-			if (!wr->sg_list[i].length)
-				continue;
-			ret = rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &wqe->sg_list[j],
-					  j ? &wqe->sg_list[j - 1] : NULL, &wr->sg_list[i], acc);
-			if (unlikely(ret < 0)) {
-				put_sges(wqe->sg_list, j);
-				return -EINVAL;
-			}
-			j += (uint32_t)ret;
-			odp |= wqe->sg_list[j - 1].mr->access; /* ret 0: merged into j - 1 */
-			length += wr->sg_list[i].length;
-		}
-		/* its pages are looked at when the WQE starts (core/odp.h) */
-		wqe->wqe_flags = (odp & IBV_ACCESS_ON_DEMAND) ? RVT_SWQE_ODP : 0;
+		if (!(wr->send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all)
+			return 0; /* done; no completion will ever be produced */
 	}
-	/* W11 [driver, hfi1] */
-	if (qp->type != IBV_QPT_UD) {
-		if (unlikely(length > URVT_MAX_MSG_SZ))
-			goto bail_inval;
-	} else {
-		struct rvt_ah *ah = ibah_to_rvtah(wr->wr.ud.ah);
-		if (unlikely(length > qp->pmtu))
-			goto bail_inval;
-		qp->s_ud_av[head & qp->s_mask] = ah->av;
-		wqe->ud_av = &qp->s_ud_av[head & qp->s_mask];
-		wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
-		/* IBTA controlled Q_Key: bit 31 means "use the QP's own" (rdmavt) */
-		wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ?
-						 qp->qkey : wr->wr.ud.remote_qkey;
-	}
+	return 1;
+}
 
+/*
+ * The WQE's data for an inline WR: rxe-style (qp-semantics §2.7 decision),
+ * copied now into the slot after its SGEs, no lkey check. Returns 0 or
+ * -EINVAL (W11's max_inline), with *length and *nsge set.
+ */
+static inline int rvt_post_from_inline(const struct rvt_qp *qp, const struct ibv_send_wr *wr,
+				       struct rvt_swqe *wqe, uint64_t *length, uint32_t *nsge)
+{
+	uint8_t *buf = (uint8_t *)&wqe->sg_list[qp->max_send_sge ? qp->max_send_sge : 1];
+	uint64_t len = 0;
+
+	for (int i = 0; i < wr->num_sge; i++)
+		len += wr->sg_list[i].length;
+	if (unlikely(len > qp->max_inline))
+		return -EINVAL;
+	len = 0;
+	for (int i = 0; i < wr->num_sge; i++) {
+		memcpy(buf + len, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+		len += wr->sg_list[i].length;
+	}
+	if (len) {
+		wqe->sg_list[0] = (struct rvt_sge){ .mr = NULL, .vaddr = buf,
+						    .length = (uint32_t)len,
+						    .sge_length = (uint32_t)len };
+		*nsge = 1;
+	}
+	wqe->wqe_flags = RVT_SWQE_INLINE;
+	*length = len;
+	return 0;
+}
+
+/*
+ * W10: the WQE's SGEs, each lkey checked (and referenced). Deviation:
+ * LOCAL_WRITE only for READ and atomics, not for SEND_WITH_INV sources
+ * (qp-semantics §2.2 note). Returns 0, or -EINVAL with no reference kept.
+ */
+static inline int rvt_post_from_sges(struct rvt_qp *qp, const struct ibv_send_wr *wr,
+				     uint32_t parms, struct rvt_swqe *wqe, uint64_t *length,
+				     uint32_t *nsge)
+{
+	uint32_t acc = (parms & OPF_RDATOMIC) ? IBV_ACCESS_LOCAL_WRITE : 0, j = 0;
+	uint64_t len = 0;
+	int odp = 0;
+
+	if (unlikely(wr->send_flags & IBV_SEND_INLINE) && !(parms & OPF_LOCAL))
+		return -EINVAL; /* inline only for SEND and RDMA WRITE */
+	for (int i = 0; i < wr->num_sge; i++) {
+		int ret;
+		if (!wr->sg_list[i].length)
+			continue;
+		ret = rvt_lkey_ok(&qp->rdi->lkey_table, qp->pd, &wqe->sg_list[j],
+				  j ? &wqe->sg_list[j - 1] : NULL, &wr->sg_list[i], acc);
+		if (unlikely(ret < 0)) {
+			put_sges(wqe->sg_list, j);
+			return -EINVAL;
+		}
+		j += (uint32_t)ret;
+		odp |= wqe->sg_list[j - 1].mr->access; /* ret 0: merged into j - 1 */
+		len += wr->sg_list[i].length;
+	}
+	/* its pages are looked at when the WQE starts (core/odp.h) */
+	wqe->wqe_flags = (odp & IBV_ACCESS_ON_DEMAND) ? RVT_SWQE_ODP : 0;
+	*length = len;
+	*nsge = j;
+	return 0;
+}
+
+/*
+ * W11 [driver, hfi1]: the message length; for UD also the WQE's address
+ * (its AV copied into the ring's slot) and Q_Key. Returns 0 or -EINVAL.
+ */
+static inline int rvt_post_chk_length(struct rvt_qp *qp, const struct ibv_send_wr *wr,
+				      struct rvt_swqe *wqe, uint32_t head, uint64_t length)
+{
+	struct rvt_ah *ah;
+
+	if (qp->type != IBV_QPT_UD)
+		return unlikely(length > URVT_MAX_MSG_SZ) ? -EINVAL : 0;
+	ah = ibah_to_rvtah(wr->wr.ud.ah);
+	if (unlikely(length > qp->pmtu))
+		return -EINVAL;
+	qp->s_ud_av[head & qp->s_mask] = ah->av;
+	wqe->ud_av = &qp->s_ud_av[head & qp->s_mask];
+	wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
+	/* IBTA controlled Q_Key: bit 31 means "use the QP's own" (rdmavt) */
+	wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ?
+					 qp->qkey : wr->wr.ud.remote_qkey;
+	return 0;
+}
+
+/* The WR's own fields into the WQE: the common ones, then the opcode's. */
+static inline void rvt_post_from_wr(struct rvt_swqe *wqe, const struct ibv_send_wr *wr,
+				    uint64_t length, uint32_t nsge, uint64_t value)
+{
 	wqe->wr_id = wr->wr_id;
-	wqe->opcode = opcode;
+	wqe->opcode = wr->opcode;
 	wqe->send_flags = wr->send_flags;
 	wqe->ex.imm_data = wr->imm_data; /* union with invalidate_rkey */
 	wqe->length = (uint32_t)length;
-	wqe->num_sge = (uint16_t)j;
+	wqe->num_sge = (uint16_t)nsge;
 	wqe->xrc_srqn = wr->qp_type.xrc.remote_srqn & URVT_QPN_MASK; /* XRC_SEND's XRCETH */
-	switch (opcode) {
+	switch (wr->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
@@ -260,6 +282,17 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 	default:
 		break;
 	}
+}
+
+/*
+ * The WQE's place in the send sequence: SSN and PSN range, taken from the
+ * QP's counters (or the batch's, which rvt_post_batch_end commits). A local
+ * operation has none; it counts in local_ops_pending unless it already ran.
+ */
+static inline void rvt_post_from_seq(struct rvt_qp *qp, struct rvt_swqe *wqe,
+				     struct rvt_post_batch *b, uint32_t parms, bool local_now,
+				     uint64_t length)
+{
 	if (parms & OPF_LOCAL) {
 		if (local_now)
 			wqe->wqe_flags |= RVT_SWQE_LOCAL_DONE;
@@ -278,12 +311,65 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 					 (length - 1) >> shift : 0)) & URVT_QPN_MASK;
 		*next_psn = (wqe->lpsn + 1) & URVT_QPN_MASK;
 	}
-	return 1;
+}
 
-bail_inval:
-	if (!is_inline)
-		put_sges(wqe->sg_list, j);
-	return -EINVAL;
+/*
+ * Check one WR (qp-semantics §2.2 W1-W11, in rdmavt's order) and fill the
+ * send slot after the ones already taken: s_head for post_send, s_head + b->n
+ * inside an ibv_wr_* batch. The caller publishes the slot (advances s_head).
+ * Caller holds s_hlock. Returns 1 (slot filled), 0 (executed at post time,
+ * no slot: an unsignaled LOCAL_INV) or a negative errno (nothing kept).
+ *
+ * A batch (b != NULL) may still be discarded by wr_abort or a later failure,
+ * so it must leave no trace before rvt_post_batch_end: its PSN/SSN counters
+ * run in b, and a local operation is always queued (as with IBV_SEND_FENCE)
+ * rather than executed here, where it could not be undone.
+ */
+static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
+			   struct rvt_post_batch *b)
+{
+	uint32_t head = qp->s_head + (b ? b->n : 0);
+	uint64_t length = 0; /* 64-bit: 32 SGEs of up to 4 GiB must not wrap (W11, inline) */
+	uint64_t value = 0;
+	uint32_t parms, nsge = 0;
+	bool is_inline, local_now = false;
+	struct rvt_swqe *wqe;
+	int ret;
+
+	ret = rvt_qp_valid_operation(qp, wr, &parms); /* W1-W7 */
+	if (unlikely(ret))
+		return ret;
+	if (parms & OPF_LOCAL) { /* W8 */
+		ret = rvt_post_chk_local(qp, wr, b, &local_now);
+		if (ret <= 0)
+			return ret;
+	}
+	/* W9 */
+	if (unlikely(sq_full(qp, head)))
+		return -ENOMEM;
+
+	wqe = rvt_get_swqe_ptr(qp, head);
+	is_inline = (wr->send_flags & IBV_SEND_INLINE) && (parms & OPF_INLINE_OK);
+	if (parms & OPF_VALUE) {
+		ret = atomic_write_value(qp, wr, &value);
+		if (ret)
+			return ret;
+		length = sizeof(value);
+		wqe->wqe_flags = 0;
+	} else {
+		ret = is_inline ? rvt_post_from_inline(qp, wr, wqe, &length, &nsge) :
+				  rvt_post_from_sges(qp, wr, parms, wqe, &length, &nsge);
+		if (ret)
+			return ret;
+	}
+	if (unlikely(rvt_post_chk_length(qp, wr, wqe, head, length))) { /* W11 */
+		if (!is_inline)
+			put_sges(wqe->sg_list, nsge);
+		return -EINVAL;
+	}
+	rvt_post_from_wr(wqe, wr, length, nsge, value);
+	rvt_post_from_seq(qp, wqe, b, parms, local_now, length);
+	return 1;
 }
 
 /*

@@ -207,9 +207,10 @@ static uint32_t mtu_bytes(enum ibv_mtu mtu)
  * qp-semantics §16.3: an XRC_SEND QP has a PD and a send CQ and no receive
  * side; an XRC_RECV QP has an XRC domain and nothing else (its receive
  * side is the SRQs of the domain, its send side the responses). What they
- * do not have is ignored, as the kernel does; rvt_create_qp zeroes it.
+ * do not have is ignored, as the kernel does; rvt_qp_init_attr_drop_xrc
+ * zeroes it.
  */
-static int check_create_xrc(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
+static int rvt_qp_chk_init_xrc(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
 {
 	if (a->qp_type == IBV_QPT_XRC_RECV) {
 		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd)
@@ -225,8 +226,9 @@ static int check_create_xrc(struct rvt_dev_info *rdi, const struct ibv_qp_init_a
 	return 0;
 }
 
-/* qp-semantics §4.1 C1-C6 (C5: no SMI/GSI QPs here); C7-C9 follow in rvt_create_qp. */
-static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
+/* qp-semantics §4.1 C1-C6 (C5: no SMI/GSI QPs here); C7-C9 follow in rvt_create_qp.
+ * rxe_qp_chk_init: nothing is allocated before it passes. */
+static int rvt_qp_chk_init(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_ex *a)
 {
 	const struct ibv_qp_cap *cap = &a->cap;
 
@@ -247,7 +249,7 @@ static int check_create(struct rvt_dev_info *rdi, const struct ibv_qp_init_attr_
 			    IBV_QP_INIT_ATTR_RX_HASH))
 		return -EOPNOTSUPP;
 	if (a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV)
-		return check_create_xrc(rdi, a);
+		return rvt_qp_chk_init_xrc(rdi, a);
 	if (a->comp_mask & IBV_QP_INIT_ATTR_XRCD)
 		return -EINVAL;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq || !a->recv_cq)
@@ -329,48 +331,36 @@ static void qpn_put(struct rvt_dev_info *rdi, uint32_t qpn)
 		rvt_free_qpn(&rdi->qpn_table, qpn);
 }
 
-struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *user_attr,
-			     int *err)
+/*
+ * What an XRC type does not have (rvt_qp_chk_init_xrc) is cleared in the
+ * caller's copy of the attributes, so that the steps after see nothing of it.
+ */
+static void rvt_qp_init_attr_drop_xrc(struct ibv_qp_init_attr_ex *attr)
 {
-	/* a copy: what an XRC type does not have is cleared in it, not in
-	 * the caller's */
-	struct ibv_qp_init_attr_ex copy = *user_attr, *attr = &copy;
-	struct rvt_dev_info *rdi = uctx->rdi;
-	struct rvt_pd *pd;
-	struct rvt_qp *qp;
-	struct ibv_qp *ibqp;
+	if (attr->qp_type != IBV_QPT_XRC_SEND && attr->qp_type != IBV_QPT_XRC_RECV)
+		return;
+	memset(&attr->cap, 0, attr->qp_type == IBV_QPT_XRC_RECV ? sizeof(attr->cap) : 0);
+	attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;
+	attr->recv_cq = NULL;
+	attr->srq = NULL;
+	if (attr->qp_type == IBV_QPT_XRC_RECV) {
+		attr->pd = NULL;
+		attr->send_cq = NULL;
+	} else {
+		attr->xrcd = NULL;
+	}
+}
+
+/* rxe_qp_from_init's first half: the new QP's objects, type and send ring
+ * geometry, from the checked attributes. Allocates nothing. */
+static void rvt_qp_from_init(struct rvt_qp *qp, struct urvt_context *uctx,
+			     const struct ibv_qp_init_attr_ex *attr)
+{
 	uint32_t sge_slots, inline_bytes;
-	int ret;
 
-	ret = check_create(rdi, attr);
-	if (ret)
-		goto err;
-	if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV) {
-		/* what the type has not (check_create_xrc) */
-		memset(&attr->cap, 0, attr->qp_type == IBV_QPT_XRC_RECV ? sizeof(attr->cap) : 0);
-		attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;
-		attr->recv_cq = NULL;
-		attr->srq = NULL;
-		if (attr->qp_type == IBV_QPT_XRC_RECV) {
-			attr->pd = NULL;
-			attr->send_cq = NULL;
-		} else {
-			attr->xrcd = NULL;
-		}
-	}
-	pd = attr->pd ? ibpd_to_rvtpd(attr->pd) : NULL;
-	qp = rvt_qp_struct_alloc(&rdi->qp_table);
-	if (!qp) {
-		ret = -ENOMEM;
-		goto err;
-	}
-	/* The refcount stays untouched: a racing lookup may be probing it. */
-	memset(qp, 0, offsetof(struct rvt_qp, refcount));
-	qp->next_free = NULL;
-
-	qp->rdi = rdi;
+	qp->rdi = uctx->rdi;
 	qp->uctx = uctx;
-	qp->pd = pd;
+	qp->pd = attr->pd ? ibpd_to_rvtpd(attr->pd) : NULL;
 	qp->send_cq = attr->send_cq ? ibcq_to_rvtcq(attr->send_cq) : NULL;
 	qp->recv_cq = attr->recv_cq ? ibcq_to_rvtcq(attr->recv_cq) : NULL;
 	qp->srq = attr->srq ? ibsrq_to_rvtsrq(attr->srq) : NULL;
@@ -399,18 +389,36 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	/* only a parent domain is kept (its allocators, its count): an
 	 * imported PD's struct may be unimported before the QP goes */
 	qp->domain = attr->pd && ibpd_to_domain(attr->pd)->parent ? ibpd_to_domain(attr->pd) : NULL;
+}
+
+/* The responder's SGE list and ACK queue, and the receive queue unless an SRQ. */
+static void rvt_qp_free_rq(struct rvt_qp *qp)
+{
+	free(qp->r_sg_list);
+	free(qp->r_ack_queue);
+	if (!qp->srq)
+		rvt_rq_fini(&qp->rq);
+}
+
+/*
+ * The QP's queues and buffers: send ring (and UD's AV slots), receive
+ * queue unless an SRQ, responder SGE list and ACK queue, the transport's
+ * per-QP state (rdmavt qp_priv_alloc). Returns 0, or -ENOMEM with nothing
+ * left allocated.
+ */
+static int rvt_qp_alloc_queues(struct rvt_qp *qp, const struct ibv_qp_init_attr_ex *attr)
+{
+	struct rvt_dev_info *rdi = qp->rdi;
+	int ret = -ENOMEM;
+
 	qp->s_wq = rvt_buf_alloc(qp->domain, qp->s_size, qp->s_stride, RVT_RES_TYPE_QP,
 				 &qp->s_wq_custom);
-	if (!qp->s_wq) {
-		ret = -ENOMEM;
-		goto err_struct;
-	}
+	if (!qp->s_wq)
+		return -ENOMEM;
 	if (qp->type == IBV_QPT_UD) {
 		qp->s_ud_av = calloc(qp->s_size, sizeof(*qp->s_ud_av));
-		if (!qp->s_ud_av) {
-			ret = -ENOMEM;
+		if (!qp->s_ud_av)
 			goto err_swq;
-		}
 	}
 	if (!qp->srq) {
 		qp->max_recv_sge = attr->cap.max_recv_sge;
@@ -428,27 +436,38 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 		qp->r_max_sge = URVT_MAX_SGE;
 	qp->r_sg_list = calloc(qp->r_max_sge ? qp->r_max_sge : 1, sizeof(*qp->r_sg_list));
 	qp->r_ack_queue = calloc(URVT_MAX_RD_ATOMIC + 1, sizeof(*qp->r_ack_queue));
-	if (!qp->r_sg_list || !qp->r_ack_queue) {
-		ret = -ENOMEM;
+	ret = -ENOMEM;
+	if (!qp->r_sg_list || !qp->r_ack_queue)
 		goto err_rq;
-	}
-	/* the transport's per-QP state (rdmavt qp_priv_alloc) */
 	if (rdi->transport && rdi->transport->qp_priv_alloc) {
 		qp->priv = rdi->transport->qp_priv_alloc(qp);
-		if (!qp->priv) {
-			ret = -ENOMEM;
+		if (!qp->priv)
 			goto err_rq;
-		}
 	}
-	/* C8b, then C9 last */
-	ret = qpn_get(rdi, attr, &qp->qpn);
-	if (ret)
-		goto err_priv;
-	if (atomic_fetch_add(&rdi->n_qps, 1) >= (int)rdi->dattr.max_qp) {
-		ret = -ENOMEM;
-		goto err_count;
-	}
+	return 0;
 
+err_rq:
+	rvt_qp_free_rq(qp);
+err_udav:
+	free(qp->s_ud_av);
+err_swq:
+	rvt_buf_free(qp->domain, qp->s_wq, RVT_RES_TYPE_QP, qp->s_wq_custom);
+	return ret;
+}
+
+/* Undoes rvt_qp_alloc_queues. */
+static void rvt_qp_free_queues(struct rvt_qp *qp)
+{
+	if (qp->priv)
+		qp->rdi->transport->qp_priv_free(qp, qp->priv);
+	rvt_qp_free_rq(qp);
+	free(qp->s_ud_av);
+	rvt_buf_free(qp->domain, qp->s_wq, RVT_RES_TYPE_QP, qp->s_wq_custom);
+}
+
+/* The locks, timers and RESET values of a QP whose QPN is taken. */
+static void rvt_qp_init_state(struct rvt_qp *qp)
+{
 	pthread_mutex_init(&qp->state_lock, NULL);
 	urvt_bias_init(&qp->s_hlock);
 	urvt_spin_init(&qp->r_lock);
@@ -459,10 +478,21 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	urvt_work_init(&qp->s_work, rvt_send_work_fn);
 	atomic_store(&qp->state, IBV_QPS_RESET);
 	qp->port_num = 1;
-	qp->pmtu = mtu_bytes(rdi->port_attr.active_mtu);
-	qp->path_mtu = rdi->port_attr.active_mtu;
+	qp->pmtu = mtu_bytes(qp->rdi->port_attr.active_mtu);
+	qp->path_mtu = qp->rdi->port_attr.active_mtu;
 	qp->path_mig_state = IBV_MIG_MIGRATED;
 	rvt_init_qp(qp);
+}
+
+/*
+ * The finished QP: its capabilities back to the caller, its ibv_qp filled,
+ * references on the objects it uses, then live (refcount 1) and listed.
+ * Lookups may take references once it is published (RESET -> INIT).
+ */
+static void rvt_qp_publish(struct rvt_qp *qp, const struct ibv_qp_init_attr_ex *attr,
+			   struct ibv_qp_init_attr_ex *user_attr)
+{
+	struct ibv_qp *ibqp = &qp->ibqp_ex.qp_base;
 
 	qp->cap.max_send_wr = qp->max_send_wr;
 	qp->cap.max_send_sge = qp->max_send_sge;
@@ -471,8 +501,7 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	qp->cap.max_recv_sge = qp->srq ? 0 : qp->max_recv_sge;
 	user_attr->cap = qp->cap;
 
-	ibqp = &qp->ibqp_ex.qp_base;
-	ibqp->context = &uctx->vctx.context;
+	ibqp->context = &qp->uctx->vctx.context;
 	ibqp->qp_context = attr->qp_context;
 	ibqp->pd = attr->pd;
 	ibqp->send_cq = attr->send_cq;
@@ -484,8 +513,8 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	pthread_mutex_init(&ibqp->mutex, NULL);
 	pthread_cond_init(&ibqp->cond, NULL);
 
-	if (pd)
-		atomic_fetch_add(&pd->usecnt, 1);
+	if (qp->pd)
+		atomic_fetch_add(&qp->pd->usecnt, 1);
 	if (qp->send_cq)
 		atomic_fetch_add(&qp->send_cq->usecnt, 1);
 	if (qp->recv_cq)
@@ -495,27 +524,53 @@ struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_
 	rvt_domain_get(qp->domain);
 	if (qp->xrcd)
 		atomic_fetch_add(&qp->xrcd->usecnt, 1);
-	/* Live from now on: lookups may take references once it is published
-	 * (RESET -> INIT). */
 	atomic_store_explicit(&qp->refcount, 1, memory_order_release);
-	rvt_qp_all_add(&rdi->qp_table, qp);
+	rvt_qp_all_add(&qp->rdi->qp_table, qp);
+}
+
+struct rvt_qp *rvt_create_qp(struct urvt_context *uctx, struct ibv_qp_init_attr_ex *user_attr,
+			     int *err)
+{
+	/* a copy: what an XRC type does not have is cleared in it, not in
+	 * the caller's */
+	struct ibv_qp_init_attr_ex copy = *user_attr, *attr = &copy;
+	struct rvt_dev_info *rdi = uctx->rdi;
+	struct rvt_qp *qp;
+	int ret;
+
+	ret = rvt_qp_chk_init(rdi, attr);
+	if (ret)
+		goto err;
+	rvt_qp_init_attr_drop_xrc(attr);
+	qp = rvt_qp_struct_alloc(&rdi->qp_table);
+	if (!qp) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	/* The refcount stays untouched: a racing lookup may be probing it. */
+	memset(qp, 0, offsetof(struct rvt_qp, refcount));
+	qp->next_free = NULL;
+	rvt_qp_from_init(qp, uctx, attr);
+	ret = rvt_qp_alloc_queues(qp, attr);
+	if (ret)
+		goto err_struct;
+	/* C8b, then C9 last */
+	ret = qpn_get(rdi, attr, &qp->qpn);
+	if (ret)
+		goto err_queues;
+	if (atomic_fetch_add(&rdi->n_qps, 1) >= (int)rdi->dattr.max_qp) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	rvt_qp_init_state(qp);
+	rvt_qp_publish(qp, attr, user_attr);
 	return qp;
 
 err_count:
 	atomic_fetch_sub(&rdi->n_qps, 1);
 	qpn_put(rdi, qp->qpn);
-err_priv:
-	if (qp->priv)
-		rdi->transport->qp_priv_free(qp, qp->priv);
-err_rq:
-	free(qp->r_sg_list);
-	free(qp->r_ack_queue);
-	if (!qp->srq)
-		rvt_rq_fini(&qp->rq);
-err_udav:
-	free(qp->s_ud_av);
-err_swq:
-	rvt_buf_free(qp->domain, qp->s_wq, RVT_RES_TYPE_QP, qp->s_wq_custom);
+err_queues:
+	rvt_qp_free_queues(qp);
 err_struct:
 	rvt_qp_struct_free(&rdi->qp_table, qp);
 err:
@@ -848,7 +903,7 @@ void rvt_qp_mr_clean(struct rvt_qp *qp, const struct rvt_mregion *mr)
 /* ------------------------------------------------------------------ */
 /* Modify                                                             */
 /* ------------------------------------------------------------------ */
-static int check_mig(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int new_state)
+static int rvt_qp_chk_mig(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int new_state)
 {
 	switch (attr->path_mig_state) {
 	case IBV_MIG_REARM:
@@ -867,69 +922,71 @@ static int check_mig(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int new_
 
 #define RVT_KNOWN_QP_MASK ((1 << 21) - 1)
 
-int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+/*
+ * rxe_qp_chk_attr (qp-semantics §5.1 steps 4-5): the transition in the
+ * state table, then rdmavt's checks of the attributes given (plus the
+ * device limits it leaves out). *av is the path of IBV_QP_AV, resolved
+ * here. Caller holds state_lock. Returns 0 or -EINVAL.
+ */
+static int rvt_qp_chk_attr(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int attr_mask,
+			   int cur, int next, struct urvt_av *av)
 {
 	struct rvt_dev_info *rdi = qp->rdi;
-	struct urvt_av av;
-	int cur, next, ret = 0;
-	bool lastwqe = false, run_engine = false;
 
-	/* 1. (v6.x) bits past DEST_QPN, e.g. RATE_LIMIT */
-	if (attr_mask & ~RVT_KNOWN_QP_MASK)
-		return -EOPNOTSUPP;
-	pthread_mutex_lock(&qp->state_lock);
-	cur = (attr_mask & IBV_QP_CUR_STATE) ? (int)attr->cur_qp_state : rvt_qp_state(qp);
-	next = (attr_mask & IBV_QP_STATE) ? (int)attr->qp_state : cur;
 	/* 4. the state table */
 	if (!rvt_modify_qp_is_ok(cur, next, qp->ibqp_ex.qp_base.qp_type, attr_mask))
-		goto inval;
+		return -EINVAL;
 	/* 5. rdmavt's extra checks (plus the device limits it leaves out) */
 	if (attr_mask & IBV_QP_AV) {
-		if (rvt_av_from_attr(rdi, &attr->ah_attr, &av))
-			goto inval;
+		if (rvt_av_from_attr(rdi, &attr->ah_attr, av))
+			return -EINVAL;
 		/* XRC has no in-process path: to a QP of this process too it
 		 * goes over a link (qp-semantics §16.5) */
-		if (rvt_qp_is_xrc(qp) && av.loopback)
-			rvt_av_via_link(rdi, &av);
+		if (rvt_qp_is_xrc(qp) && av->loopback)
+			rvt_av_via_link(rdi, av);
 	}
 	if (attr_mask & IBV_QP_ALT_PATH)
-		goto inval; /* no alternate paths on a RoCE port */
+		return -EINVAL; /* no alternate paths on a RoCE port */
 	if ((attr_mask & IBV_QP_PKEY_INDEX) && attr->pkey_index >= URVT_PKEY_TABLE_LEN)
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31)
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_PORT) &&
 	    (attr->port_num == 0 || attr->port_num > URVT_PORT_COUNT))
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_DEST_QPN) && attr->dest_qp_num > URVT_QPN_MASK)
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7)
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7)
-		goto inval;
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_PATH_MTU) &&
 	    (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
-		goto inval;
-	if ((attr_mask & IBV_QP_PATH_MIG_STATE) && check_mig(qp, attr, next))
-		goto inval;
+		return -EINVAL;
+	if ((attr_mask & IBV_QP_PATH_MIG_STATE) && rvt_qp_chk_mig(qp, attr, next))
+		return -EINVAL;
 	if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
 	    attr->max_dest_rd_atomic > rdi->dattr.max_qp_rd_atom)
-		goto inval;
+		return -EINVAL;
 	/* rdmavt leaves this unchecked; rxe checks it. urvt enforces the limit
 	 * it reports (max_qp_init_rd_atom). */
 	if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
 	    attr->max_rd_atomic > rdi->dattr.max_qp_init_rd_atom)
-		goto inval;
+		return -EINVAL;
 	/* ACCESS_FLAGS, QKEY, TIMEOUT, the PSNs: stored as given (qp-semantics §5.1). */
+	return 0;
+}
 
-	/* 6. state actions that must run unlocked (reset waits for engines) */
-	if (next == IBV_QPS_RESET)
-		rvt_reset_qp(qp); /* RESET -> RESET reinitialises too (qp-semantics §5.4) */
+/*
+ * rxe_qp_from_attr (step 7, first half): store the checked attributes.
+ * Caller holds s_hlock and r_lock; the engines read them only after an
+ * acquire of a state that lets them run (rvt_qp_publish_state).
+ */
+static void rvt_qp_from_attr(struct rvt_qp *qp, const struct ibv_qp_attr *attr, int attr_mask,
+			     const struct urvt_av *av)
+{
+	struct rvt_dev_info *rdi = qp->rdi;
 
-	/* 7. apply the attributes, then the new state: the engines read them
-	 * only after an acquire of a state that lets them run. */
-	urvt_bias_lock(&qp->s_hlock);
-	urvt_spin_lock(&qp->r_lock);
 	if (attr_mask & IBV_QP_PKEY_INDEX)
 		qp->pkey_index = attr->pkey_index;
 	if (attr_mask & IBV_QP_PORT)
@@ -945,7 +1002,7 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if (attr_mask & IBV_QP_ACCESS_FLAGS)
 		WRITE_ONCE(qp->qp_access_flags, (int)attr->qp_access_flags); /* post_direct */
 	if (attr_mask & IBV_QP_AV)
-		qp->remote_av = av;
+		qp->remote_av = *av;
 	if (attr_mask & IBV_QP_PATH_MIG_STATE)
 		qp->path_mig_state = attr->path_mig_state;
 	if (attr_mask & IBV_QP_PATH_MTU) {
@@ -976,36 +1033,72 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	/* the same test as rvt_do_send's for the loopback engine */
 	qp->lb_direct = qp->type != IBV_QPT_UD && (qp->remote_av.loopback || !rdi->transport) &&
 			qp->max_send_wr && qp->max_send_sge;
+}
 
+/*
+ * Step 7, second half: the new state, stored with release after the
+ * attributes. Caller holds s_hlock and r_lock. Sets *lastwqe when ERR must
+ * raise IBV_EVENT_QP_LAST_WQE_REACHED; returns true when the send engine
+ * must run (to flush in ERR, or to resume SQD -> RTS).
+ */
+static bool rvt_qp_publish_state(struct rvt_qp *qp, int cur, int next, bool *lastwqe)
+{
 	switch (next) {
 	case IBV_QPS_RESET:
-		break;
+		return false;
 	case IBV_QPS_RTR:
 		qp->comm_est = false;
 		atomic_store_explicit(&qp->state, next, memory_order_release);
-		break;
+		return false;
 	case IBV_QPS_SQD:
 		/* the engine moves s_last/s_cur concurrently (atomic reads) */
 		WRITE_ONCE(qp->sq_draining, load_acquire(&qp->s_last) != qp->s_head &&
 						    READ_ONCE(qp->s_cur) != load_acquire(&qp->s_last));
 		atomic_store_explicit(&qp->state, next, memory_order_release);
-		break;
+		return false;
 	case IBV_QPS_ERR:
-		lastwqe = rvt_error_qp_locked(qp, IBV_WC_WR_FLUSH_ERR);
-		run_engine = true;
-		break;
+		*lastwqe = rvt_error_qp_locked(qp, IBV_WC_WR_FLUSH_ERR);
+		return true;
 	default:
 		atomic_store_explicit(&qp->state, next, memory_order_release);
 		/* SQD -> RTS resumes a queue that was held */
-		run_engine = next == IBV_QPS_RTS && cur == IBV_QPS_SQD;
-		break;
+		return next == IBV_QPS_RTS && cur == IBV_QPS_SQD;
 	}
+}
+
+int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct urvt_av av;
+	int cur, next, ret = 0;
+	bool lastwqe = false, run_engine;
+
+	/* 1. (v6.x) bits past DEST_QPN, e.g. RATE_LIMIT */
+	if (attr_mask & ~RVT_KNOWN_QP_MASK)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&qp->state_lock);
+	cur = (attr_mask & IBV_QP_CUR_STATE) ? (int)attr->cur_qp_state : rvt_qp_state(qp);
+	next = (attr_mask & IBV_QP_STATE) ? (int)attr->qp_state : cur;
+	/* 4.-5. */
+	if (rvt_qp_chk_attr(qp, attr, attr_mask, cur, next, &av)) {
+		pthread_mutex_unlock(&qp->state_lock);
+		return -EINVAL;
+	}
+
+	/* 6. state actions that must run unlocked (reset waits for engines) */
+	if (next == IBV_QPS_RESET)
+		rvt_reset_qp(qp); /* RESET -> RESET reinitialises too (qp-semantics §5.4) */
+
+	/* 7. apply the attributes, then the new state */
+	urvt_bias_lock(&qp->s_hlock);
+	urvt_spin_lock(&qp->r_lock);
+	rvt_qp_from_attr(qp, attr, attr_mask, &av);
+	run_engine = rvt_qp_publish_state(qp, cur, next, &lastwqe);
 	urvt_spin_unlock(&qp->r_lock);
 	urvt_bias_unlock(&qp->s_hlock);
 
 	/* 8. RESET -> INIT publishes the QP for lookups by QPN. */
 	if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
-		ret = rvt_qp_table_insert(&rdi->qp_table, qp);
+		ret = rvt_qp_table_insert(&qp->rdi->qp_table, qp);
 	/* 8b. the loopback peer, for post_direct; and the senders that
 	 * cache this QP see its new state and access flags */
 	lb_cache(qp);
@@ -1018,10 +1111,6 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	if (run_engine)
 		rvt_schedule_send(qp);
 	return ret;
-
-inval:
-	pthread_mutex_unlock(&qp->state_lock);
-	return -EINVAL;
 }
 
 int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
