@@ -39,6 +39,10 @@
 #define CM_UNMATCHED_NS (250ull * 1000000)
 #define CM_UNMATCHED_MAX 64
 
+/* sets of states, for the checks handlers open with */
+#define CM_STATE(s) (1u << (s))
+#define CM_ANY_STATE (~0u)
+
 const char *const ib_cm_state_str[IB_CM_NSTATES] = {
 	[IB_CM_IDLE] = "IDLE",
 	[IB_CM_LISTEN] = "LISTEN",
@@ -654,6 +658,14 @@ out:
 /* ------------------------------------------------------------------ */
 /* Sends requested by the user (the kernel's ib_send_cm_*)            */
 /* ------------------------------------------------------------------ */
+/* The opening of every ib_send_cm_* of one message: its private data fits
+ * (max bytes) and the id is in one of states; else the call is -EINVAL. */
+static bool cm_send_allowed(const struct ib_cm_id *id, const void *private_data, size_t len,
+			    size_t max, uint32_t states)
+{
+	return !(private_data && len > max) && (states & CM_STATE(id->state));
+}
+
 static void path_to_av(struct cm_id_private *p, const struct cm_path *path)
 {
 	p->path = *path;
@@ -670,9 +682,8 @@ int ib_send_cm_req(struct ib_cm_id *id, const struct ib_cm_req_param *param)
 	struct cm_mad *m = &p->msg;
 
 	if (!pri || (param->qp_type != IBV_QPT_RC && param->qp_type != IBV_QPT_UC) ||
-	    (param->private_data && param->private_data_len > IB_CM_REQ_PRIVATE_DATA_SIZE))
-		return -EINVAL;
-	if (id->state != IB_CM_IDLE)
+	    !cm_send_allowed(id, param->private_data, param->private_data_len,
+			     IB_CM_REQ_PRIVATE_DATA_SIZE, CM_STATE(IB_CM_IDLE)))
 		return -EINVAL;
 	path_to_av(p, pri);
 	id->service_id = param->service_id;
@@ -741,9 +752,9 @@ int ib_send_cm_rep(struct ib_cm_id *id, const struct ib_cm_rep_param *param)
 	struct cm_id_private *p = to_priv(id);
 	struct cm_mad *m = &p->msg;
 
-	if (param->private_data && param->private_data_len > IB_CM_REP_PRIVATE_DATA_SIZE)
-		return -EINVAL;
-	if (id->state != IB_CM_REQ_RCVD && id->state != IB_CM_MRA_REQ_SENT)
+	if (!cm_send_allowed(id, param->private_data, param->private_data_len,
+			     IB_CM_REP_PRIVATE_DATA_SIZE,
+			     CM_STATE(IB_CM_REQ_RCVD) | CM_STATE(IB_CM_MRA_REQ_SENT)))
 		return -EINVAL;
 	cm_mad_init(m, CM_REP_ATTR_ID, p->tid);
 	cm_mad_set_attr_mod(m, param->ece.attr_mod);
@@ -780,9 +791,8 @@ int ib_send_cm_rtu(struct ib_cm_id *id, const void *private_data, uint8_t len)
 	struct cm_id_private *p = to_priv(id);
 	struct cm_mad m;
 
-	if (private_data && len > IB_CM_RTU_PRIVATE_DATA_SIZE)
-		return -EINVAL;
-	if (id->state != IB_CM_REP_RCVD && id->state != IB_CM_MRA_REP_SENT)
+	if (!cm_send_allowed(id, private_data, len, IB_CM_RTU_PRIVATE_DATA_SIZE,
+			     CM_STATE(IB_CM_REP_RCVD) | CM_STATE(IB_CM_MRA_REP_SENT)))
 		return -EINVAL;
 	cm_format_rtu(&m, p, private_data, len);
 	cm_send(p->dev, &p->dgid, &m);
@@ -796,9 +806,8 @@ int ib_send_cm_dreq(struct ib_cm_id *id, const void *private_data, uint8_t len)
 	struct cm_id_private *p = to_priv(id);
 	struct cm_mad *m = &p->msg;
 
-	if (private_data && len > IB_CM_DREQ_PRIVATE_DATA_SIZE)
-		return -EINVAL;
-	if (id->state != IB_CM_ESTABLISHED)
+	if (!cm_send_allowed(id, private_data, len, IB_CM_DREQ_PRIVATE_DATA_SIZE,
+			     CM_STATE(IB_CM_ESTABLISHED)))
 		return -EINVAL;
 	cm_mad_init(m, CM_DREQ_ATTR_ID, cm_form_tid(p));
 	cm_set(m, CM_DREQ_LOCAL_COMM_ID, id->local_id);
@@ -816,9 +825,8 @@ int ib_send_cm_drep(struct ib_cm_id *id, const void *private_data, uint8_t len)
 	struct cm_id_private *p = to_priv(id);
 	struct cm_mad m;
 
-	if (private_data && len > IB_CM_DREP_PRIVATE_DATA_SIZE)
-		return -EINVAL;
-	if (id->state != IB_CM_DREQ_RCVD)
+	if (!cm_send_allowed(id, private_data, len, IB_CM_DREP_PRIVATE_DATA_SIZE,
+			     CM_STATE(IB_CM_DREQ_RCVD)))
 		return -EINVAL;
 	save_private_data(p, private_data, len);
 	cm_enter_timewait(p);
@@ -895,10 +903,9 @@ int ib_send_cm_sidr_req(struct ib_cm_id *id, const struct ib_cm_sidr_req_param *
 	struct cm_id_private *p = to_priv(id);
 	struct cm_mad *m = &p->msg;
 
-	if (!param->path || (param->private_data &&
-			     param->private_data_len > IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE))
-		return -EINVAL;
-	if (id->state != IB_CM_IDLE)
+	if (!param->path ||
+	    !cm_send_allowed(id, param->private_data, param->private_data_len,
+			     IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE, CM_STATE(IB_CM_IDLE)))
 		return -EINVAL;
 	path_to_av(p, param->path);
 	id->service_id = param->service_id;
@@ -923,9 +930,8 @@ int ib_send_cm_sidr_rep(struct ib_cm_id *id, const struct ib_cm_sidr_rep_param *
 	struct cm_mad m;
 
 	if ((param->info && param->info_length > IB_CM_SIDR_REP_INFO_LENGTH) ||
-	    (param->private_data && param->private_data_len > IB_CM_SIDR_REP_PRIVATE_DATA_SIZE))
-		return -EINVAL;
-	if (id->state != IB_CM_SIDR_REQ_RCVD)
+	    !cm_send_allowed(id, param->private_data, param->private_data_len,
+			     IB_CM_SIDR_REP_PRIVATE_DATA_SIZE, CM_STATE(IB_CM_SIDR_REQ_RCVD)))
 		return -EINVAL;
 	cm_mad_init(&m, CM_SIDR_REP_ATTR_ID, p->tid);
 	cm_mad_set_attr_mod(&m, param->ece.attr_mod);
@@ -1136,6 +1142,29 @@ static bool from_peer(struct cm_id_private *p, const union ibv_gid *sgid)
 	return true;
 }
 
+/*
+ * The opening every handler of a message about an existing connection
+ * shares: p is the id the message names (NULL: none, counted unmatched);
+ * the message must come from p's peer and find p in one of states, else
+ * it is counted in *wrong_state. NULL: drop the message.
+ */
+static struct cm_id_private *cm_handler_begin(struct cm_device *dev, struct cm_id_private *p,
+					      const union ibv_gid *sgid, uint32_t states,
+					      uint64_t *wrong_state)
+{
+	if (!p) {
+		dev->ctr.drop_unmatched++;
+		return NULL;
+	}
+	if (!from_peer(p, sgid))
+		return NULL;
+	if (!(states & CM_STATE(p->id.state))) {
+		(*wrong_state)++;
+		return NULL;
+	}
+	return p;
+}
+
 static enum ibv_qp_type req_qp_type(const struct cm_mad *m)
 {
 	switch (cm_get(m, CM_REQ_TRANSPORT_SERVICE_TYPE)) {
@@ -1321,15 +1350,14 @@ free:
 static void cm_dup_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 			       const union ibv_gid *sgid)
 {
-	struct cm_id_private *p = cm_acquire_id(dev, (uint32_t)cm_get(m, CM_REP_REMOTE_COMM_ID),
-						(uint32_t)cm_get(m, CM_REP_LOCAL_COMM_ID));
+	struct cm_id_private *p = cm_handler_begin(
+		dev,
+		cm_acquire_id(dev, (uint32_t)cm_get(m, CM_REP_REMOTE_COMM_ID),
+			      (uint32_t)cm_get(m, CM_REP_LOCAL_COMM_ID)),
+		sgid, CM_ANY_STATE, NULL);
 	struct cm_mad r;
 
-	if (!p) {
-		dev->ctr.drop_unmatched++;
-		return;
-	}
-	if (!from_peer(p, sgid))
+	if (!p)
 		return;
 	dev->ctr.duplicates++;
 	if (p->id.state == IB_CM_ESTABLISHED)
@@ -1354,12 +1382,9 @@ static void cm_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 		cm_dup_rep_handler(dev, m, sgid);
 		return;
 	}
-	if (!from_peer(p, sgid))
+	if (!cm_handler_begin(dev, p, sgid, CM_STATE(IB_CM_REQ_SENT) | CM_STATE(IB_CM_MRA_REQ_RCVD),
+			      &dev->ctr.drop_unmatched))
 		return;
-	if (p->id.state != IB_CM_REQ_SENT && p->id.state != IB_CM_MRA_REQ_RCVD) {
-		dev->ctr.drop_unmatched++;
-		return;
-	}
 	p->id.remote_id = (uint32_t)cm_get(m, CM_REP_LOCAL_COMM_ID);
 	p->remote_ca_guid = cm_get(m, CM_REP_LOCAL_CA_GUID);
 	p->remote_qpn = (uint32_t)cm_get(m, CM_REP_LOCAL_QPN);
@@ -1419,20 +1444,15 @@ static void cm_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 static void cm_rtu_handler(struct cm_device *dev, const struct cm_mad *m,
 			   const union ibv_gid *sgid)
 {
-	struct cm_id_private *p = cm_acquire_id(dev, (uint32_t)cm_get(m, CM_RTU_REMOTE_COMM_ID),
-						(uint32_t)cm_get(m, CM_RTU_LOCAL_COMM_ID));
+	struct cm_id_private *p = cm_handler_begin(
+		dev,
+		cm_acquire_id(dev, (uint32_t)cm_get(m, CM_RTU_REMOTE_COMM_ID),
+			      (uint32_t)cm_get(m, CM_RTU_LOCAL_COMM_ID)),
+		sgid, CM_STATE(IB_CM_REP_SENT) | CM_STATE(IB_CM_MRA_REP_RCVD), &dev->ctr.duplicates);
 	struct ib_cm_event ev = { .event = IB_CM_RTU_RECEIVED };
 
-	if (!p) {
-		dev->ctr.drop_unmatched++;
+	if (!p)
 		return;
-	}
-	if (!from_peer(p, sgid))
-		return;
-	if (p->id.state != IB_CM_REP_SENT && p->id.state != IB_CM_MRA_REP_RCVD) {
-		dev->ctr.duplicates++;
-		return;
-	}
 	p->id.state = IB_CM_ESTABLISHED;
 	cm_cancel_msg(p);
 	ev.private_data = cm_cdata(m) + CM_RTU_PRIVATE_DATA;
@@ -1465,7 +1485,7 @@ static void cm_dreq_handler(struct cm_device *dev, const struct cm_mad *m,
 		cm_issue_drep(dev, m, sgid);
 		return;
 	}
-	if (!from_peer(p, sgid))
+	if (!cm_handler_begin(dev, p, sgid, CM_ANY_STATE, NULL))
 		return;
 	if (p->local_qpn != cm_get(m, CM_DREQ_REMOTE_QPN_EECN)) {
 		dev->ctr.drop_forged++;
@@ -1500,20 +1520,15 @@ static void cm_dreq_handler(struct cm_device *dev, const struct cm_mad *m,
 static void cm_drep_handler(struct cm_device *dev, const struct cm_mad *m,
 			    const union ibv_gid *sgid)
 {
-	struct cm_id_private *p = cm_acquire_id(dev, (uint32_t)cm_get(m, CM_DREP_REMOTE_COMM_ID),
-						(uint32_t)cm_get(m, CM_DREP_LOCAL_COMM_ID));
+	struct cm_id_private *p = cm_handler_begin(
+		dev,
+		cm_acquire_id(dev, (uint32_t)cm_get(m, CM_DREP_REMOTE_COMM_ID),
+			      (uint32_t)cm_get(m, CM_DREP_LOCAL_COMM_ID)),
+		sgid, CM_STATE(IB_CM_DREQ_SENT) | CM_STATE(IB_CM_DREQ_RCVD), &dev->ctr.drop_unmatched);
 	struct ib_cm_event ev = { .event = IB_CM_DREP_RECEIVED };
 
-	if (!p) {
-		dev->ctr.drop_unmatched++;
+	if (!p)
 		return;
-	}
-	if (!from_peer(p, sgid))
-		return;
-	if (p->id.state != IB_CM_DREQ_SENT && p->id.state != IB_CM_DREQ_RCVD) {
-		dev->ctr.drop_unmatched++;
-		return;
-	}
 	cm_enter_timewait(p);
 	ev.private_data = cm_cdata(m) + CM_DREP_PRIVATE_DATA;
 	cm_deliver(p, &ev);
@@ -1541,15 +1556,12 @@ static struct cm_id_private *cm_acquire_rejected_id(struct cm_device *dev, const
 static void cm_rej_handler(struct cm_device *dev, const struct cm_mad *m,
 			   const union ibv_gid *sgid)
 {
-	struct cm_id_private *p = cm_acquire_rejected_id(dev, m);
+	struct cm_id_private *p =
+		cm_handler_begin(dev, cm_acquire_rejected_id(dev, m), sgid, CM_ANY_STATE, NULL);
 	struct ib_cm_event ev = { .event = IB_CM_REJ_RECEIVED };
 	uint16_t reason = (uint16_t)cm_get(m, CM_REJ_REASON);
 
-	if (!p) {
-		dev->ctr.drop_unmatched++;
-		return;
-	}
-	if (!from_peer(p, sgid))
+	if (!p)
 		return;
 	switch (p->id.state) {
 	case IB_CM_REQ_SENT:
@@ -1599,11 +1611,7 @@ static void cm_mra_handler(struct cm_device *dev, const struct cm_mad *m,
 		p = cm_acquire_id(dev, remote, (uint32_t)cm_get(m, CM_MRA_LOCAL_COMM_ID));
 	else
 		p = NULL;
-	if (!p) {
-		dev->ctr.drop_unmatched++;
-		return;
-	}
-	if (!from_peer(p, sgid))
+	if (!cm_handler_begin(dev, p, sgid, CM_ANY_STATE, NULL))
 		return;
 	if (p->id.state == IB_CM_REQ_SENT && mraed == CM_MSG_RESPONSE_REQ)
 		p->id.state = IB_CM_MRA_REQ_RCVD;
@@ -1678,20 +1686,14 @@ free:
 static void cm_sidr_rep_handler(struct cm_device *dev, const struct cm_mad *m,
 				const union ibv_gid *sgid)
 {
-	struct cm_id_private *p = cm_acquire_id(dev, (uint32_t)cm_get(m, CM_SIDR_REP_REQUESTID), 0);
+	struct cm_id_private *p = cm_handler_begin(
+		dev, cm_acquire_id(dev, (uint32_t)cm_get(m, CM_SIDR_REP_REQUESTID), 0), sgid,
+		CM_STATE(IB_CM_SIDR_REQ_SENT), &dev->ctr.duplicates);
 	struct ib_cm_event ev = { .event = IB_CM_SIDR_REP_RECEIVED };
 	struct ib_cm_sidr_rep_event_param *rp = &ev.param.sidr_rep_rcvd;
 
-	if (!p) {
-		dev->ctr.drop_unmatched++;
+	if (!p)
 		return;
-	}
-	if (!from_peer(p, sgid))
-		return;
-	if (p->id.state != IB_CM_SIDR_REQ_SENT) {
-		dev->ctr.duplicates++;
-		return;
-	}
 	p->id.state = IB_CM_IDLE;
 	cm_cancel_msg(p);
 	rp->status = (uint8_t)cm_get(m, CM_SIDR_REP_STATUS);
