@@ -1243,23 +1243,36 @@ static size_t rs_peek(const struct rsocket *rs, uint8_t *buf, size_t len)
 	return len - left;
 }
 
-ssize_t rrecv(int s, void *buf, size_t len, int flags)
+/*
+ * The opening rrecv and rsend share: the rsocket behind s, its connection
+ * driven forward first while it is still opening; NULL with errno set
+ * (EAGAIN while a nonblocking connect is under way, as for a socket).
+ */
+static struct rsocket *rs_io_begin(int s)
 {
 	struct rsocket *rs = rs_lookup(s);
+
+	if (!rs) {
+		errno = EBADF;
+		return NULL;
+	}
+	if ((rs->state & rs_opening) && rs_do_connect(rs)) {
+		if (errno == EINPROGRESS)
+			errno = EAGAIN;
+		return NULL;
+	}
+	return rs;
+}
+
+ssize_t rrecv(int s, void *buf, size_t len, int flags)
+{
+	struct rsocket *rs = rs_io_begin(s);
 	uint8_t *out = buf;
 	size_t left = len;
 	int ret = 0;
 
 	if (!rs)
-		return err_set(EBADF);
-	if (rs->state & rs_opening) {
-		ret = rs_do_connect(rs);
-		if (ret) {
-			if (errno == EINPROGRESS)
-				errno = EAGAIN;
-			return ret;
-		}
-	}
+		return -1;
 	pthread_mutex_lock(&rs->rlock);
 	do {
 		if (!rs_have_rdata(rs)) {
@@ -1411,30 +1424,28 @@ static int rs_send_iomaps(struct rsocket *rs, int flags)
 	return ret;
 }
 
+/* The opening of every send (rsend, riowrite): the send lock taken and
+ * queued riomap()s announced first, so the peer knows of them before the
+ * data that may name them; nonzero: the send fails, the lock still held. */
+static int rs_send_begin(struct rsocket *rs, int flags)
+{
+	pthread_mutex_lock(&rs->slock);
+	return rs->iomap_queue ? rs_send_iomaps(rs, flags) : 0;
+}
+
 ssize_t rsend(int s, const void *buf, size_t len, int flags)
 {
-	struct rsocket *rs = rs_lookup(s);
+	struct rsocket *rs = rs_io_begin(s);
 	const uint8_t *in = buf;
 	size_t left = len;
 	uint32_t xfer, olen = RS_OLAP_START_SIZE;
-	int ret = 0;
+	int ret;
 
 	if (!rs)
-		return err_set(EBADF);
-	if (rs->state & rs_opening) {
-		ret = rs_do_connect(rs);
-		if (ret) {
-			if (errno == EINPROGRESS)
-				errno = EAGAIN;
-			return ret;
-		}
-	}
-	pthread_mutex_lock(&rs->slock);
-	if (rs->iomap_queue) {
-		ret = rs_send_iomaps(rs, flags);
-		if (ret)
-			goto out;
-	}
+		return -1;
+	ret = rs_send_begin(rs, flags);
+	if (ret)
+		goto out;
 	for (; left; left -= xfer, in += xfer) {
 		struct ibv_sge inl, *sgl;
 		int nsge, f;
@@ -1796,11 +1807,115 @@ static int opt_int(const void *optval, socklen_t optlen)
 	return optval && optlen >= sizeof(int) ? *(const int *)optval : 0;
 }
 
+/*
+ * rsetsockopt's levels. Each answers 0 (set), -1 with errno set, or -1
+ * with errno 0 for an option it does not know (ENOTSUP); *on is what the
+ * level's option bits record for optname.
+ */
+static int rs_set_socket_opt(struct rsocket *rs, int optname, const void *optval,
+			     socklen_t optlen, int *on)
+{
+	int ret;
+
+	switch (optname) {
+	case SO_REUSEADDR:
+		ret = rdma_set_option(rs->cm_id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
+				      (void *)optval, optlen);
+		if (ret && rs->state != rs_init)
+			ret = 0; /* bound already: as rdma-core on IB */
+		*on = opt_int(optval, optlen);
+		return ret;
+	case SO_RCVBUF:
+		if (!rs->rbuf)
+			rs->rbuf_size = (uint32_t)opt_int(optval, optlen) << 1;
+		if (rs->rbuf_size < RS_SNDLOWAT << 1)
+			rs->rbuf_size = RS_SNDLOWAT << 1;
+		return 0;
+	case SO_SNDBUF:
+		if (!rs->sbuf)
+			rs->sbuf_size = (uint32_t)opt_int(optval, optlen) << 1;
+		if (rs->sbuf_size < RS_SNDLOWAT)
+			rs->sbuf_size = RS_SNDLOWAT << 1;
+		return 0;
+	case SO_LINGER:
+		/* inverted, so that the zeroed default means on */
+		*on = optlen >= sizeof(struct linger) && !((const struct linger *)optval)->l_onoff;
+		return 0;
+	case SO_KEEPALIVE:
+	case SO_OOBINLINE:
+		*on = opt_int(optval, optlen);
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+static int rs_set_tcp_opt(int optname, const void *optval, socklen_t optlen, int *on)
+{
+	switch (optname) {
+	case TCP_KEEPCNT:
+	case TCP_KEEPINTVL:
+	case TCP_KEEPIDLE:
+	case TCP_MAXSEG:
+		return 0;
+	case TCP_NODELAY:
+		*on = opt_int(optval, optlen);
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+static int rs_set_ipv6_opt(struct rsocket *rs, int optname, const void *optval,
+			   socklen_t optlen, int *on)
+{
+	if (optname != IPV6_V6ONLY)
+		return -1;
+	*on = opt_int(optval, optlen);
+	return rdma_set_option(rs->cm_id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, (void *)optval,
+			       optlen);
+}
+
+/* The QP's sizes and the route: only before the connection is made. */
+static int rs_set_rdma_opt(struct rsocket *rs, int optname, const void *optval,
+			   socklen_t optlen)
+{
+	int value = opt_int(optval, optlen);
+
+	if (rs->state >= rs_opening)
+		return err_set(EINVAL);
+	switch (optname) {
+	case RDMA_SQSIZE:
+		rs->sq_size = u16min((uint32_t)value, RS_QP_MAX_SIZE);
+		return 0;
+	case RDMA_RQSIZE:
+		rs->rq_size = u16min((uint32_t)value, RS_QP_MAX_SIZE);
+		return 0;
+	case RDMA_INLINE:
+		rs->sq_inline = u16min((uint32_t)value, RS_QP_MAX_SIZE);
+		return 0;
+	case RDMA_IOMAPSIZE:
+		rs->target_iomap_size =
+			rs_scale_to_value((uint8_t)rs_value_to_scale(value, 8), 8);
+		return 0;
+	case RDMA_ROUTE:
+		free(rs->route);
+		rs->route = malloc(optlen);
+		if (!rs->route)
+			return err_set(ENOMEM);
+		memcpy(rs->route, optval, optlen);
+		rs->route_len = optlen;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
 int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t optlen)
 {
 	struct rsocket *rs = rs_lookup(s);
 	uint64_t *opts = NULL;
-	int ret = -1, on = 0;
+	int ret, on = 0;
 
 	if (!rs)
 		return err_set(EBADF);
@@ -1810,103 +1925,21 @@ int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t opt
 	switch (level) {
 	case SOL_SOCKET:
 		opts = &rs->so_opts;
-		switch (optname) {
-		case SO_REUSEADDR:
-			ret = rdma_set_option(rs->cm_id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
-					      (void *)optval, optlen);
-			if (ret && rs->state != rs_init)
-				ret = 0; /* bound already: as rdma-core on IB */
-			on = opt_int(optval, optlen);
-			break;
-		case SO_RCVBUF:
-			if (!rs->rbuf)
-				rs->rbuf_size = (uint32_t)opt_int(optval, optlen) << 1;
-			if (rs->rbuf_size < RS_SNDLOWAT << 1)
-				rs->rbuf_size = RS_SNDLOWAT << 1;
-			ret = 0;
-			break;
-		case SO_SNDBUF:
-			if (!rs->sbuf)
-				rs->sbuf_size = (uint32_t)opt_int(optval, optlen) << 1;
-			if (rs->sbuf_size < RS_SNDLOWAT)
-				rs->sbuf_size = RS_SNDLOWAT << 1;
-			ret = 0;
-			break;
-		case SO_LINGER:
-			/* inverted, so that the zeroed default means on */
-			on = optlen >= sizeof(struct linger) &&
-			     !((const struct linger *)optval)->l_onoff;
-			ret = 0;
-			break;
-		case SO_KEEPALIVE:
-		case SO_OOBINLINE:
-			on = opt_int(optval, optlen);
-			ret = 0;
-			break;
-		default:
-			break;
-		}
+		ret = rs_set_socket_opt(rs, optname, optval, optlen, &on);
 		break;
 	case IPPROTO_TCP:
 		opts = &rs->tcp_opts;
-		switch (optname) {
-		case TCP_KEEPCNT:
-		case TCP_KEEPINTVL:
-		case TCP_KEEPIDLE:
-		case TCP_MAXSEG:
-			ret = 0;
-			break;
-		case TCP_NODELAY:
-			on = opt_int(optval, optlen);
-			ret = 0;
-			break;
-		default:
-			break;
-		}
+		ret = rs_set_tcp_opt(optname, optval, optlen, &on);
 		break;
 	case IPPROTO_IPV6:
 		opts = &rs->ipv6_opts;
-		if (optname == IPV6_V6ONLY) {
-			ret = rdma_set_option(rs->cm_id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY,
-					      (void *)optval, optlen);
-			on = opt_int(optval, optlen);
-		}
+		ret = rs_set_ipv6_opt(rs, optname, optval, optlen, &on);
 		break;
 	case SOL_RDMA:
-		if (rs->state >= rs_opening)
-			return err_set(EINVAL);
-		switch (optname) {
-		case RDMA_SQSIZE:
-			rs->sq_size = u16min((uint32_t)opt_int(optval, optlen), RS_QP_MAX_SIZE);
-			ret = 0;
-			break;
-		case RDMA_RQSIZE:
-			rs->rq_size = u16min((uint32_t)opt_int(optval, optlen), RS_QP_MAX_SIZE);
-			ret = 0;
-			break;
-		case RDMA_INLINE:
-			rs->sq_inline = u16min((uint32_t)opt_int(optval, optlen), RS_QP_MAX_SIZE);
-			ret = 0;
-			break;
-		case RDMA_IOMAPSIZE:
-			rs->target_iomap_size = rs_scale_to_value(
-				(uint8_t)rs_value_to_scale(opt_int(optval, optlen), 8), 8);
-			ret = 0;
-			break;
-		case RDMA_ROUTE:
-			free(rs->route);
-			rs->route = malloc(optlen);
-			if (!rs->route)
-				return err_set(ENOMEM);
-			memcpy(rs->route, optval, optlen);
-			rs->route_len = optlen;
-			ret = 0;
-			break;
-		default:
-			break;
-		}
+		ret = rs_set_rdma_opt(rs, optname, optval, optlen);
 		break;
 	default:
+		ret = -1;
 		break;
 	}
 	if (ret == -1 && errno == 0)
@@ -2159,12 +2192,9 @@ size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 
 	if (!rs)
 		return (size_t)err_set(EBADF);
-	pthread_mutex_lock(&rs->slock);
-	if (rs->iomap_queue) {
-		ret = rs_send_iomaps(rs, flags);
-		if (ret)
-			goto out;
-	}
+	ret = rs_send_begin(rs, flags);
+	if (ret)
+		goto out;
 	for (; left; left -= xfer, in += xfer, off += xfer) {
 		struct ibv_sge inl, *sgl;
 		int nsge, f;
