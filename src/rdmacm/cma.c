@@ -1048,6 +1048,20 @@ static int cma_resolve_ib_udp(struct rdma_id_private *p, const struct rdma_conn_
 	return ret;
 }
 
+/* The opening cma_connect and cma_accept share: the QP number and SRQ flag
+ * the REQ or REP announces are the id's QP's, else those the caller's
+ * parameters name (none: as they were). */
+static void cma_conn_qp(struct rdma_id_private *p, const struct rdma_conn_param *c)
+{
+	if (p->id.qp) {
+		p->qp_num = p->id.qp->qp_num;
+		p->srq = p->id.qp->srq != NULL;
+	} else if (c) {
+		p->qp_num = c->qp_num;
+		p->srq = c->srq;
+	}
+}
+
 int cma_connect(struct rdma_id_private *p, const struct rdma_conn_param *c,
 		const struct ibv_ece *ece)
 {
@@ -1061,13 +1075,7 @@ int cma_connect(struct rdma_id_private *p, const struct rdma_conn_param *c,
 		c = &none;
 	}
 	p->state = RDMA_CM_CONNECT;
-	if (!p->id.qp) {
-		p->qp_num = c->qp_num;
-		p->srq = c->srq;
-	} else {
-		p->qp_num = p->id.qp->qp_num;
-		p->srq = p->id.qp->srq != NULL;
-	}
+	cma_conn_qp(p, c);
 	if (p->id.qp_type == IBV_QPT_UD)
 		ret = cma_resolve_ib_udp(p, c);
 	else
@@ -1098,13 +1106,7 @@ int cma_accept(struct rdma_id_private *p, const struct rdma_conn_param *c,
 
 	if (p->state != RDMA_CM_CONNECT || !p->cm_id)
 		return -EINVAL;
-	if (!p->id.qp && c) {
-		p->qp_num = c->qp_num;
-		p->srq = c->srq;
-	} else if (p->id.qp) {
-		p->qp_num = p->id.qp->qp_num;
-		p->srq = p->id.qp->srq != NULL;
-	}
+	cma_conn_qp(p, c);
 	if (p->id.qp_type == IBV_QPT_UD) {
 		struct ib_cm_sidr_rep_param rep = { .status = IB_SIDR_SUCCESS };
 

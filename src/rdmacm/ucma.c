@@ -536,6 +536,42 @@ static void kern_param(struct rdma_id_private *p, struct rdma_conn_param *dst,
 	dst->private_data_len = len > 255 ? 255 : (uint8_t)len;
 }
 
+/* RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (or no parameters) ask for as
+ * much as the device allows, up to what the id has already. */
+static uint8_t conn_depth(const struct rdma_conn_param *param, uint8_t asked, uint8_t as_much,
+			  uint8_t now, uint8_t dev_max)
+{
+	if (param && asked != as_much)
+		return asked;
+	return now > dev_max ? dev_max : now;
+}
+
+/*
+ * The opening rdma_connect and rdma_accept share, under cma_lock: the
+ * parameters checked and the id's depths chosen. The active side asks for
+ * the device's most by default; the passive side for what the REQ offered
+ * (already in the id), capped by the device.
+ */
+static int conn_begin(struct rdma_id_private *p, const struct rdma_conn_param *param, bool active)
+{
+	struct cma_device *dev = p->cma_dev;
+	int ret = valid_param(p, param);
+
+	if (ret || !dev)
+		return ret;
+	if (active) {
+		p->initiator_depth = dev->max_initiator_depth;
+		p->responder_resources = dev->max_responder_resources;
+	}
+	p->initiator_depth = conn_depth(param, param ? param->initiator_depth : 0,
+					RDMA_MAX_INIT_DEPTH, p->initiator_depth,
+					dev->max_initiator_depth);
+	p->responder_resources = conn_depth(param, param ? param->responder_resources : 0,
+					    RDMA_MAX_RESP_RES, p->responder_resources,
+					    dev->max_responder_resources);
+	return 0;
+}
+
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
 	struct rdma_id_private *p = to_id_priv(id);
@@ -545,18 +581,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	int ret;
 
 	pthread_mutex_lock(&cma_lock);
-	ret = valid_param(p, conn_param);
+	ret = conn_begin(p, conn_param, true);
 	if (ret)
 		goto out;
-	if (p->cma_dev) {
-		p->initiator_depth = conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH
-					     ? conn_param->initiator_depth
-					     : p->cma_dev->max_initiator_depth;
-		p->responder_resources =
-			conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES
-				? conn_param->responder_resources
-				: p->cma_dev->max_responder_resources;
-	}
 	kern_param(p, &kc, conn_param, buf);
 	ece = p->local_ece;
 	ret = cma_connect(p, &kc, &ece);
@@ -633,23 +660,9 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	int ret;
 
 	pthread_mutex_lock(&cma_lock);
-	ret = valid_param(p, conn_param);
+	ret = conn_begin(p, conn_param, false);
 	if (ret)
 		goto out;
-	if (p->cma_dev) {
-		if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
-			if (p->initiator_depth > p->cma_dev->max_initiator_depth)
-				p->initiator_depth = p->cma_dev->max_initiator_depth;
-		} else {
-			p->initiator_depth = conn_param->initiator_depth;
-		}
-		if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
-			if (p->responder_resources > p->cma_dev->max_responder_resources)
-				p->responder_resources = p->cma_dev->max_responder_resources;
-		} else {
-			p->responder_resources = conn_param->responder_resources;
-		}
-	}
 	if (id->qp_type != IBV_QPT_UD) {
 		ret = modify_qp_rtr(p, p->responder_resources);
 		if (!ret)
