@@ -195,6 +195,34 @@ int cma_mc_gid(struct rdma_id_private *id_priv, const struct sockaddr *addr, uni
 int cma_mc_event(struct rdma_id_private *id_priv, const struct cma_multicast *mc, int status);
 int cma_set_option(struct rdma_id_private *id_priv, int level, int optname, const void *optval,
 		   size_t optlen);
+/* Shared by cma.c and cma_addr.c */
+/* cma.c */
+uint32_t cma_random(void);
+void cma_attach_to_dev(struct rdma_id_private *p, struct cma_device *dev);
+int cma_queue(struct rdma_id_private *p, struct rdma_id_private *owner,
+	      enum rdma_cm_event_type type, int status, struct cma_event **out);
+/* cma_addr.c */
+struct cma_bind_list *cma_ps_find(uint16_t ps, uint16_t port);
+void cma_release_port(struct rdma_id_private *p);
+int cma_check_port(struct cma_bind_list *b, struct rdma_id_private *p, bool reuseaddr);
+void cma_fill_path(struct rdma_id_private *p);
+void cma_cm_path(struct rdma_id_private *p, struct cm_path *c);
+
+static inline struct sockaddr *cma_src_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.src_addr;
+}
+
+static inline struct sockaddr *cma_dst_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.dst_addr;
+}
+
+static inline int cma_family(struct rdma_id_private *p)
+{
+	return p->id.route.addr.src_addr.sa_family;
+}
+
 /* An id without a channel (synchronous): wait for its call's event (ucma.c,
  * librdmacm's ucma_complete); 0 or -1 with errno (EAGAIN when the
  * application made its private channel non-blocking). rsockets use it. */
