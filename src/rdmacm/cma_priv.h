@@ -3,14 +3,16 @@
  * rdma-core + Linux:
  *
  *   ucma.c     the library's API and its user-side work (librdmacm's
- *              cma.c): QPs, synchronous ids, CONNECT_RESPONSE -> RTU,
- *              event post-processing, rdma_create_ep, ECE;
+ *              cma.c): synchronous ids, CONNECT_RESPONSE -> RTU, event
+ *              post-processing, rdma_create_ep, ECE; ucma_qp.c its QPs,
+ *              CQs and SRQs (ucma_priv.h);
  *   cma.c      the connection manager proper (the kernel's cma.c): id
- *              states, port spaces, address and route resolution, the CMA
- *              header, IB CM events -> rdma_cm events;
+ *              states, the CMA header, IB CM events -> rdma_cm events;
+ *              cma_addr.c its port spaces, address and route resolution;
  *   event.c    event channels (a pollable eventfd per channel) and queues;
  *   device.c   the process's device, its GSI agent and IB CM;
- *   cm.c       the IB CM, mad.c its GSI QP; addr.c address helpers.
+ *   cm*.c      the IB CM (cm_priv.h), mad.c its GSI QP; addr.c address
+ *              helpers; rsocket*.c rsockets (rsocket_priv.h).
  *
  * One lock (cma_lock) guards all of it; the progress thread (receives,
  * timers) takes it too. Functions named cma_* take the lock's holder
