@@ -138,7 +138,8 @@ void cm_drep_handler(struct cm_device *dev, const struct cm_mad *m,
 		dev,
 		cm_acquire_id(dev, (uint32_t)cm_get(m, CM_DREP_REMOTE_COMM_ID),
 			      (uint32_t)cm_get(m, CM_DREP_LOCAL_COMM_ID)),
-		sgid, CM_STATE(IB_CM_DREQ_SENT) | CM_STATE(IB_CM_DREQ_RCVD), &dev->ctr.drop_unmatched);
+		sgid, CM_STATE(IB_CM_DREQ_SENT) | CM_STATE(IB_CM_DREQ_RCVD),
+		&dev->ctr.drop_unmatched);
 	struct ib_cm_event ev = { .event = IB_CM_DREP_RECEIVED };
 
 	if (!p)

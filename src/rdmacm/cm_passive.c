@@ -277,7 +277,8 @@ void cm_rtu_handler(struct cm_device *dev, const struct cm_mad *m,
 		dev,
 		cm_acquire_id(dev, (uint32_t)cm_get(m, CM_RTU_REMOTE_COMM_ID),
 			      (uint32_t)cm_get(m, CM_RTU_LOCAL_COMM_ID)),
-		sgid, CM_STATE(IB_CM_REP_SENT) | CM_STATE(IB_CM_MRA_REP_RCVD), &dev->ctr.duplicates);
+		sgid, CM_STATE(IB_CM_REP_SENT) | CM_STATE(IB_CM_MRA_REP_RCVD),
+		&dev->ctr.duplicates);
 	struct ib_cm_event ev = { .event = IB_CM_RTU_RECEIVED };
 
 	if (!p)

@@ -114,7 +114,8 @@ int ucma_complete(struct rdma_cm_id *id)
 	if (id->event->status) {
 		if (id->event->event == RDMA_CM_EVENT_REJECTED)
 			return ucma_set_errno(ECONNREFUSED);
-		return ucma_set_errno(id->event->status < 0 ? -id->event->status : id->event->status);
+		return ucma_set_errno(id->event->status < 0 ? -id->event->status
+							     : id->event->status);
 	}
 	return 0;
 }

@@ -11,8 +11,8 @@
 #include <string.h>
 
 /* The connection's attributes for state (cma_init_qp_attr) into a, mask. */
-static int ucma_conn_qp_attr(struct rdma_id_private *p, enum ibv_qp_state state, struct ibv_qp_attr *a,
-			int *mask)
+static int ucma_conn_qp_attr(struct rdma_id_private *p, enum ibv_qp_state state,
+			     struct ibv_qp_attr *a, int *mask)
 {
 	memset(a, 0, sizeof(*a));
 	a->qp_state = state;
@@ -232,7 +232,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 	if (id->qp_type == IBV_QPT_XRC_RECV)
 		return ucma_set_errno(EOPNOTSUPP);
 	if (ucma_create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
-		       attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
+			    attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
 		return -1;
 	if (!attr->send_cq)
 		attr->send_cq = id->send_cq;
