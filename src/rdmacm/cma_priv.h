@@ -3,14 +3,16 @@
  * rdma-core + Linux:
  *
  *   ucma.c     the library's API and its user-side work (librdmacm's
- *              cma.c): QPs, synchronous ids, CONNECT_RESPONSE -> RTU,
- *              event post-processing, rdma_create_ep, ECE;
+ *              cma.c): synchronous ids, CONNECT_RESPONSE -> RTU, event
+ *              post-processing, rdma_create_ep, ECE; ucma_qp.c its QPs,
+ *              CQs and SRQs (ucma_priv.h);
  *   cma.c      the connection manager proper (the kernel's cma.c): id
- *              states, port spaces, address and route resolution, the CMA
- *              header, IB CM events -> rdma_cm events;
+ *              states, the CMA header, IB CM events -> rdma_cm events;
+ *              cma_addr.c its port spaces, address and route resolution;
  *   event.c    event channels (a pollable eventfd per channel) and queues;
  *   device.c   the process's device, its GSI agent and IB CM;
- *   cm.c       the IB CM, mad.c its GSI QP; addr.c address helpers.
+ *   cm*.c      the IB CM (cm_priv.h), mad.c its GSI QP; addr.c address
+ *              helpers; rsocket*.c rsockets (rsocket_priv.h).
  *
  * One lock (cma_lock) guards all of it; the progress thread (receives,
  * timers) takes it too. Functions named cma_* take the lock's holder
@@ -195,6 +197,34 @@ int cma_mc_gid(struct rdma_id_private *id_priv, const struct sockaddr *addr, uni
 int cma_mc_event(struct rdma_id_private *id_priv, const struct cma_multicast *mc, int status);
 int cma_set_option(struct rdma_id_private *id_priv, int level, int optname, const void *optval,
 		   size_t optlen);
+/* Shared by cma.c and cma_addr.c */
+/* cma.c */
+uint32_t cma_random(void);
+void cma_attach_to_dev(struct rdma_id_private *p, struct cma_device *dev);
+int cma_queue(struct rdma_id_private *p, struct rdma_id_private *owner,
+	      enum rdma_cm_event_type type, int status, struct cma_event **out);
+/* cma_addr.c */
+struct cma_bind_list *cma_ps_find(uint16_t ps, uint16_t port);
+void cma_release_port(struct rdma_id_private *p);
+int cma_check_port(struct cma_bind_list *b, struct rdma_id_private *p, bool reuseaddr);
+void cma_fill_path(struct rdma_id_private *p);
+void cma_cm_path(struct rdma_id_private *p, struct cm_path *c);
+
+static inline struct sockaddr *cma_src_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.src_addr;
+}
+
+static inline struct sockaddr *cma_dst_addr(struct rdma_id_private *p)
+{
+	return &p->id.route.addr.dst_addr;
+}
+
+static inline int cma_family(struct rdma_id_private *p)
+{
+	return p->id.route.addr.src_addr.sa_family;
+}
+
 /* An id without a channel (synchronous): wait for its call's event (ucma.c,
  * librdmacm's ucma_complete); 0 or -1 with errno (EAGAIN when the
  * application made its private channel non-blocking). rsockets use it. */

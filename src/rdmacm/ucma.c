@@ -1,11 +1,11 @@
 /*
  * The librdmacm API (rdma-core's librdmacm/cma.c, on top of cma.c instead
  * of /dev/infiniband/rdma_cm): the user-side half of every call. QPs are
- * the application's; this file moves them through their states with the
- * attributes cma.c computes (rdma_init_qp_attr), answers a REP with the
- * RTU when the application fetches CONNECT_RESPONSE, makes ids without a
- * channel synchronous, and converts errors to -1 / errno as the man pages
- * say.
+ * the application's; ucma_qp.c creates them and moves them through their
+ * states with the attributes cma.c computes (rdma_init_qp_attr). This file
+ * answers a REP with the RTU when the application fetches
+ * CONNECT_RESPONSE, makes ids without a channel synchronous, and converts
+ * errors to -1 / errno as the man pages say.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,21 +13,15 @@
 #include <string.h>
 
 #include "rdmacm/addr.h"
-#include "rdmacm/cma_priv.h"
+#include "rdmacm/ucma_priv.h"
 
-static int err_ret(int ret)
+int ucma_err_ret(int ret)
 {
 	if (ret < 0) {
 		errno = -ret;
 		return -1;
 	}
 	return 0;
-}
-
-static int set_errno(int e)
-{
-	errno = e;
-	return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -41,9 +35,9 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 	int ret = cma_init();
 
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	if (!id)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	if (!ch) {
 		ch = rdma_create_event_channel();
 		if (!ch)
@@ -57,7 +51,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 	if (!p) {
 		if (!channel)
 			rdma_destroy_event_channel(ch);
-		return set_errno(ENOMEM);
+		return ucma_set_errno(ENOMEM);
 	}
 	*id = &p->id;
 	return 0;
@@ -73,7 +67,6 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 }
 
 static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp);
-static void detach_mc(struct rdma_cm_id *id, struct cma_multicast *mc);
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
@@ -120,8 +113,9 @@ int ucma_complete(struct rdma_cm_id *id)
 		return ret;
 	if (id->event->status) {
 		if (id->event->event == RDMA_CM_EVENT_REJECTED)
-			return set_errno(ECONNREFUSED);
-		return set_errno(id->event->status < 0 ? -id->event->status : id->event->status);
+			return ucma_set_errno(ECONNREFUSED);
+		return ucma_set_errno(id->event->status < 0 ? -id->event->status
+							     : id->event->status);
 	}
 	return 0;
 }
@@ -131,11 +125,11 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	int ret;
 
 	if (!cma_addrlen(addr))
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_bind_host(to_id_priv(id), addr);
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
@@ -145,12 +139,12 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 
 	(void)timeout_ms; /* resolution is immediate (no ARP) */
 	if (!cma_addrlen(dst_addr) || (src_addr && !cma_addrlen(src_addr)))
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_resolve_addr(to_id_priv(id), src_addr, dst_addr);
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	return ucma_complete(id);
 }
 
@@ -163,7 +157,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	ret = cma_resolve_route(to_id_priv(id));
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	return ucma_complete(id);
 }
 
@@ -174,309 +168,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_init_qp_attr(to_id_priv(id), qp_attr, qp_attr_mask);
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
-}
-
-/* ------------------------------------------------------------------ */
-/* QP state changes (librdmacm's ucma_modify_qp_*); caller holds the lock */
-/* ------------------------------------------------------------------ */
-/* The connection's attributes for state (cma_init_qp_attr) into a, mask. */
-static int conn_qp_attr(struct rdma_id_private *p, enum ibv_qp_state state, struct ibv_qp_attr *a,
-			int *mask)
-{
-	memset(a, 0, sizeof(*a));
-	a->qp_state = state;
-	return cma_init_qp_attr(p, a, mask);
-}
-
-static int modify_qp_rtr(struct rdma_id_private *p, uint8_t resp_res)
-{
-	struct ibv_qp_attr a;
-	int mask, ret;
-
-	if (!p->id.qp)
-		return 0;
-	/* INIT again first: the connection's access flags */
-	ret = conn_qp_attr(p, IBV_QPS_INIT, &a, &mask);
-	if (!ret)
-		ret = -ibv_modify_qp(p->id.qp, &a, mask);
-	if (!ret)
-		ret = conn_qp_attr(p, IBV_QPS_RTR, &a, &mask);
-	if (ret)
-		return ret;
-	if (resp_res != RDMA_MAX_RESP_RES)
-		a.max_dest_rd_atomic = resp_res;
-	return -ibv_modify_qp(p->id.qp, &a, mask);
-}
-
-static int modify_qp_rts(struct rdma_id_private *p, uint8_t init_depth)
-{
-	struct ibv_qp_attr a;
-	int mask, ret;
-
-	if (!p->id.qp)
-		return 0;
-	ret = conn_qp_attr(p, IBV_QPS_RTS, &a, &mask);
-	if (ret)
-		return ret;
-	if (init_depth != RDMA_MAX_INIT_DEPTH)
-		a.max_rd_atomic = init_depth;
-	return -ibv_modify_qp(p->id.qp, &a, mask);
-}
-
-static void modify_qp_err(struct rdma_id_private *p)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
-
-	if (p->id.qp)
-		ibv_modify_qp(p->id.qp, &a, IBV_QP_STATE);
-}
-
-static int init_conn_qp(struct rdma_id_private *p, struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
-	int mask, ret = cma_init_qp_attr(p, &a, &mask);
-
-	return ret ? ret : -ibv_modify_qp(qp, &a, mask);
-}
-
-static int init_ud_qp(struct rdma_id_private *p, struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
-	int mask, ret = cma_init_qp_attr(p, &a, &mask);
-
-	if (ret)
-		return ret;
-	ret = ibv_modify_qp(qp, &a, mask);
-	if (ret)
-		return -ret;
-	a.qp_state = IBV_QPS_RTR;
-	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE);
-	if (ret)
-		return -ret;
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
-	return -ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-}
-
-/* ------------------------------------------------------------------ */
-/* CQs, SRQs, QPs                                                     */
-/* ------------------------------------------------------------------ */
-static void destroy_cqs(struct rdma_cm_id *id)
-{
-	if (id->recv_cq) {
-		ibv_destroy_cq(id->recv_cq);
-		if (id->send_cq && id->send_cq != id->recv_cq)
-			ibv_destroy_cq(id->send_cq);
-		id->send_cq = NULL;
-		id->recv_cq = NULL;
-	} else if (id->send_cq) {
-		ibv_destroy_cq(id->send_cq);
-		id->send_cq = NULL;
-	}
-	if (id->recv_cq_channel) {
-		ibv_destroy_comp_channel(id->recv_cq_channel);
-		if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
-			ibv_destroy_comp_channel(id->send_cq_channel);
-		id->send_cq_channel = NULL;
-		id->recv_cq_channel = NULL;
-	} else if (id->send_cq_channel) {
-		ibv_destroy_comp_channel(id->send_cq_channel);
-		id->send_cq_channel = NULL;
-	}
-}
-
-static int create_cqs(struct rdma_cm_id *id, uint32_t send_size, uint32_t recv_size)
-{
-	if (recv_size) {
-		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
-		if (!id->recv_cq_channel)
-			goto err;
-		id->recv_cq = ibv_create_cq(id->verbs, (int)recv_size, id, id->recv_cq_channel, 0);
-		if (!id->recv_cq)
-			goto err;
-	}
-	if (send_size) {
-		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
-		if (!id->send_cq_channel)
-			goto err;
-		id->send_cq = ibv_create_cq(id->verbs, (int)send_size, id, id->send_cq_channel, 0);
-		if (!id->send_cq)
-			goto err;
-	}
-	return 0;
-err:
-	destroy_cqs(id);
-	return -1;
-}
-
-int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
-{
-	struct ibv_srq *srq;
-
-	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
-		return set_errno(EINVAL);
-	if (!id->verbs)
-		return set_errno(EINVAL);
-	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-		attr->pd = id->pd;
-		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
-	}
-	if (attr->srq_type == IBV_SRQT_XRC)
-		return set_errno(EOPNOTSUPP); /* urvt has no XRC domains */
-	srq = ibv_create_srq_ex(id->verbs, attr);
-	if (!srq)
-		return -1;
-	if (!id->pd)
-		id->pd = attr->pd;
-	id->srq = srq;
-	return 0;
-}
-
-int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-	struct ibv_srq_init_attr_ex ex;
-	int ret;
-
-	memset(&ex, 0, sizeof(ex));
-	memcpy(&ex, attr, sizeof(*attr));
-	ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-	ex.srq_type = IBV_SRQT_BASIC;
-	ex.pd = pd;
-	ret = rdma_create_srq_ex(id, &ex);
-	memcpy(attr, &ex, sizeof(*attr));
-	return ret;
-}
-
-void rdma_destroy_srq(struct rdma_cm_id *id)
-{
-	ibv_destroy_srq(id->srq);
-	id->srq = NULL;
-	destroy_cqs(id);
-}
-
-/* ECE (librdmacm's init_ece / set_local_ece): the provider's, if it has any. */
-static int init_ece(struct rdma_id_private *p, struct ibv_qp *qp)
-{
-	struct ibv_ece ece = { 0 };
-	int ret = ibv_query_ece(qp, &ece);
-
-	if (ret && ret != EOPNOTSUPP)
-		return -ret;
-	p->local_ece.vendor_id = ece.vendor_id;
-	p->local_ece.options = ece.options;
-	if (!p->remote_ece.vendor_id)
-		return 0;
-	if (p->remote_ece.vendor_id != p->local_ece.vendor_id) {
-		ece.vendor_id = p->local_ece.vendor_id;
-		ece.options = 0;
-	} else {
-		ece.vendor_id = p->remote_ece.vendor_id;
-		ece.options = p->remote_ece.options;
-	}
-	ret = ibv_set_ece(qp, &ece);
-	return ret && ret != EOPNOTSUPP ? -ret : 0;
-}
-
-static int set_local_ece(struct rdma_id_private *p, struct ibv_qp *qp)
-{
-	struct ibv_ece ece = { 0 };
-	int ret;
-
-	if (!p->remote_ece.vendor_id)
-		return 0;
-	ret = ibv_query_ece(qp, &ece);
-	if (ret && ret != EOPNOTSUPP)
-		return -ret;
-	p->local_ece.options = ece.options;
-	return 0;
-}
-
-int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
-{
-	struct rdma_id_private *p = to_id_priv(id);
-	struct ibv_qp *qp;
-	int ret;
-
-	if (id->qp || !id->verbs)
-		return set_errno(EINVAL);
-	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
-		attr->pd = id->pd;
-	} else if (id->verbs != attr->pd->context) {
-		return set_errno(EINVAL);
-	}
-	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
-	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
-		return set_errno(EINVAL);
-	if (id->qp_type == IBV_QPT_XRC_RECV)
-		return set_errno(EOPNOTSUPP);
-	if (create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
-		       attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr))
-		return -1;
-	if (!attr->send_cq)
-		attr->send_cq = id->send_cq;
-	if (!attr->recv_cq)
-		attr->recv_cq = id->recv_cq;
-	if (id->srq && !attr->srq)
-		attr->srq = id->srq;
-	qp = ibv_create_qp_ex(id->verbs, attr);
-	if (!qp) {
-		ret = -errno;
-		goto err_cqs;
-	}
-	pthread_mutex_lock(&cma_lock);
-	ret = init_ece(p, qp);
-	if (!ret)
-		ret = id->qp_type == IBV_QPT_UD ? init_ud_qp(p, qp) : init_conn_qp(p, qp);
-	if (!ret)
-		ret = set_local_ece(p, qp);
-	if (!ret) {
-		id->pd = qp->pd;
-		id->qp = qp;
-	}
-	pthread_mutex_unlock(&cma_lock);
-	if (ret)
-		goto err_qp;
-	return 0;
-err_qp:
-	ibv_destroy_qp(qp);
-err_cqs:
-	destroy_cqs(id);
-	return err_ret(ret);
-}
-
-int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
-{
-	struct ibv_qp_init_attr_ex ex;
-	int ret;
-
-	memset(&ex, 0, sizeof(ex));
-	memcpy(&ex, qp_init_attr, sizeof(*qp_init_attr));
-	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
-	ex.pd = pd ? pd : id->pd;
-	ret = rdma_create_qp_ex(id, &ex);
-	memcpy(qp_init_attr, &ex, sizeof(*qp_init_attr));
-	return ret;
-}
-
-void rdma_destroy_qp(struct rdma_cm_id *id)
-{
-	/* librdmacm would hand NULL to ibv_destroy_qp and crash; Debian's
-	 * qperf 0.4.11 -cm1 does this on its listener at every test's end */
-	if (!id->qp)
-		return;
-	/* an attached QP cannot be destroyed (EBUSY): detach it from the
-	 * id's groups first (docs/multicast.md) */
-	pthread_mutex_lock(&cma_lock);
-	for (struct cma_multicast *mc = to_id_priv(id)->mc_list; mc; mc = mc->next)
-		detach_mc(id, mc);
-	pthread_mutex_unlock(&cma_lock);
-	ibv_destroy_qp(id->qp);
-	pthread_mutex_lock(&cma_lock);
-	id->qp = NULL;
-	pthread_mutex_unlock(&cma_lock);
-	destroy_cqs(id);
+	return ucma_err_ret(ret);
 }
 
 /* ------------------------------------------------------------------ */
@@ -536,6 +228,42 @@ static void kern_param(struct rdma_id_private *p, struct rdma_conn_param *dst,
 	dst->private_data_len = len > 255 ? 255 : (uint8_t)len;
 }
 
+/* RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (or no parameters) ask for as
+ * much as the device allows, up to what the id has already. */
+static uint8_t conn_depth(const struct rdma_conn_param *param, uint8_t asked, uint8_t as_much,
+			  uint8_t now, uint8_t dev_max)
+{
+	if (param && asked != as_much)
+		return asked;
+	return now > dev_max ? dev_max : now;
+}
+
+/*
+ * The opening rdma_connect and rdma_accept share, under cma_lock: the
+ * parameters checked and the id's depths chosen. The active side asks for
+ * the device's most by default; the passive side for what the REQ offered
+ * (already in the id), capped by the device.
+ */
+static int conn_begin(struct rdma_id_private *p, const struct rdma_conn_param *param, bool active)
+{
+	struct cma_device *dev = p->cma_dev;
+	int ret = valid_param(p, param);
+
+	if (ret || !dev)
+		return ret;
+	if (active) {
+		p->initiator_depth = dev->max_initiator_depth;
+		p->responder_resources = dev->max_responder_resources;
+	}
+	p->initiator_depth = conn_depth(param, param ? param->initiator_depth : 0,
+					RDMA_MAX_INIT_DEPTH, p->initiator_depth,
+					dev->max_initiator_depth);
+	p->responder_resources = conn_depth(param, param ? param->responder_resources : 0,
+					    RDMA_MAX_RESP_RES, p->responder_resources,
+					    dev->max_responder_resources);
+	return 0;
+}
+
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
 	struct rdma_id_private *p = to_id_priv(id);
@@ -545,18 +273,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	int ret;
 
 	pthread_mutex_lock(&cma_lock);
-	ret = valid_param(p, conn_param);
+	ret = conn_begin(p, conn_param, true);
 	if (ret)
 		goto out;
-	if (p->cma_dev) {
-		p->initiator_depth = conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH
-					     ? conn_param->initiator_depth
-					     : p->cma_dev->max_initiator_depth;
-		p->responder_resources =
-			conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES
-				? conn_param->responder_resources
-				: p->cma_dev->max_responder_resources;
-	}
 	kern_param(p, &kc, conn_param, buf);
 	ece = p->local_ece;
 	ret = cma_connect(p, &kc, &ece);
@@ -568,7 +287,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 out:
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	return ucma_complete(id);
 }
 
@@ -579,7 +298,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_listen(to_id_priv(id), backlog);
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
@@ -589,7 +308,7 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	int ret;
 
 	if (!l->sync)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	if (listen->event) {
 		rdma_ack_cm_event(listen->event);
 		listen->event = NULL;
@@ -598,15 +317,15 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	if (ret)
 		return ret;
 	if (event->event == RDMA_CM_EVENT_REJECTED) {
-		ret = set_errno(ECONNREFUSED);
+		ret = ucma_set_errno(ECONNREFUSED);
 		goto err;
 	}
 	if (event->status) {
-		ret = set_errno(event->status < 0 ? -event->status : event->status);
+		ret = ucma_set_errno(event->status < 0 ? -event->status : event->status);
 		goto err;
 	}
 	if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-		ret = set_errno(EINVAL);
+		ret = ucma_set_errno(EINVAL);
 		goto err;
 	}
 	if (l->qp_init_attr) {
@@ -633,27 +352,13 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	int ret;
 
 	pthread_mutex_lock(&cma_lock);
-	ret = valid_param(p, conn_param);
+	ret = conn_begin(p, conn_param, false);
 	if (ret)
 		goto out;
-	if (p->cma_dev) {
-		if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
-			if (p->initiator_depth > p->cma_dev->max_initiator_depth)
-				p->initiator_depth = p->cma_dev->max_initiator_depth;
-		} else {
-			p->initiator_depth = conn_param->initiator_depth;
-		}
-		if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
-			if (p->responder_resources > p->cma_dev->max_responder_resources)
-				p->responder_resources = p->cma_dev->max_responder_resources;
-		} else {
-			p->responder_resources = conn_param->responder_resources;
-		}
-	}
 	if (id->qp_type != IBV_QPT_UD) {
-		ret = modify_qp_rtr(p, p->responder_resources);
+		ret = ucma_modify_qp_rtr(p, p->responder_resources);
 		if (!ret)
-			ret = modify_qp_rts(p, p->initiator_depth);
+			ret = ucma_modify_qp_rts(p, p->initiator_depth);
 		if (ret)
 			goto out;
 	}
@@ -663,11 +368,11 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	ece.options = p->local_ece.options;
 	ret = cma_accept(p, &kc, &ece);
 	if (ret)
-		modify_qp_err(p);
+		ucma_modify_qp_err(p);
 out:
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	if (id->qp_type == IBV_QPT_UD)
 		return 0;
 	return ucma_complete(id);
@@ -682,7 +387,7 @@ static int reject_with_reason(struct rdma_cm_id *id, const void *private_data,
 	ret = cma_reject(to_id_priv(id), private_data, private_data ? private_data_len : 0,
 			 reason);
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -704,7 +409,7 @@ int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_notify(to_id_priv(id), event);
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 int rdma_disconnect(struct rdma_cm_id *id)
@@ -713,14 +418,14 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	int ret;
 
 	if (!id->verbs || !id->verbs->device)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	/* IB transport: the QP goes to ERR first (librdmacm's ucma_shutdown) */
-	modify_qp_err(p);
+	ucma_modify_qp_err(p);
 	ret = cma_disconnect(p);
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	return ucma_complete(id);
 }
 
@@ -728,14 +433,14 @@ int rdma_disconnect(struct rdma_cm_id *id)
  * ucma_process_conn_resp). Caller holds the lock. */
 static int process_conn_resp(struct rdma_id_private *p)
 {
-	int ret = modify_qp_rtr(p, RDMA_MAX_RESP_RES);
+	int ret = ucma_modify_qp_rtr(p, RDMA_MAX_RESP_RES);
 
 	if (!ret)
-		ret = modify_qp_rts(p, RDMA_MAX_INIT_DEPTH);
+		ret = ucma_modify_qp_rts(p, RDMA_MAX_INIT_DEPTH);
 	if (!ret)
 		ret = cma_accept(p, NULL, NULL);
 	if (ret)
-		modify_qp_err(p);
+		ucma_modify_qp_err(p);
 	return ret;
 }
 
@@ -750,7 +455,7 @@ static int process_conn_resp_ece(struct rdma_id_private *p, const struct cm_ece 
 	} else if (remote->vendor_id != p->local_ece.vendor_id) {
 		CM_DBG("id %p: the REP's ECE vendor 0x%x is not ours (0x%x)", (void *)&p->id,
 		       remote->vendor_id, p->local_ece.vendor_id);
-		modify_qp_err(p);
+		ucma_modify_qp_err(p);
 		return -EINVAL;
 	}
 	p->remote_ece.vendor_id = remote->vendor_id;
@@ -767,7 +472,7 @@ static int process_conn_resp_ece(struct rdma_id_private *p, const struct cm_ece 
 	ret = ibv_query_ece(p->id.qp, &ece);
 	if (ret && ret != EOPNOTSUPP) {
 		CM_DBG("id %p: ibv_query_ece: %s", (void *)&p->id, strerror(ret));
-		modify_qp_err(p);
+		ucma_modify_qp_err(p);
 		return -ret;
 	}
 	p->local_ece.options = ret == EOPNOTSUPP ? 0 : ece.options;
@@ -779,11 +484,11 @@ int rdma_establish(struct rdma_cm_id *id)
 	int ret;
 
 	if (id->qp)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	ret = process_conn_resp(to_id_priv(id));
 	pthread_mutex_unlock(&cma_lock);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 /* ------------------------------------------------------------------ */
@@ -796,13 +501,13 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	int ret;
 
 	if (!event)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 retry:
 	ret = cma_event_get(to_uch(channel), &evt);
 	if (ret) {
 		pthread_mutex_unlock(&cma_lock);
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	}
 	p = evt->id_priv;
 	p->events_reported++;
@@ -859,7 +564,7 @@ retry:
 			cma_event_free(evt);
 			goto retry;
 		}
-		modify_qp_err(p);
+		ucma_modify_qp_err(p);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (p->connect_error) {
@@ -921,12 +626,12 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 	int ret;
 
 	if (!optval)
-		return set_errno(EFAULT);
+		return ucma_set_errno(EFAULT);
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_set_option(to_id_priv(id), level, optname, optval, optlen);
 	pthread_mutex_unlock(&cma_lock);
 	if (ret)
-		return err_ret(ret);
+		return ucma_err_ret(ret);
 	/* a path set by the application completes like rdma_resolve_route */
 	if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH)
 		return ucma_complete(id);
@@ -940,7 +645,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	bool sync = !channel, was_sync = p->sync;
 
 	if (p->sync && !channel)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	if (sync) {
 		channel = rdma_create_event_channel();
 		if (!channel)
@@ -983,7 +688,7 @@ static int passive_ep(struct rdma_cm_id *id, struct rdma_addrinfo *res, struct i
 	if (qp_init_attr) {
 		p->qp_init_attr = malloc(sizeof(*qp_init_attr));
 		if (!p->qp_init_attr)
-			return set_errno(ENOMEM);
+			return ucma_set_errno(ENOMEM);
 		*p->qp_init_attr = *qp_init_attr;
 		p->qp_init_attr->qp_type = res->ai_qp_type;
 	}
@@ -997,7 +702,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 	int ret;
 
 	if (!id || !res)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	ret = create_id(NULL, &cm_id, NULL, res->ai_port_space, res->ai_qp_type);
 	if (ret)
 		return ret;
@@ -1029,7 +734,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 
 		p->connect = malloc(res->ai_connect_len);
 		if (!p->connect) {
-			ret = set_errno(ENOMEM);
+			ret = ucma_set_errno(ENOMEM);
 			goto err;
 		}
 		memcpy(p->connect, res->ai_connect, res->ai_connect_len);
@@ -1073,7 +778,7 @@ int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 	struct rdma_id_private *p;
 
 	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	p = to_id_priv(id);
 	p->local_ece.vendor_id = ece->vendor_id;
 	p->local_ece.options = ece->options;
@@ -1085,7 +790,7 @@ int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 	struct rdma_id_private *p;
 
 	if (!id || id->qp || !ece)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	p = to_id_priv(id);
 	ece->vendor_id = p->remote_ece.vendor_id;
 	ece->options = p->remote_ece.options;
@@ -1107,10 +812,10 @@ static int join_mc(struct rdma_cm_id *id, const struct sockaddr *addr, uint32_t 
 	int ret, status = 0;
 
 	if (flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	mc = calloc(1, sizeof(*mc));
 	if (!mc)
-		return set_errno(ENOMEM);
+		return ucma_set_errno(ENOMEM);
 	pthread_mutex_lock(&cma_lock);
 	ret = cma_mc_gid(p, addr, &mc->mgid);
 	if (ret)
@@ -1124,7 +829,7 @@ static int join_mc(struct rdma_cm_id *id, const struct sockaddr *addr, uint32_t 
 	}
 	ret = cma_mc_event(p, mc, status);
 	if (ret) {
-		detach_mc(id, mc);
+		ucma_detach_mc(id, mc);
 		goto err;
 	}
 	mc->next = p->mc_list;
@@ -1134,7 +839,7 @@ static int join_mc(struct rdma_cm_id *id, const struct sockaddr *addr, uint32_t 
 err:
 	pthread_mutex_unlock(&cma_lock);
 	free(mc);
-	return err_ret(ret);
+	return ucma_err_ret(ret);
 }
 
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
@@ -1144,23 +849,15 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 
 	if (!mc_join_attr || (mc_join_attr->comp_mask & need) != need ||
 	    (mc_join_attr->comp_mask & ~need) || !mc_join_attr->addr)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	return join_mc(id, mc_join_attr->addr, mc_join_attr->join_flags, context);
 }
 
 int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
 	if (!addr || !cma_addrlen(addr))
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	return join_mc(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
-}
-
-/* The id's QP off mc's group, if it was on it (cma_lock held). */
-static void detach_mc(struct rdma_cm_id *id, struct cma_multicast *mc)
-{
-	if (mc->attached && id->qp)
-		ibv_detach_mcast(id->qp, &mc->mgid, 0);
-	mc->attached = false;
 }
 
 /* Off the list and detached (cma_lock held). */
@@ -1169,7 +866,7 @@ static void leave_mc(struct rdma_cm_id *id, struct cma_multicast **pp)
 	struct cma_multicast *mc = *pp;
 
 	*pp = mc->next;
-	detach_mc(id, mc);
+	ucma_detach_mc(id, mc);
 	free(mc);
 }
 
@@ -1180,14 +877,14 @@ int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct cma_multicast **pp;
 
 	if (!len)
-		return set_errno(EINVAL);
+		return ucma_set_errno(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	for (pp = &p->mc_list; *pp; pp = &(*pp)->next)
 		if (!memcmp(&(*pp)->addr, addr, len))
 			break;
 	if (!*pp) {
 		pthread_mutex_unlock(&cma_lock);
-		return set_errno(EADDRNOTAVAIL);
+		return ucma_set_errno(EADDRNOTAVAIL);
 	}
 	leave_mc(id, pp);
 	pthread_mutex_unlock(&cma_lock);

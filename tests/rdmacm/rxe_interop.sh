@@ -3,7 +3,7 @@
 #
 # urvt's librdmacm against the Linux kernel's rdma_cm / IB CM on rdma_rxe,
 # in a qemu VM of the rxe-vm harness (../shared/rxe-vm, its README): every
-# connection below is a real IB CM exchange between urvt's cm.c and the
+# connection below is a real IB CM exchange between urvt's cm*.c and the
 # kernel's ib_cm, MADs on QP1 both ways. Unmodified Debian programs on both
 # sides; the urvt side runs through urvt-run in a namespace on the VM bridge.
 #   CASE_c: urvt is the client, the kernel the server; CASE_s: the reverse.
