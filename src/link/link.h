@@ -115,7 +115,7 @@ struct urvt_link_ops {
 	/* The reserved packet is complete, len bytes: the receiver may take it. */
 	void (*tx_commit)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len);
 	/* After the commits of a batch: wake dst's receiver if it sleeps
-	 * (once per peer: urvt_link_addr_same). */
+	 * (once per peer: urvt_link_peer_same). */
 	void (*tx_kick)(struct urvt_link *l, const union urvt_link_addr *dst);
 	/* Optional: receive what is sent to multicast group gid (0 or a
 	 * negative errno), or stop receiving it. Slow path. */
@@ -179,6 +179,13 @@ static inline socklen_t urvt_link_addr_len(const union urvt_link_addr *a)
 {
 	return a->sa.sa_family == AF_INET ? sizeof(a->in4) :
 	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->peer);
+}
+
+/* Two peer handles (family URVT_LINK_AF_PEER) of one link: the same peer? */
+static inline bool urvt_link_peer_same(const union urvt_link_addr *a,
+				       const union urvt_link_addr *b)
+{
+	return a->peer.id == b->peer.id;
 }
 
 /* The same destination: family, address and port (a peer's handle). */

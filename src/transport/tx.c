@@ -189,7 +189,7 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 			lost += t->where == URVT_TXPKT_LOST;
 			/* in the link already: wake the receiver once per peer */
 			if (t->where == URVT_TXPKT_IN_LINK &&
-			    (i + 1 == n || !urvt_link_addr_same(&t[1].dst, &t->dst)))
+			    (i + 1 == n || !urvt_link_peer_same(&t[1].dst, &t->dst)))
 				l->ops->tx_kick(l, &t->dst);
 		}
 	}
