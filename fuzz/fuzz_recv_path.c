@@ -199,7 +199,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (!net)
 		die("no transport");
 	memcpy(&dev_v4, &rdi->gid.raw[12], 4);
-	sink_link.info = net->links[URVT_LINK_UDP]->info;
+	sink_link.info = net->links[URVT_LINK_ANY]->info;
 	sink_link.ctl_fd = -1;
 	/* the UDP link stays open (its address keeps the GID) but unused */
 	udp_link = urvt_net_swap_link(net, &sink_link);

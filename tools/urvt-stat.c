@@ -43,7 +43,7 @@ static const char *qpt_name(uint32_t t)
 
 static int show(const char *path, bool qps)
 {
-	struct urvt_stats_shm *s;
+	struct urvt_stats_file *s;
 	char addr[INET6_ADDRSTRLEN] = "?";
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

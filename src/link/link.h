@@ -1,15 +1,18 @@
 /*
  * The link interface: how the transport moves whole RoCEv2 packets (BTH to
  * ICRC) between devices. One implementation per medium: the UDP socket
- * (udp.c) and the same-host shared-memory link (shm.c, docs/shm.md). A
- * link knows nothing of QPs or of the packets' contents; the transport
- * knows nothing of sockets. docs/architecture.md has the layers.
+ * (udp.c) and the same-host shared-memory link (shm.c). A link knows nothing
+ * of QPs or of the packets' contents; the transport knows nothing of
+ * sockets, and nothing of which links exist: it sees their properties
+ * (struct urvt_link), their ops and their name, which names their
+ * counters. links.h opens a device's links. docs/architecture.md has the
+ * layers.
  *
  * Threading: send_batch may be called by several threads at once (each
  * with its own packets); recv_batch by one thread at a time (the
  * transport's rx_lock), and what it returns stays valid until that
- * thread's next recv_batch. A link whose memory the receiver reads (shm)
- * also lets the sender build a packet in place: tx_reserve, tx_commit,
+ * thread's next recv_batch. A link whose memory the receiver reads
+ * (builds_in_place) also lets the sender build a packet in place: tx_reserve, tx_commit,
  * then tx_kick once for the packets of a batch.
  */
 #ifndef URVT_LINK_LINK_H
@@ -21,18 +24,23 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "wire/hdr.h"
 #include "wire/ip.h"
 
-/* Where a datagram goes on a link (UDP: the peer's address, port 4791;
- * shm: one of the link's peers). */
+/* A peer of a link that keeps its own peers (resolve hands it out): the
+ * family of its link address. */
+#define URVT_LINK_AF_PEER AF_UNIX
+
+/* Where a datagram goes on a link (UDP: the peer's address, port 4791; a
+ * link with its own peers: an opaque handle that only that link reads). */
 union urvt_link_addr {
 	struct sockaddr sa;
 	struct sockaddr_in in4;
 	struct sockaddr_in6 in6;
 	struct {
-		sa_family_t family;       /* AF_UNIX */
-		uint16_t peer;            /* the shm link's peer slot */
-	} shm;
+		sa_family_t family;       /* URVT_LINK_AF_PEER */
+		uint16_t id;              /* the link's, opaque; equal ids: one peer */
+	} peer;
 };
 
 /* One packet to send. */
@@ -106,7 +114,8 @@ struct urvt_link_ops {
 			       uint32_t maxlen, bool patient);
 	/* The reserved packet is complete, len bytes: the receiver may take it. */
 	void (*tx_commit)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len);
-	/* After the commits of a batch: wake dst's receiver if it sleeps. */
+	/* After the commits of a batch: wake dst's receiver if it sleeps
+	 * (once per peer: urvt_link_peer_same). */
 	void (*tx_kick)(struct urvt_link *l, const union urvt_link_addr *dst);
 	/* Optional: receive what is sent to multicast group gid (0 or a
 	 * negative errno), or stop receiving it. Slow path. */
@@ -126,8 +135,11 @@ struct urvt_link {
 	int wake_fd;                      /* readable when recv_batch has data; -1: none */
 	int ctl_fd;                       /* watched always (service); -1: none */
 	bool faults;                      /* send_batch may set urvt_link_tx.fault */
-	bool lossless;                    /* nothing is lost, reordered or corrupted in transit */
+	bool lossless;                    /* nothing is lost, reordered or corrupted in transit:
+					     the sender may leave the ICRC out */
 	bool cheap_poll;                  /* an empty recv_batch makes no system call */
+	bool builds_in_place;             /* tx_reserve, tx_commit and tx_kick are there */
+	bool reaches_any;                 /* every GID is an address (resolve never fails) */
 };
 
 static inline unsigned urvt_link_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)
@@ -166,10 +178,17 @@ static inline void urvt_link_close(struct urvt_link *l)
 static inline socklen_t urvt_link_addr_len(const union urvt_link_addr *a)
 {
 	return a->sa.sa_family == AF_INET ? sizeof(a->in4) :
-	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->shm);
+	       a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->peer);
 }
 
-/* The same destination: family, address and port (a shm peer's index). */
+/* Two peer handles (family URVT_LINK_AF_PEER) of one link: the same peer? */
+static inline bool urvt_link_peer_same(const union urvt_link_addr *a,
+				       const union urvt_link_addr *b)
+{
+	return a->peer.id == b->peer.id;
+}
+
+/* The same destination: family, address and port (a peer's handle). */
 static inline bool urvt_link_addr_same(const union urvt_link_addr *a,
 				       const union urvt_link_addr *b)
 {
@@ -182,7 +201,25 @@ static inline bool urvt_link_addr_same(const union urvt_link_addr *a,
 		return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 16) &&
 		       a->in6.sin6_port == b->in6.sin6_port &&
 		       a->in6.sin6_scope_id == b->in6.sin6_scope_id;
-	return a->shm.peer == b->shm.peer;
+	return a->peer.id == b->peer.id;
+}
+
+/* A reaches_any link's address of a GID (RoCEv2: the GID is the device's
+ * IP address): its IPv4 (v4-mapped) or IPv6 address, port 4791. A few
+ * stores, no lookup: the transport calls it per packet. */
+static inline void urvt_link_gid_addr(const uint8_t gid[16], union urvt_link_addr *sa)
+{
+	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (!memcmp(gid, v4prefix, 12)) {
+		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
+						.sin_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in4.sin_addr, gid + 12, 4);
+	} else {
+		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
+						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
+		memcpy(&sa->in6.sin6_addr, gid, 16);
+	}
 }
 
 #endif

@@ -433,8 +433,8 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	for (uint32_t i = 0; i < atomic_load(&s->npeers); i++) {
 		p = &s->peers[i];
 		if (atomic_load(&p->state) == PEER_UP && !memcmp(p->gid, gid, 16)) {
-			out->shm.family = AF_UNIX;
-			out->shm.peer = (uint16_t)i;
+			out->peer.family = URVT_LINK_AF_PEER;
+			out->peer.id = (uint16_t)i;
 			goto out;
 		}
 	}
@@ -446,8 +446,8 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	ret = connect_peer(s, gid, p);
 	if (!ret) {
 		peer_publish(s, p);
-		out->shm.family = AF_UNIX;
-		out->shm.peer = (uint16_t)(p - s->peers);
+		out->peer.family = URVT_LINK_AF_PEER;
+		out->peer.id = (uint16_t)(p - s->peers);
 	}
 out:
 	pthread_mutex_unlock(&s->peers_lock);
@@ -795,7 +795,7 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 static struct shm_peer *tx_peer_of(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
-	struct shm_peer *p = dst->shm.peer < npeers ? &s->peers[dst->shm.peer] : NULL;
+	struct shm_peer *p = dst->peer.id < npeers ? &s->peers[dst->peer.id] : NULL;
 
 	return p && atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP ? p : NULL;
 }
@@ -819,7 +819,7 @@ static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *
  * its slot has not (slots are never reused). */
 static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len)
 {
-	struct shm_peer *p = &shm_of(l)->peers[dst->shm.peer];
+	struct shm_peer *p = &shm_of(l)->peers[dst->peer.id];
 
 	tx_end_rec(p, len);
 	tx_publish(p);
@@ -840,13 +840,13 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 	unsigned lost = 0;
 
 	for (unsigned i = 0; i < n;) {
-		uint16_t idx = pk[i].dst->shm.peer;
+		uint16_t idx = pk[i].dst->peer.id;
 		unsigned j = i + 1;
 		struct shm_peer *p;
 
 		pk[i].ip_id = 0;
 		pk[i].fault = 0;
-		while (j < n && pk[j].dst->shm.peer == idx) {
+		while (j < n && pk[j].dst->peer.id == idx) {
 			pk[j].ip_id = 0;
 			pk[j].fault = 0;
 			j++;
@@ -1116,6 +1116,7 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *e
 	s->link.ctl_fd = s->epfd;
 	s->link.lossless = true;
 	s->link.cheap_poll = true;
+	s->link.builds_in_place = true;
 	return &s->link;
 err:
 	if (s->listen_fd >= 0)

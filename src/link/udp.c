@@ -448,7 +448,7 @@ static int mc_socket(struct urvt_udp *u, const uint8_t gid[16])
 
 	if (v4 != urvt_gid_is_v4(gid))
 		return -EINVAL; /* an IPv6 group on an IPv4 device, or the reverse */
-	urvt_udp_gid_addr(gid, &a);
+	urvt_link_gid_addr(gid, &a);
 	fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
@@ -544,7 +544,7 @@ static void udp_close(struct urvt_link *l)
 static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
 {
 	(void)l;
-	urvt_udp_gid_addr(gid, out);
+	urvt_link_gid_addr(gid, out);
 	return 0;
 }
 
@@ -645,6 +645,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 	u->link.wake_fd = u->epfd;
 	u->link.ctl_fd = -1;
 	u->link.faults = u->fault != NULL;
+	u->link.reaches_any = true;
 	return &u->link;
 err:
 	urvt_fault_destroy(u->fault);

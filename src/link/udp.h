@@ -35,23 +35,6 @@ void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p);
  */
 int urvt_udp_bind(const char *addr, const char *netdev, struct urvt_link_info *out);
 
-/* The UDP link address of a GID: its IPv4 (v4-mapped) or IPv6 address,
- * port 4791. A few stores, no lookup: the transport calls it per packet. */
-static inline void urvt_udp_gid_addr(const uint8_t gid[16], union urvt_link_addr *sa)
-{
-	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	if (!memcmp(gid, v4prefix, 12)) {
-		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
-						.sin_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in4.sin_addr, gid + 12, 4);
-	} else {
-		sa->in6 = (struct sockaddr_in6){ .sin6_family = AF_INET6,
-						 .sin6_port = htons(URVT_ROCE_UDP_PORT) };
-		memcpy(&sa->in6.sin6_addr, gid, 16);
-	}
-}
-
 /* Bind, set the socket up, start fault injection. NULL and *err (a
  * negative errno) on failure. */
 struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err);

@@ -151,8 +151,9 @@ void urvt_cc_qp_setup(struct rvt_qp *qp)
 
 	tp->wnd_max = URVT_MAX_UNACKED_PSNS;
 	tp->peer = NULL;
-	/* the shm link is lossless: rxe's fixed window, nothing to adapt */
-	if (qp->type != IBV_QPT_RC || qp->remote_av.route || !net->cc)
+	/* over a lossless link: rxe's fixed window, nothing to adapt */
+	if (qp->type != IBV_QPT_RC || !net->cc ||
+	    (qp->remote_av.route && net->links[urvt_route_link(qp->remote_av.route)]->lossless))
 		return;
 	w = CC_QP_MAX_BYTES / (qp->pmtu ? qp->pmtu : 4096);
 	if (w > CC_QP_MAX_PSNS)

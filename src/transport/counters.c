@@ -45,7 +45,7 @@ static void stats_reap_stale(void)
 
 int urvt_stats_init(struct urvt_net *net)
 {
-	struct urvt_stats_shm *s = NULL;
+	struct urvt_stats_file *s = NULL;
 
 	if (!urvt_env_off("URVT_STATS")) {
 		const char *file = getenv("URVT_STATS_FILE");
@@ -54,21 +54,22 @@ int urvt_stats_init(struct urvt_net *net)
 			/* a file of the caller's choosing, kept at exit; "%p": the pid */
 			const char *pp = strstr(file, "%p");
 			if (pp)
-				snprintf(net->shm_path, sizeof(net->shm_path), "%.*s%d%s",
+				snprintf(net->stats_path, sizeof(net->stats_path), "%.*s%d%s",
 					 (int)(pp - file), file, (int)getpid(), pp + 2);
 			else
-				snprintf(net->shm_path, sizeof(net->shm_path), "%s", file);
+				snprintf(net->stats_path, sizeof(net->stats_path), "%s", file);
 			net->stats_keep = true;
 		} else {
 			stats_reap_stale();
-			snprintf(net->shm_path, sizeof(net->shm_path), "/dev/shm/urvt.%d",
+			snprintf(net->stats_path, sizeof(net->stats_path), "/dev/shm/urvt.%d",
 				 (int)getpid());
 		}
-		fd = open(net->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = open(net->stats_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0 && net->stats_keep) {
 			/* the caller asked for this file: without it, fail the open */
 			urvt_report("URVT_STATS_FILE=%s: cannot create it (%s): name a file in a "
-				    "writable directory, or unset it", net->shm_path, strerror(errno));
+				    "writable directory, or unset it",
+				    net->stats_path, strerror(errno));
 			return -EINVAL;
 		}
 		if (fd >= 0) {
@@ -79,21 +80,21 @@ int urvt_stats_init(struct urvt_net *net)
 			}
 			close(fd);
 			if (!s)
-				unlink(net->shm_path);
+				unlink(net->stats_path);
 		}
-		net->shm_mapped = s != NULL;
+		net->stats_mapped = s != NULL;
 	}
 	if (!s) {
 		s = calloc(1, sizeof(*s));
 		if (!s)
 			return -ENOMEM;
-		net->shm_path[0] = 0;
+		net->stats_path[0] = 0;
 	}
 	s->version = URVT_STATS_VERSION;
 	s->ncounters = URVT_CTR_NUM;
 	s->nslots = URVT_STATS_QP_SLOTS;
 	s->pid = (uint32_t)getpid();
-	s->family = (uint32_t)net->links[URVT_LINK_UDP]->info.family;
+	s->family = (uint32_t)net->links[URVT_LINK_ANY]->info.family;
 	memcpy(s->gid, net->rdi->gid.raw, 16);
 	memcpy(s->ifname, net->rdi->ifname, sizeof(s->ifname));
 	{
@@ -103,7 +104,7 @@ int urvt_stats_init(struct urvt_net *net)
 	}
 	/* readers check the magic last */
 	__atomic_store_n(&s->magic, URVT_STATS_MAGIC, __ATOMIC_RELEASE);
-	net->shm = s;
+	net->stats = s;
 	return 0;
 }
 
@@ -111,14 +112,14 @@ void urvt_stats_fini(struct urvt_net *net)
 {
 	const char *keep = getenv("URVT_STATS_KEEP");
 
-	if (!net->shm)
+	if (!net->stats)
 		return;
-	if (net->shm_mapped) {
-		munmap(net->shm, sizeof(*net->shm));
+	if (net->stats_mapped) {
+		munmap(net->stats, sizeof(*net->stats));
 		if (!net->stats_keep && !(keep && !strcmp(keep, "1")))
-			unlink(net->shm_path);
+			unlink(net->stats_path);
 	} else {
-		free(net->shm);
+		free(net->stats);
 	}
 }
 
@@ -129,7 +130,7 @@ static struct urvt_stats_qp *stats_claim(struct rvt_qp *qp)
 	struct urvt_stats_qp *slot = &stats_overflow, *want = NULL;
 
 	for (uint32_t i = 0; i < 8; i++) {
-		struct urvt_stats_qp *s = &net->shm->qp[(qp->qpn + i) % URVT_STATS_QP_SLOTS];
+		struct urvt_stats_qp *s = &net->stats->qp[(qp->qpn + i) % URVT_STATS_QP_SLOTS];
 		uint32_t zero = 0;
 		if (__atomic_compare_exchange_n(&s->in_use, &zero, 1, false, __ATOMIC_ACQ_REL,
 						__ATOMIC_RELAXED)) {

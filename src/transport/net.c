@@ -154,7 +154,7 @@ static void nets_remove(struct urvt_net *net)
 	pthread_mutex_unlock(&nets_lock);
 }
 
-int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm)
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *const *links, unsigned n)
 {
 	struct urvt_net *net = calloc(1, sizeof(*net));
 	const char *env;
@@ -165,8 +165,24 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 	env = getenv("URVT_DEBUG");
 	urvt_debug = env && *env && strcmp(env, "0");
 	net->rdi = rdi;
-	net->links[URVT_LINK_UDP] = udp;
-	net->links[URVT_LINK_SHM] = shm;
+	if (!n || n > URVT_LINKS || !links[URVT_LINK_ANY]->reaches_any) {
+		free(net);
+		return -EINVAL;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		/* each link's counters, by its name (stats.h) */
+		int slot = urvt_stats_link_slot(links[k]->ops->name);
+		if (slot < 0) {
+			urvt_report("the counters file has no slot for the %s link "
+				    "(transport/stats.c)", links[k]->ops->name);
+			free(net);
+			return -EINVAL;
+		}
+		net->links[k] = links[k];
+		net->link_ctr[k] = URVT_CTR_LINK_TX(slot);
+		net->cheap_beside |= k > 0 && links[k]->cheap_poll;
+	}
+	net->nlinks = n;
 	pthread_mutex_init(&net->rx_lock, NULL);
 	pthread_mutex_init(&net->watch_lock, NULL);
 	pthread_mutex_init(&net->facts_lock, NULL);
@@ -205,8 +221,8 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt
 			goto err;
 	}
 	/* a trace shows every datagram's real traffic class and hop limit */
-	if (net->pcap && udp && udp->ops->ip_facts)
-		udp->ops->ip_facts(udp, true);
+	if (net->pcap && links[URVT_LINK_ANY]->ops->ip_facts)
+		links[URVT_LINK_ANY]->ops->ip_facts(links[URVT_LINK_ANY], true);
 	rdi->transport_priv = net;
 	atomic_store(&net->app_linger, 2);
 	ret = urvt_net_watch_start(net);
@@ -239,7 +255,7 @@ void urvt_net_destroy(struct rvt_dev_info *rdi)
 	urvt_net_acks_flush(net, true);
 	rdi->transport = NULL;
 	rdi->transport_priv = NULL;
-	for (int k = 0; k < URVT_LINKS; k++)
+	for (unsigned k = 0; k < net->nlinks; k++)
 		urvt_link_close(net->links[k]);
 	net_free(net);
 }
@@ -250,7 +266,7 @@ void urvt_net_ud_qps(struct urvt_net *net, int delta)
 	uint32_t before;
 
 	pthread_mutex_lock(&net->facts_lock);
-	l = net->links[URVT_LINK_UDP];
+	l = net->links[URVT_LINK_ANY];
 	before = net->ud_qps;
 	net->ud_qps = (uint32_t)((int)net->ud_qps + delta);
 	if (l && l->ops->ip_facts && !net->pcap && !before != !net->ud_qps)
@@ -265,8 +281,8 @@ struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *lin
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
 	pthread_mutex_lock(&net->rx_lock);
-	old = net->links[URVT_LINK_UDP];
-	net->links[URVT_LINK_UDP] = link;
+	old = net->links[URVT_LINK_ANY];
+	net->links[URVT_LINK_ANY] = link;
 	pthread_mutex_unlock(&net->rx_lock);
 	atomic_store(&net->aside, false);
 	urvt_net_watch_start(net);

@@ -23,11 +23,11 @@ int urvt_transport_attach(struct rvt_dev_info *rdi);
  * address (verbs_open_device, verbs/open_at.h). */
 void urvt_transport_want(const char *addr);
 
-/* attach.c -> net.c: the engines' device state on the links attach opened
- * (rdi->transport_priv; shm may be NULL); 0 or a negative errno (the
- * caller still owns the links). From then on the transport owns them:
- * destroy closes them. */
-int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *udp, struct urvt_link *shm);
+/* attach.c -> net.c: the engines' device state on the n links attach
+ * opened, in link/links.h's order (rdi->transport_priv); 0 or a negative
+ * errno (the caller still owns the links). From then on the transport
+ * owns them: destroy closes them. */
+int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *const *links, unsigned n);
 void urvt_net_destroy(struct rvt_dev_info *rdi);
 
 /* Receive and process one batch inline if no other thread is receiving

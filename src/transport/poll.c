@@ -44,30 +44,31 @@
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */
 #define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
-/* ... with a shm link polled every time in between: a socket that stays
- * empty is asked less and less often, up to every APP_EMPTY_SKIP_MAX polls */
+/* ... with a cheap_poll link beside it (the shared-memory link), polled
+ * every time in between: a socket that stays empty is asked less and less
+ * often, up to every APP_EMPTY_SKIP_MAX polls */
 #define APP_EMPTY_SKIP_MAX 256
-/* ... unless the socket delivered within this and the shm link did not:
- * backing off a socket in use beside an idle shm link cost a UDP
+/* ... unless the socket delivered within this and the links beside did not:
+ * backing off a socket in use beside an idle shared-memory link cost a UDP
  * ping-pong between two namespaces 45 % (3.3 -> 4.8 us one way) */
 #define APP_QUIET_NS 1000000
-/* ... while the shm link does carry traffic (within APP_QUIET_NS), the skip
- * grows past APP_EMPTY_SKIP_MAX, up to APP_EMPTY_SKIP_SHM_MAX polls, and a
+/* ... while a link beside does carry traffic (within APP_QUIET_NS), the skip
+ * grows past APP_EMPTY_SKIP_MAX, up to APP_EMPTY_SKIP_BESIDE_MAX polls, and a
  * long skip also ends APP_ASK_GAP_NS after the last ask (a cycle counter
  * read every APP_ASK_CLOCK_EVERY polls): an ask is a recvmmsg of ~1.5 us on
- * these VMs, and at one per 256 polls (~10 us) a shm ping-pong met them
+ * these VMs, and at one per 256 polls (~10 us) a shared-memory ping-pong met them
  * often enough to cost ~0.1 us a message on average (8 B one way
  * 1.08-1.10 -> 0.99-1.01 us with asks ~150 us apart). A datagram that
  * comes meanwhile waits up to about APP_ASK_GAP_NS for the application. */
-#define APP_EMPTY_SKIP_SHM_MAX 65536
+#define APP_EMPTY_SKIP_BESIDE_MAX 65536
 #define APP_ASK_GAP_NS 50000
 #define APP_ASK_CLOCK_EVERY 8
 #define APP_LINGER_NS 50000       /* a leaver's poll receives this much longer */
 #define APP_LINGER_MAX 8
 #define APP_LINGER_REST 256
-/* with a shm peer a linger costs no system call, and a peer that stopped
- * lingering makes ours miss: try again soon */
-#define APP_LINGER_REST_SHM 8
+/* with a cheap_poll link beside a linger costs no system call, and a peer
+ * that stopped lingering makes ours miss: try again soon */
+#define APP_LINGER_REST_BESIDE 8
 
 static void net_rx_cb(void *arg);
 
@@ -172,7 +173,7 @@ static void net_rx_cb(void *arg)
 }
 
 /* Progress thread, spinning after activity: the links that cost no system
- * call to look at (the shm rings), while it is the one receiving. */
+ * call to look at (a cheap_poll link, the shared-memory rings), while it is the one receiving. */
 static int net_spin(void *arg)
 {
 	struct urvt_net *net = arg;
@@ -248,46 +249,58 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
-/* A device counter (udp_rx_packets, shm_rx_packets: what a link delivered). */
+/* A device counter (a link's <name>_rx_packets: what it delivered). */
 static uint64_t dev_count(struct urvt_net *net, enum urvt_ctr c)
 {
-	return __atomic_load_n(&net->shm->dev.v[c], __ATOMIC_RELAXED);
+	return __atomic_load_n(&net->stats->dev.v[c], __ATOMIC_RELAXED);
 }
 
-/* After the UDP socket was asked (rx_lock held): how many polls until it
- * is asked again. Alone, an empty socket is skipped APP_EMPTY_SKIP polls.
- * Beside a shm link (polled every time in between), one that stays empty
- * is skipped twice as long each time, up to APP_EMPTY_SKIP_MAX, so that
- * shm or in-process traffic does not wait out a recvmmsg returning EAGAIN
- * every few polls; but not while the socket carries traffic and the shm
- * link does not (within APP_QUIET_NS, as far as the asks saw: a clock read
- * per ask, which is a system call anyway). */
+/* What the cheap_poll links beside links[0] delivered. */
+static uint64_t beside_rx_count(struct urvt_net *net)
+{
+	uint64_t n = 0;
+
+	for (unsigned k = 1; k < net->nlinks; k++)
+		if (net->links[k]->cheap_poll)
+			n += dev_count(net, net->link_ctr[k] + 1);
+	return n;
+}
+
+/* After the UDP socket (links[0]) was asked (rx_lock held): how many polls
+ * until it is asked again. Alone, an empty socket is skipped APP_EMPTY_SKIP
+ * polls. Beside a cheap_poll link (polled every time in between), one that
+ * stays empty is skipped twice as long each time, up to APP_EMPTY_SKIP_MAX,
+ * so that shared-memory or in-process traffic does not wait out a recvmmsg
+ * returning EAGAIN every few polls; but not while the socket carries
+ * traffic and the links beside do not (within APP_QUIET_NS, as far as the
+ * asks saw: a clock read per ask, which is a system call anyway). */
 static void udp_backoff(struct urvt_net *net, int n)
 {
-	uint64_t seen = dev_count(net, URVT_CTR_UDP_RX_PKTS), shm_seen, now;
+	uint64_t seen = dev_count(net, net->link_ctr[URVT_LINK_ANY] + 1), beside_seen, now;
 	uint32_t next;
 
-	if (!net->links[URVT_LINK_SHM]) {
+	if (!net->cheap_beside) {
 		next = n ? 0 : APP_EMPTY_SKIP;
 		goto out;
 	}
 	now = urvt_cycles();
-	shm_seen = dev_count(net, URVT_CTR_SHM_RX_PKTS);
-	if (shm_seen != net->shm_rx_seen) {
-		net->shm_rx_seen = shm_seen;
-		net->shm_rx_cyc = now;
+	beside_seen = beside_rx_count(net);
+	if (beside_seen != net->beside_rx_seen) {
+		net->beside_rx_seen = beside_seen;
+		net->beside_rx_cyc = now;
 	}
 	if (seen != net->udp_rx_seen) {
 		net->udp_rx_cyc = now;
 		net->udp_idle = 0; /* UDP traffic: ask at every poll */
 		next = 0;
 	} else if (now - net->udp_rx_cyc < net->quiet_cyc &&
-		   now - net->shm_rx_cyc >= net->quiet_cyc) {
+		   now - net->beside_rx_cyc >= net->quiet_cyc) {
 		net->udp_idle = 0;
 		next = APP_EMPTY_SKIP;
 	} else {
-		uint32_t cap = now - net->shm_rx_cyc < net->quiet_cyc ? APP_EMPTY_SKIP_SHM_MAX :
-									 APP_EMPTY_SKIP_MAX;
+		uint32_t cap = now - net->beside_rx_cyc < net->quiet_cyc ?
+				       APP_EMPTY_SKIP_BESIDE_MAX :
+				       APP_EMPTY_SKIP_MAX;
 		uint32_t idle = net->udp_idle;
 
 		net->udp_idle = !idle ? APP_EMPTY_SKIP : idle < cap / 2 ? 2 * idle : cap;
@@ -321,7 +334,7 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 		atomic_store_explicit(&net->app_skip, left, memory_order_relaxed);
 		/* the rings cost nothing to look at: only the socket waits;
 		 * and nothing there needs no lock */
-		if (!net->links[URVT_LINK_SHM] || !urvt_net_rx_pending(net))
+		if (!net->cheap_beside || !urvt_net_rx_pending(net))
 			return 0;
 	}
 	if (pthread_mutex_trylock(&net->rx_lock))
@@ -439,7 +452,7 @@ static void app_empty_poll(struct urvt_net *net)
  * thread held the QP's engine): in a ping-pong the peer's ACK and its next WRITE
  * often arrive together, the ACK completing the send; a linger then waited
  * for a WRITE that comes only after the application answers this one, and
- * timed out (ib_write_lat over shm: a timeout in 5 returns, which in turn
+ * timed out (ib_write_lat over the shared-memory link: a timeout in 5 returns, which in turn
  * made the peer's lingers miss; typical 15 us one way, 2 us without).
  */
 static bool app_linger(struct urvt_net *net, uint32_t writes)
@@ -454,7 +467,7 @@ static bool app_linger(struct urvt_net *net, uint32_t writes)
 	}
 	if (!s) {
 		uint32_t r = atomic_load_explicit(&net->app_linger_rest, memory_order_relaxed) + 1;
-		uint32_t rest = net->links[URVT_LINK_SHM] ? APP_LINGER_REST_SHM : APP_LINGER_REST;
+		uint32_t rest = net->cheap_beside ? APP_LINGER_REST_BESIDE : APP_LINGER_REST;
 		atomic_store_explicit(&net->app_linger_rest, r < rest ? r : 0, memory_order_relaxed);
 		if (r < rest)
 			return false;

@@ -578,8 +578,8 @@ static void ooo_hold(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	b = urvt_pkt_alloc_spare(qp_net(qp));
 	if (!b)
 		return;
-	/* headers and payload may lie apart (a shm packet's parsed headers
-	 * are a private copy: recv.c) */
+	/* headers and payload may lie apart (a shared packet's parsed
+	 * headers are a private copy: recv.c) */
 	memcpy(b->data, pkt->bth, pkt->hdr_len);
 	memcpy(b->data + pkt->hdr_len, pkt->payload, pkt->len - pkt->hdr_len);
 	b->len = pkt->len;

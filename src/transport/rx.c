@@ -7,13 +7,8 @@
 #include "core/rvt_api.h"
 #include "transport/tp.h"
 
-static const enum urvt_ctr link_rx_ctr[URVT_LINKS] = {
-	[URVT_LINK_UDP] = URVT_CTR_UDP_RX_PKTS,
-	[URVT_LINK_SHM] = URVT_CTR_SHM_RX_PKTS,
-};
-
 /* One batch of link k; returns the datagrams read. */
-static int rx_link(struct urvt_net *net, enum urvt_link_id k)
+static int rx_link(struct urvt_net *net, unsigned k)
 {
 	struct urvt_link_rx *rx = net->rx;
 	int got = urvt_link_recv(net->links[k], rx, URVT_RX_BATCH);
@@ -51,9 +46,9 @@ static int rx_link(struct urvt_net *net, enum urvt_link_id k)
 	/* the device's counters once per batch, not three locked adds per
 	 * packet (the QP's, in recv_on_qp, stay per packet) */
 	if (pkts) {
-		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_PKTS, pkts);
-		urvt_ctr_add(&net->shm->dev, URVT_CTR_RX_BYTES, bytes);
-		urvt_ctr_add(&net->shm->dev, link_rx_ctr[k], pkts);
+		urvt_ctr_add(&net->stats->dev, URVT_CTR_RX_PKTS, pkts);
+		urvt_ctr_add(&net->stats->dev, URVT_CTR_RX_BYTES, bytes);
+		urvt_ctr_add(&net->stats->dev, net->link_ctr[k] + 1, pkts);
 	}
 	return got > 0 ? got : 0;
 }
@@ -70,9 +65,9 @@ int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 	/* the completion events of the batch wait for its responses (cq.c) */
 	events_held = rvt_cq_events_hold();
 
-	for (int k = 0; k < URVT_LINKS; k++)
+	for (unsigned k = 0; k < net->nlinks; k++)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))
-			got += rx_link(net, (enum urvt_link_id)k);
+			got += rx_link(net, k);
 	urvt_rx_leave(was_in_rx);
 	/* responses the responder queued on this thread (an application's
 	 * plain ACKs may wait for its next send), and ACKs that waited */
@@ -84,7 +79,7 @@ int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 
 bool urvt_net_rx_pending(struct urvt_net *net)
 {
-	for (int k = 0; k < URVT_LINKS; k++)
+	for (unsigned k = 0; k < net->nlinks; k++)
 		if (net->links[k] && net->links[k]->cheap_poll && urvt_link_pending(net->links[k]))
 			return true;
 	return false;

@@ -1,4 +1,6 @@
 /* Counter names (stats.h); shared by the library and tools/urvt-stat. */
+#include <string.h>
+
 #include "transport/stats.h"
 
 #define DROP(r) [URVT_CTR_DROP_BASE + (r)]
@@ -33,10 +35,11 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	[URVT_CTR_FAULT_REORDER] = "fault_reorder",
 	[URVT_CTR_FAULT_CORRUPT] = "fault_corrupt",
 	[URVT_CTR_FAULT_DELAY] = "fault_delay",
-	[URVT_CTR_UDP_TX_PKTS] = "udp_tx_packets",
-	[URVT_CTR_UDP_RX_PKTS] = "udp_rx_packets",
-	[URVT_CTR_SHM_TX_PKTS] = "shm_tx_packets",
-	[URVT_CTR_SHM_RX_PKTS] = "shm_rx_packets",
+	/* the links' slots (stats.h): the names the links give themselves */
+	[URVT_CTR_LINK_TX(0)] = "udp_tx_packets",
+	[URVT_CTR_LINK_RX(0)] = "udp_rx_packets",
+	[URVT_CTR_LINK_TX(1)] = "shm_tx_packets",
+	[URVT_CTR_LINK_RX(1)] = "shm_rx_packets",
 	[URVT_CTR_CC_LOSS] = "cc_loss_cuts",
 	[URVT_CTR_CC_DELAY] = "cc_delay_cuts",
 	[URVT_CTR_CC_STALLS] = "cc_window_stalls",
@@ -78,3 +81,15 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	DROP(URVT_TDROP_BAD_RESP) = "drop_bad_response",
 	DROP(URVT_TDROP_RESP_SILENT) = "drop_responder_silent",
 };
+
+int urvt_stats_link_slot(const char *link_name)
+{
+	size_t n = strlen(link_name);
+
+	for (int s = 0; s < URVT_STATS_LINKS; s++) {
+		const char *tx = urvt_ctr_name[URVT_CTR_LINK_TX(s)];
+		if (!strncmp(tx, link_name, n) && !strcmp(tx + n, "_tx_packets"))
+			return s;
+	}
+	return -1;
+}

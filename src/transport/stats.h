@@ -14,6 +14,7 @@
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
 #define URVT_STATS_VERSION 5
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
+#define URVT_STATS_LINKS 2         /* per-link counter pairs (URVT_CTR_LINK_PKTS) */
 
 /* Drop reasons past the wire decoder's (enum urvt_wire_drop). */
 enum urvt_tp_drop {
@@ -58,10 +59,11 @@ enum urvt_ctr {
 	URVT_CTR_FAULT_REORDER,
 	URVT_CTR_FAULT_CORRUPT,
 	URVT_CTR_FAULT_DELAY,
-	URVT_CTR_UDP_TX_PKTS,        /* per link: what each one carried */
-	URVT_CTR_UDP_RX_PKTS,
-	URVT_CTR_SHM_TX_PKTS,
-	URVT_CTR_SHM_RX_PKTS,
+	/* per link: what each one carried, sent then received, for
+	 * URVT_STATS_LINKS links; a link's pair is the one whose names start
+	 * with its name (stats.c urvt_ctr_name, urvt_stats_link_slot) */
+	URVT_CTR_LINK_PKTS,
+	URVT_CTR_LINK_PKTS_END = URVT_CTR_LINK_PKTS + 2 * URVT_STATS_LINKS - 1,
 	URVT_CTR_CC_LOSS,            /* congestion window cuts for loss (cc.c) */
 	URVT_CTR_CC_DELAY,           /* ... for queueing delay */
 	URVT_CTR_CC_STALLS,          /* requester runs held back by a window */
@@ -82,6 +84,10 @@ enum urvt_ctr {
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };
 
+/* The packets link slot s sent, and received. */
+#define URVT_CTR_LINK_TX(s) ((enum urvt_ctr)(URVT_CTR_LINK_PKTS + 2 * (s)))
+#define URVT_CTR_LINK_RX(s) ((enum urvt_ctr)(URVT_CTR_LINK_PKTS + 2 * (s) + 1))
+
 struct urvt_ctrs {
 	uint64_t v[URVT_CTR_NUM];
 };
@@ -94,7 +100,7 @@ struct urvt_stats_qp {
 	struct urvt_ctrs c;
 };
 
-struct urvt_stats_shm {
+struct urvt_stats_file {
 	uint32_t magic;
 	uint32_t version;
 	uint32_t ncounters;           /* URVT_CTR_NUM */
@@ -111,6 +117,9 @@ struct urvt_stats_shm {
 
 /* Counter names for printing (stats.c). */
 extern const char *const urvt_ctr_name[URVT_CTR_NUM];
+/* The link slot of the link named link_name (its ops->name: its counters
+ * are <link_name>_tx_packets and _rx_packets), or -1: the file has none. */
+int urvt_stats_link_slot(const char *link_name);
 
 static inline void urvt_ctr_add(struct urvt_ctrs *c, enum urvt_ctr i, uint64_t n)
 {

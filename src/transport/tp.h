@@ -18,6 +18,7 @@
 #include "base/progress.h"
 #include "core/rvt.h"
 #include "link/link.h"
+#include "link/links.h"
 #include "transport/stats.h"
 #include "transport/tp_qp.h"
 #include "wire/hdr.h"
@@ -81,23 +82,33 @@ static inline void wqe_flags_set(struct rvt_swqe *wqe, uint16_t f)
 /* Datagrams one receive batch takes from a link. */
 #define URVT_RX_BATCH 32
 
-/* The device's links, in the order a destination tries them (av_resolve):
- * the same-host shared-memory link first, UDP for everything else. */
-enum urvt_link_id {
-	URVT_LINK_UDP,                    /* always there; av->route 0 */
-	URVT_LINK_SHM,                    /* optional; av->route 1 + peer */
-	URVT_LINKS
-};
+/* The device's links (link/links.h): links[0] reaches any GID and is
+ * addressed by it (av->route 0); the others reach some peers only, are
+ * tried first (av_resolve) and address a peer by the handle their
+ * resolve gave (av->route: urvt_route). */
+#define URVT_LINKS URVT_LINKS_MAX
+#define URVT_LINK_ANY 0                   /* links[0]: reaches any GID */
+
+/* av->route of link k's peer (k > 0), and back. */
+static inline uint32_t urvt_route(unsigned k, uint16_t peer)
+{
+	return (uint32_t)k << 16 | peer;
+}
+
+static inline unsigned urvt_route_link(uint32_t route)
+{
+	return route >> 16;
+}
 
 /* Where a queued packet is: in the queue's buffer, or built in the
- * link's own memory (the shm ring: committed there already), or nowhere
+ * link's own memory (builds_in_place: committed there already), or nowhere
  * (the link had no room for it: lost). */
 enum urvt_txpkt_where { URVT_TXPKT_QUEUED, URVT_TXPKT_IN_LINK, URVT_TXPKT_LOST };
 
 struct urvt_txpkt {
 	uint32_t off, len;
 	union urvt_link_addr dst;
-	uint8_t link;                     /* enum urvt_link_id */
+	uint8_t link;                     /* index in net->links */
 	uint8_t where;                    /* enum urvt_txpkt_where */
 	bool may_wait;                    /* a plain ACK: may wait for the next send (tx.c) */
 	struct urvt_stats_qp *qs;
@@ -126,6 +137,13 @@ struct urvt_txq {
 struct urvt_net {
 	struct rvt_dev_info *rdi;
 	struct urvt_link *links[URVT_LINKS]; /* opened by attach.c, closed after us */
+	unsigned nlinks;
+	/* link k's counters: link_ctr[k] its packets sent, + 1 received
+	 * (stats.h URVT_CTR_LINK_TX, found by the link's name) */
+	enum urvt_ctr link_ctr[URVT_LINKS];
+	/* a cheap_poll link other than links[0] (polled at every poll, and
+	 * links[0] backs off beside it: poll.c) */
+	bool cheap_beside;
 	struct urvt_ipinfo ip_tmpl;       /* our side of what we send: sgid, ports */
 
 	/* packet pool: a free stack under pool_lock */
@@ -153,8 +171,11 @@ struct urvt_net {
 		uint32_t udp_idle;                /* the last skip, backing off (rx_lock) */
 		uint64_t udp_rx_seen;             /* udp_rx_packets at the last ask (rx_lock) */
 		uint64_t udp_rx_cyc;              /* when an ask first saw them changed (urvt_cycles) */
-		uint64_t shm_rx_seen;             /* shm_rx_packets at the last ask (rx_lock) */
-		uint64_t shm_rx_cyc;              /* when an ask first saw them changed (urvt_cycles) */
+		/* what the cheap_poll links beside links[0] received, at the
+		 * last ask (rx_lock), and when an ask first saw it changed
+		 * (urvt_cycles) */
+		uint64_t beside_rx_seen;
+		uint64_t beside_rx_cyc;
 		uint64_t quiet_cyc;               /* APP_QUIET_NS in urvt_cycles (poll.c) */
 		_Atomic uint64_t udp_ask_cyc;     /* the last ask of the socket (urvt_cycles) */
 		uint64_t ask_gap_cyc;             /* APP_ASK_GAP_NS in urvt_cycles (poll.c) */
@@ -199,9 +220,9 @@ struct urvt_net {
 
 	struct urvt_cc_table *cc;         /* congestion control: the peers (cc.c) */
 
-	struct urvt_stats_shm *shm;       /* counters (or a private copy) */
-	bool shm_mapped;
-	char shm_path[256];
+	struct urvt_stats_file *stats;    /* counters (or a private copy) */
+	bool stats_mapped;
+	char stats_path[256];
 	bool stats_keep;                  /* URVT_STATS_FILE: the file stays */
 
 	struct urvt_pcap *pcap;
@@ -244,12 +265,21 @@ static inline void urvt_net_app_posts(struct rvt_qp *qp)
 		urvt_net_app_active(qp->rdi);
 }
 
+/* The device's link named name (its ops->name), or NULL. Slow path. */
+static inline struct urvt_link *urvt_net_link(const struct urvt_net *net, const char *name)
+{
+	for (unsigned k = 0; k < net->nlinks; k++)
+		if (net->links[k] && !strcmp(net->links[k]->ops->name, name))
+			return net->links[k];
+	return NULL;
+}
+
 /* ---- counters ---- */
 struct urvt_stats_qp *urvt_qp_stats(struct rvt_qp *qp);
 static inline void tp_count(struct urvt_net *net, struct urvt_stats_qp *qs, enum urvt_ctr c,
 			    uint64_t n)
 {
-	urvt_ctr_add(&net->shm->dev, c, n);
+	urvt_ctr_add(&net->stats->dev, c, n);
 	if (qs)
 		urvt_ctr_add(&qs->c, c, n);
 }
@@ -277,9 +307,10 @@ void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
 struct urvt_txq *urvt_txq_get(void);
 /* This thread's transmit queue if it has one. */
 struct urvt_txq *urvt_txq_peek(void);
-/* core->av_resolve: the shm link if it reaches the GID, else UDP. */
+/* core->av_resolve: the first link after links[0] that reaches the GID,
+ * else links[0]. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
-/* core->mcast_join / mcast_leave: the UDP link's groups. */
+/* core->mcast_join / mcast_leave: the groups of links[0]. */
 int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid);
 void urvt_tp_mcast_leave(struct rvt_dev_info *rdi, const union ibv_gid *gid);
 void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q);
@@ -410,7 +441,7 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 
 /* Start a packet to av: BTH + headers into the txq, or straight into the
- * shm link's ring (whose send lock is then held: build this one packet,
+ * memory of a link that builds in place (whose send lock is then held: build this one packet,
  * take no lock, then finish). *hlen: the header bytes written. */
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);

@@ -32,7 +32,7 @@ struct urvt_tp_qp {
 		struct urvt_pktbuf *rxq_head, *rxq_tail;
 		uint32_t rxq_len;
 		_Atomic bool timeout_fired;
-		_Atomic(struct urvt_stats_qp *) stats; /* shm slot, NULL: none */
+		_Atomic(struct urvt_stats_qp *) stats; /* counters file slot, NULL: none */
 	} __attribute__((aligned(64)));
 
 	/* ---- requester + completer (s_sched holder) ---- */
@@ -62,7 +62,7 @@ struct urvt_tp_qp {
 		uint32_t rd_idx;
 		uint64_t progress_ns;     /* last forward progress (retransmit timer) */
 		uint64_t timer_at_ns;     /* the deadline s_timer was last set for (no progress lock to read it) */
-		/* congestion control (cc.c): peer NULL = fixed window (shm, UC, off) */
+		/* congestion control (cc.c): peer NULL = fixed window (a lossless link, UC, off) */
 		struct urvt_cc_peer *peer;
 		int64_t cc_charged;       /* bytes this QP has added to peer->inflight */
 		uint32_t wnd_max;         /* PSNs in flight at most */

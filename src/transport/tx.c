@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/ruc.h"
-#include "link/udp.h"
 #include "transport/tp.h"
 #include "wire/pcap.h"
 
@@ -89,7 +88,7 @@ static uint8_t *txq_reserve(struct urvt_net *net, struct urvt_txq *q, uint32_t m
 }
 
 static void txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_addr *dst,
-		       enum urvt_link_id link, struct urvt_stats_qp *qs, enum urvt_txpkt_where where)
+		       unsigned link, struct urvt_stats_qp *qs, enum urvt_txpkt_where where)
 {
 	struct urvt_txpkt *t = &q->pkt[q->n++];
 
@@ -100,10 +99,10 @@ static void txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_a
 	else if (dst->sa.sa_family == AF_INET6)
 		t->dst.in6 = dst->in6;
 	else
-		t->dst.shm = dst->shm;
+		t->dst.peer = dst->peer;
 	t->link = (uint8_t)link;
 	t->where = (uint8_t)where;
-	t->may_wait = q->cur_may_wait && where == URVT_TXPKT_QUEUED && link == URVT_LINK_UDP &&
+	t->may_wait = q->cur_may_wait && where == URVT_TXPKT_QUEUED && link == URVT_LINK_ANY &&
 		      len <= URVT_WAIT_ACK_BYTES;
 	q->cur_may_wait = false;
 	t->qs = qs;
@@ -134,28 +133,24 @@ static void count_faults(struct urvt_net *net, struct urvt_stats_qp *qs, unsigne
 			tp_count(net, qs, ctr[b], 1);
 }
 
-static const enum urvt_ctr link_tx_ctr[URVT_LINKS] = {
-	[URVT_LINK_UDP] = URVT_CTR_UDP_TX_PKTS,
-	[URVT_LINK_SHM] = URVT_CTR_SHM_TX_PKTS,
-};
-
-/* pkts packets of bytes in all to link k, counted for qs (NULL: the
- * device): one atomic add per counter, not per packet. */
-static void count_tx(struct urvt_ctrs *c, enum urvt_link_id k, uint64_t pkts, uint64_t bytes)
+/* pkts packets of bytes in all to a link (its counter link_ctr), counted
+ * for qs (NULL: the device): one atomic add per counter, not per packet. */
+static void count_tx(struct urvt_ctrs *c, enum urvt_ctr link_ctr, uint64_t pkts, uint64_t bytes)
 {
 	if (!pkts)
 		return;
 	urvt_ctr_add(c, URVT_CTR_TX_PKTS, pkts);
 	urvt_ctr_add(c, URVT_CTR_TX_BYTES, bytes);
-	urvt_ctr_add(c, link_tx_ctr[k], pkts);
+	urvt_ctr_add(c, link_ctr, pkts);
 }
 
 /* Packets [first, first + n) of q, all for link k and all queued or all
  * not (built in the link). */
 static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, uint32_t n,
-		      enum urvt_link_id k, struct urvt_link_tx *tx)
+		      unsigned k, struct urvt_link_tx *tx)
 {
 	struct urvt_link *l = net->links[k];
+	enum urvt_ctr ctr = net->link_ctr[k];
 	bool queued = q->pkt[first].where == URVT_TXPKT_QUEUED;
 	struct urvt_stats_qp *qs = NULL;
 	uint64_t bytes = 0, qs_pkts = 0, qs_bytes = 0;
@@ -173,7 +168,7 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 		/* a QP's packets come in runs (one WR's segments) */
 		if (t->qs != qs) {
 			if (qs)
-				count_tx(&qs->c, k, qs_pkts, qs_bytes);
+				count_tx(&qs->c, ctr, qs_pkts, qs_bytes);
 			qs = t->qs;
 			qs_pkts = qs_bytes = 0;
 		}
@@ -184,17 +179,17 @@ static void flush_run(struct urvt_net *net, struct urvt_txq *q, uint32_t first, 
 	/* counted before the peer can see them (a test waits for the reply,
 	 * then reads the counters) */
 	if (qs)
-		count_tx(&qs->c, k, qs_pkts, qs_bytes);
-	count_tx(&net->shm->dev, k, n, bytes);
+		count_tx(&qs->c, ctr, qs_pkts, qs_bytes);
+	count_tx(&net->stats->dev, ctr, n, bytes);
 	if (queued) {
 		lost = l ? urvt_link_send(l, tx, n) : n;
 	} else {
 		for (uint32_t i = 0; i < n; i++) {
 			struct urvt_txpkt *t = &q->pkt[first + i];
 			lost += t->where == URVT_TXPKT_LOST;
-			/* in the ring already: wake the receiver once per peer */
+			/* in the link already: wake the receiver once per peer */
 			if (t->where == URVT_TXPKT_IN_LINK &&
-			    (i + 1 == n || t[1].dst.shm.peer != t->dst.shm.peer))
+			    (i + 1 == n || !urvt_link_peer_same(&t[1].dst, &t->dst)))
 				l->ops->tx_kick(l, &t->dst);
 		}
 	}
@@ -218,7 +213,7 @@ static void txq_send(struct urvt_net *net, struct urvt_txq *q)
 	if (!q->n)
 		return;
 	for (uint32_t i = 0, j; i < q->n; i = j) {
-		enum urvt_link_id k = q->pkt[i].link;
+		unsigned k = q->pkt[i].link;
 		bool queued = q->pkt[i].where == URVT_TXPKT_QUEUED;
 		for (j = i + 1; j < q->n && q->pkt[j].link == k &&
 				(q->pkt[j].where == URVT_TXPKT_QUEUED) == queued;
@@ -302,7 +297,7 @@ static bool ack_rides_behind(const struct urvt_net *net, const struct urvt_txq *
 {
 	const struct urvt_txpkt *last = q->n ? &q->pkt[q->n - 1] : NULL;
 
-	return n == 1 && last && last->link == URVT_LINK_UDP &&
+	return n == 1 && last && last->link == URVT_LINK_ANY &&
 	       last->where == URVT_TXPKT_QUEUED && last->len >= net->wait_ack[0].len &&
 	       urvt_link_addr_same(&last->dst, &net->wait_ack[0].dst);
 }
@@ -328,7 +323,7 @@ static void acks_into(struct urvt_net *net, struct urvt_txq *q, bool front)
 
 		memcpy(q->buf + q->used, w->buf, w->len);
 		*t = (struct urvt_txpkt){ .off = q->used, .len = w->len, .dst = w->dst,
-					  .link = URVT_LINK_UDP, .where = URVT_TXPKT_QUEUED,
+					  .link = URVT_LINK_ANY, .where = URVT_TXPKT_QUEUED,
 					  .qs = w->qs };
 		memcpy(t->dgid, w->dgid, sizeof(t->dgid));
 		q->used += w->len;
@@ -405,23 +400,29 @@ void urvt_net_acks_flush(struct urvt_net *net, bool wait)
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	struct urvt_link *shm = net ? net->links[URVT_LINK_SHM] : NULL;
 	union urvt_link_addr a;
 
 	av->route = 0;
-	if (shm && !urvt_link_resolve(shm, av->attr.grh.dgid.raw, &a)) {
-		av->route = 1u + a.shm.peer;
-		URVT_DBG("route to %s: shm peer %u", "gid", a.shm.peer);
-	}
+	if (!net)
+		return;
+	/* the links that reach some peers only cost less: first come first */
+	for (unsigned k = 1; k < net->nlinks; k++)
+		if (!urvt_link_resolve(net->links[k], av->attr.grh.dgid.raw, &a) &&
+		    a.sa.sa_family == URVT_LINK_AF_PEER) {
+			av->route = urvt_route(k, a.peer.id);
+			URVT_DBG("route to %s: %s peer %u", "gid", net->links[k]->ops->name,
+				 a.peer.id);
+			return;
+		}
 }
 
-/* Multicast groups are the UDP link's (an IP multicast group per GID:
- * docs/multicast.md); what the shm link's peers send to a group goes over
- * UDP too (no peer has the group's GID). */
+/* Multicast groups are links[0]'s (UDP: an IP multicast group per GID,
+ * docs/multicast.md); what the other links' peers send to a group goes
+ * over it too (no peer has the group's GID). */
 int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	struct urvt_link *l = net ? net->links[URVT_LINK_UDP] : NULL;
+	struct urvt_link *l = net ? net->links[URVT_LINK_ANY] : NULL;
 
 	return l && l->ops->mcast_join ? l->ops->mcast_join(l, gid->raw) : -EOPNOTSUPP;
 }
@@ -429,7 +430,7 @@ int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid)
 void urvt_tp_mcast_leave(struct rvt_dev_info *rdi, const union ibv_gid *gid)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	struct urvt_link *l = net ? net->links[URVT_LINK_UDP] : NULL;
+	struct urvt_link *l = net ? net->links[URVT_LINK_ANY] : NULL;
 
 	if (l && l->ops->mcast_leave)
 		l->ops->mcast_leave(l, gid->raw);
@@ -442,42 +443,43 @@ void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct u
 	memcpy(ip->dgid, av->attr.grh.dgid.raw, 16);
 }
 
-/* The shm link's address of av's peer: only the shm member is ever read
- * (txq_commit copies it alone). Written in place, not zeroed and returned
- * by value: the wide copies of the union read back two fresh narrow
- * stores, a store-forwarding stall that was most of urvt_build_finish's
- * time in a 64 KiB WRITE's sender. */
-static void shm_dst(union urvt_link_addr *dst, const struct urvt_av *av)
+/* The link address of av's peer on its link (av->route != 0): only the
+ * peer member is ever read (txq_commit copies it alone). Written in
+ * place, not zeroed and returned by value: the wide copies of the union
+ * read back two fresh narrow stores, a store-forwarding stall that was
+ * most of urvt_build_finish's time in a 64 KiB WRITE's sender. */
+static void peer_dst(union urvt_link_addr *dst, const struct urvt_av *av)
 {
 	/* one 4-byte store, which the 4-byte copy of it can forward */
-	const uint16_t shm[2] = { AF_UNIX, (uint16_t)(av->route - 1) };
+	const uint16_t peer[2] = { URVT_LINK_AF_PEER, (uint16_t)av->route };
 
-	_Static_assert(sizeof(dst->shm) == sizeof(shm), "family, then peer");
-	memcpy(&dst->shm, shm, sizeof(shm));
+	_Static_assert(sizeof(dst->peer) == sizeof(peer), "family, then id");
+	memcpy(&dst->peer, peer, sizeof(peer));
 }
 
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen)
 {
 	struct urvt_net *net = qp_net(qp);
-	struct urvt_link *shm = net->links[URVT_LINK_SHM];
 	uint8_t *p = NULL;
 
 	q->cur_av = av;
 	q->cur_where = URVT_TXPKT_QUEUED;
 	q->cur_may_wait = false;
-	/* to a same-host peer, without a trace: built in its ring, one copy
-	 * fewer (docs/shm.md "The rings") */
-	if (av->route && likely(!net->pcap) && shm && shm->ops->tx_reserve) {
+	/* to a peer of a link that builds in place (a same-host peer), without
+	 * a trace: built in the link's memory, one copy fewer (docs/shm.md
+	 * "The rings") */
+	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	if (l && l->builds_in_place && likely(!net->pcap)) {
 		union urvt_link_addr dst;
-		shm_dst(&dst, av);
+		peer_dst(&dst, av);
 		if (q->n == URVT_TXQ_PKTS)
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
-		/* headers, payload, pad and ICRC: the link rewinds a ring for
-		 * small packets only (link/shm.c tx_rewind_due) */
+		/* headers, payload, pad and ICRC: the shared-memory link rewinds
+		 * a ring for small packets only (link/shm.c tx_rewind_due) */
 		uint64_t most = (uint64_t)URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) +
 				URVT_ICRC_BYTES;
-		p = shm->ops->tx_reserve(shm, &dst,
+		p = l->ops->tx_reserve(l, &dst,
 					 most < URVT_PKT_MAX ? (uint32_t)most : URVT_PKT_MAX,
 					 !tls_in_rx);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
@@ -491,14 +493,14 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 /* The packet at p is total bytes (0: it could not be finished), built to
  * link; it leaves the ring's lock if built there, joins the queue. */
 static void build_commit(struct rvt_qp *qp, struct urvt_txq *q, uint32_t len, size_t total,
-			 enum urvt_link_id link, const union urvt_link_addr *dst)
+			 unsigned link, const union urvt_link_addr *dst)
 {
 	struct urvt_net *net = qp_net(qp);
 
-	/* built in the ring (urvt_build_start): it leaves its lock here */
+	/* built in the link (urvt_build_start): it leaves its lock here */
 	if (q->cur_where == URVT_TXPKT_IN_LINK)
-		net->links[URVT_LINK_SHM]->ops->tx_commit(net->links[URVT_LINK_SHM], dst,
-							   (uint32_t)(total ? total : len));
+		net->links[link]->ops->tx_commit(net->links[link], dst,
+						 (uint32_t)(total ? total : len));
 	if (unlikely(!total))
 		return; /* cannot happen for lengths the engines build */
 	txq_commit(q, (uint32_t)total, dst, link, urvt_qp_stats(qp),
@@ -513,24 +515,24 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 	const struct urvt_av *av = q->cur_av;
 	struct urvt_ipinfo ip;
 	union urvt_link_addr dst;
-	enum urvt_link_id link;
+	unsigned link;
 	size_t total;
 
 	if (av->route) {
-		/* the shm link is lossless: no ICRC, unless a trace wants one */
-		link = URVT_LINK_SHM;
-		shm_dst(&dst, av);
-		if (likely(!net->pcap)) {
+		/* a lossless link: no ICRC, unless a trace wants one */
+		link = urvt_route_link(av->route);
+		peer_dst(&dst, av);
+		if (likely(!net->pcap) && net->links[link]->lossless) {
 			total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
 		} else {
 			urvt_net_tx_ipinfo(net, av, &ip);
 			total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
 		}
 	} else {
-		link = URVT_LINK_UDP;
+		link = URVT_LINK_ANY;
 		urvt_net_tx_ipinfo(net, av, &ip);
 		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
-		urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
+		urvt_link_gid_addr(av->attr.grh.dgid.raw, &dst);
 	}
 	build_commit(qp, q, len, total, link, &dst);
 }
@@ -559,6 +561,6 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 		crc = rvt_copy_from_sge_crc(p + hlen, ss, paylen, crc);
 		urvt_pkt_finish_end(p, hlen + paylen, crc);
 	}
-	urvt_udp_gid_addr(av->attr.grh.dgid.raw, &dst);
-	build_commit(qp, q, hlen + paylen, total, URVT_LINK_UDP, &dst);
+	urvt_link_gid_addr(av->attr.grh.dgid.raw, &dst);
+	build_commit(qp, q, hlen + paylen, total, URVT_LINK_ANY, &dst);
 }

@@ -67,7 +67,7 @@ static union urvt_link_addr connect_pair(struct urvt_link *a, struct urvt_link *
 	union urvt_link_addr to;
 
 	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
-	assert_int_equal(to.shm.family, AF_UNIX);
+	assert_int_equal(to.peer.family, URVT_LINK_AF_PEER);
 	service(b); /* accept + hello */
 	service(a); /* hello ack */
 	return to;

@@ -115,7 +115,7 @@ static bool check(const uint8_t *p, uint32_t len, uint64_t seed)
 /* This process's transport counters (the file urvt-stat reads). */
 static uint64_t own_ctr(enum urvt_ctr c)
 {
-	static const struct urvt_stats_shm *sh;
+	static const struct urvt_stats_file *sh;
 	if (!sh) {
 		char path[64];
 		int fd;

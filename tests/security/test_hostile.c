@@ -75,7 +75,7 @@ static const char *const link_name = HOSTILE_SHM ? "shm" : "udp";
 static struct ut_dev dev;
 static struct rvt_pd *pd, *pd2;
 static struct sockaddr_in dev_addr;
-static const struct urvt_stats_shm *stats; /* the counters file, read-only */
+static const struct urvt_stats_file *stats; /* the counters file, read-only */
 
 /* ------------------------------------------------------------------ */
 /* Memory: every MR between PROT_NONE pages, canaries around it       */
@@ -177,7 +177,7 @@ static struct urvt_link *dev_shm(void)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 
-	return net->links[URVT_LINK_SHM];
+	return urvt_net_link(net, "shm");
 }
 
 static struct urvt_shm_stats shm_stats(void)
@@ -498,12 +498,12 @@ static uint64_t ctr(enum urvt_ctr c)
 /* What the attacker's link counts, received and sent. */
 static enum urvt_ctr link_rx_ctr(void)
 {
-	return over_shm ? URVT_CTR_SHM_RX_PKTS : URVT_CTR_UDP_RX_PKTS;
+	return URVT_CTR_LINK_RX(urvt_stats_link_slot(over_shm ? "shm" : "udp"));
 }
 
 static enum urvt_ctr link_tx_ctr(void)
 {
-	return over_shm ? URVT_CTR_SHM_TX_PKTS : URVT_CTR_UDP_TX_PKTS;
+	return URVT_CTR_LINK_TX(urvt_stats_link_slot(over_shm ? "shm" : "udp"));
 }
 
 static int setup(void **state)

@@ -158,7 +158,7 @@ static void publish(void)
 static uint64_t ctr(enum urvt_ctr c)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
-	return __atomic_load_n(&net->shm->dev.v[c], __ATOMIC_RELAXED);
+	return __atomic_load_n(&net->stats->dev.v[c], __ATOMIC_RELAXED);
 }
 
 static struct rvt_qp *rc_qp(struct rvt_cq *cq, int upto)

@@ -163,7 +163,7 @@ static struct urvt_pkt req(uint32_t qpn, uint8_t op, uint32_t psn, bool ackreq)
 static uint64_t dev_ctr(enum urvt_ctr c)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
-	return __atomic_load_n(&net->shm->dev.v[c], __ATOMIC_RELAXED);
+	return __atomic_load_n(&net->stats->dev.v[c], __ATOMIC_RELAXED);
 }
 
 /* ---- responder ---- */
@@ -1233,7 +1233,7 @@ static struct rvt_cq *busy_poller_beside_shm(void)
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = ut_cq(&dev, 64);
 
-	if (!net->links[URVT_LINK_SHM]) {
+	if (!urvt_net_link(net, "shm")) {
 		rvt_destroy_cq(cq);
 		skip();
 	}
@@ -1246,6 +1246,7 @@ static void test_udp_backoff_beside_a_shm_link(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = busy_poller_beside_shm();
+	enum urvt_ctr udp_rx = URVT_CTR_LINK_RX(urvt_stats_link_slot("udp"));
 	uint32_t gap[16], most = 0;
 	uint64_t rx0, t0;
 	struct urvt_pkt f;
@@ -1258,15 +1259,15 @@ static void test_udp_backoff_beside_a_shm_link(void **state)
 	if (most < 64)
 		fail_msg("a quiet socket asked every %u polls at most", most);
 	/* a datagram (for no QP: dropped) is traffic on the socket */
-	rx0 = dev_ctr(URVT_CTR_UDP_RX_PKTS);
+	rx0 = dev_ctr(udp_rx);
 	f = req(0xabcde, URVT_OP_RC_SEND_ONLY, 0, false);
 	peer_send(&f, NULL, 0);
 	t0 = ut_now_ms();
-	while (dev_ctr(URVT_CTR_UDP_RX_PKTS) == rx0 && ut_now_ms() - t0 < 2000) {
+	while (dev_ctr(udp_rx) == rx0 && ut_now_ms() - t0 < 2000) {
 		struct ibv_wc wc;
 		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
 	}
-	assert_true(dev_ctr(URVT_CTR_UDP_RX_PKTS) > rx0);
+	assert_true(dev_ctr(udp_rx) > rx0);
 	asks = watch_asks(cq, 200, gap, 8);
 	assert_true(asks >= 4);
 	for (int i = 0; i < asks; i++)
@@ -1285,6 +1286,7 @@ static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct rvt_cq *cq = busy_poller_beside_shm();
+	enum urvt_ctr shm_rx = URVT_CTR_LINK_RX(urvt_stats_link_slot("shm"));
 	uint32_t prev, most = 0;
 	uint64_t last_ask = 0, longest = 0, end;
 	int asks = 0;
@@ -1298,7 +1300,7 @@ static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 		uint32_t left;
 
 		/* shm "traffic": its delivery counter moves */
-		__atomic_fetch_add(&net->shm->dev.v[URVT_CTR_SHM_RX_PKTS], 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&net->stats->dev.v[shm_rx], 1, __ATOMIC_RELAXED);
 		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
 		left = atomic_load(&net->app_skip);
 		if (left > prev) { /* an ask */
