@@ -818,14 +818,24 @@ static void rvt_do_send(struct rvt_qp *qp)
 	}
 }
 
+/* engines this thread runs now (nested: a stalled post receives inline) */
+static __thread unsigned engines_on_thread;
+
+bool rvt_engine_on_thread(void)
+{
+	return engines_on_thread != 0;
+}
+
 void rvt_schedule_send_held(struct rvt_qp *qp)
 {
 	uint32_t seen;
 
+	engines_on_thread++;
 	do {
 		seen = atomic_load_explicit(&qp->s_sched, memory_order_acquire);
 		rvt_do_send(qp);
 	} while (atomic_fetch_sub_explicit(&qp->s_sched, seen, memory_order_acq_rel) != seen);
+	engines_on_thread--;
 }
 
 void rvt_schedule_send(struct rvt_qp *qp)
