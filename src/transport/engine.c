@@ -36,8 +36,13 @@ void urvt_rxq_drop(struct rvt_qp *qp)
 	urvt_pkt_free_list(qp_net(qp), l);
 }
 
-/* Wait, at most URVT_COMP_WAIT_NS, for the engine's holder to let go. */
-#define URVT_COMP_WAIT_NS 200000
+/* Wait, at most URVT_COMP_WAIT_NS, for the engine's holder to let go: it
+ * ends its run within microseconds unless it is off its CPU, and on a busy
+ * machine that is a scheduler slice (200 us timed out in 1 of 10 runs of
+ * test_verbs_channel over UDP, each time the order broke; 5 ms in none of
+ * 20). Only a response that finds its engine taken and an application
+ * asleep on its send CQ waits. */
+#define URVT_COMP_WAIT_NS 5000000
 static void comp_wait_engine(struct rvt_qp *qp)
 {
 	uint64_t end = urvt_now_ns() + URVT_COMP_WAIT_NS;
