@@ -517,10 +517,11 @@ static bool loopback_rnr(struct rvt_qp *sqp, struct rvt_swqe *wqe, struct rvt_qp
 	return false;
 }
 
-/* Returns true if the WQE was retired (the engine may continue). */
 static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe);
 
 /*
+ * Returns true if the WQE was retired (the engine may continue).
+ *
  * The responder's receive completion is entered before the sender's send
  * completion, and its event, signalled at once, woke the peer application,
  * which could answer (on another CPU) before our send's completion was
