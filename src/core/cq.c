@@ -264,6 +264,32 @@ void rvt_cq_events_release(bool was_held)
 	held_events.n = 0;
 }
 
+bool rvt_cq_event_armed(const struct rvt_cq *cq)
+{
+	return cq->channel &&
+	       atomic_load_explicit(&cq->notify, memory_order_relaxed) != RVT_CQ_NOTIFY_NONE;
+}
+
+uint32_t rvt_cq_events_held(void)
+{
+	return held_events.n;
+}
+
+void rvt_cq_events_first(uint32_t since, const struct rvt_cq *cq)
+{
+	struct rvt_cq *others[RVT_HELD_EVENTS];
+	uint32_t n_others = 0, out = since;
+
+	/* a stable partition: each group keeps its order */
+	for (uint32_t i = since; i < held_events.n; i++) {
+		if (held_events.cq[i] == cq)
+			held_events.cq[out++] = held_events.cq[i];
+		else
+			others[n_others++] = held_events.cq[i];
+	}
+	memcpy(&held_events.cq[out], others, n_others * sizeof(others[0]));
+}
+
 static void raise_event(struct rvt_cq *cq)
 {
 	if (held_events.on && held_events.n < RVT_HELD_EVENTS && cq->channel) {

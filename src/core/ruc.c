@@ -517,8 +517,33 @@ static bool loopback_rnr(struct rvt_qp *sqp, struct rvt_swqe *wqe, struct rvt_qp
 	return false;
 }
 
-/* Returns true if the WQE was retired (the engine may continue). */
+static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe);
+
+/*
+ * Returns true if the WQE was retired (the engine may continue).
+ *
+ * The responder's receive completion is entered before the sender's send
+ * completion, and its event, signalled at once, woke the peer application,
+ * which could answer (on another CPU) before our send's completion was
+ * entered: the sender then took the reply's receive event before its own
+ * send's, the other way round from rxe, whose ACK completes the send before
+ * the peer's application runs; perftest -e (send and receive CQs on one
+ * channel) then hangs (tests/unit/test_verbs_channel.c, in-process). The
+ * events of one loopback WQE are held until both CQEs are in, and the
+ * sender's goes first (core/cq.c rvt_cq_events_hold).
+ */
 static bool rvt_ruc_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
+{
+	bool was_held = rvt_cq_events_hold();
+	uint32_t since = rvt_cq_events_held();
+	bool done = ruc_loopback_one(sqp, wqe);
+
+	rvt_cq_events_first(since, sqp->send_cq);
+	rvt_cq_events_release(was_held);
+	return done;
+}
+
+static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 {
 	enum ibv_wc_status send_status = IBV_WC_SUCCESS, recv_status = IBV_WC_SUCCESS;
 	struct rvt_qp *qp;
@@ -794,14 +819,24 @@ static void rvt_do_send(struct rvt_qp *qp)
 	}
 }
 
+/* engines this thread runs now (nested: a stalled post receives inline) */
+static __thread unsigned engines_on_thread;
+
+bool rvt_engine_on_thread(void)
+{
+	return engines_on_thread != 0;
+}
+
 void rvt_schedule_send_held(struct rvt_qp *qp)
 {
 	uint32_t seen;
 
+	engines_on_thread++;
 	do {
 		seen = atomic_load_explicit(&qp->s_sched, memory_order_acquire);
 		rvt_do_send(qp);
 	} while (atomic_fetch_sub_explicit(&qp->s_sched, seen, memory_order_acq_rel) != seen);
+	engines_on_thread--;
 }
 
 void rvt_schedule_send(struct rvt_qp *qp)

@@ -6,6 +6,7 @@
  * queue itself (responses handed over by the receive path), the
  * retransmit timer hook and the per-QP reset.
  */
+#include <sched.h>
 #include <string.h>
 
 #include "base/progress.h"
@@ -35,6 +36,21 @@ void urvt_rxq_drop(struct rvt_qp *qp)
 	urvt_pkt_free_list(qp_net(qp), l);
 }
 
+/* Wait, at most URVT_COMP_WAIT_NS, for the engine's holder to let go: it
+ * ends its run within microseconds unless it is off its CPU, and on a busy
+ * machine that is a scheduler slice (200 us timed out in 1 of 10 runs of
+ * test_verbs_channel over UDP, each time the order broke; 5 ms in none of
+ * 20). Only a response that finds its engine taken and an application
+ * asleep on its send CQ waits. */
+#define URVT_COMP_WAIT_NS 5000000
+static void comp_wait_engine(struct rvt_qp *qp)
+{
+	uint64_t end = urvt_now_ns() + URVT_COMP_WAIT_NS;
+
+	while (atomic_load_explicit(&qp->s_sched, memory_order_acquire) && urvt_now_ns() < end)
+		sched_yield();
+}
+
 void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 		       bool *consumed)
 {
@@ -55,6 +71,17 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
 	*consumed = true;
 	rvt_schedule_send(qp);
+	/* Another thread runs the engine (the poster, between its send and
+	 * the end of its run, preempted on a busy CPU) and completes this
+	 * response when it goes round. The requests behind it in our batch
+	 * (the peer's reply) would enter their receive CQEs first: an
+	 * application waiting on one channel for its send's completion, then
+	 * for the reply's (perftest -e), took them the other way round
+	 * (tests/unit/test_verbs_channel.c over shm and UDP). When a send
+	 * CQ's event is awaited, let the holder finish first, bounded. */
+	if (unlikely(READ_ONCE(qp_tp(qp)->rxq_head) != NULL) && rvt_cq_event_armed(qp->send_cq) &&
+	    !rvt_engine_on_thread())
+		comp_wait_engine(qp);
 }
 
 /* The responses queued for the completer, in arrival order. */
