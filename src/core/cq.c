@@ -83,6 +83,7 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 	if (ch)
 		__atomic_fetch_add(&ch->ibch.refcnt, 1, __ATOMIC_RELAXED);
 	rvt_domain_get(cq->domain);
+	urvt_ctx_hold(cq->ibcq.context);
 	return cq;
 
 err_free_queue:
@@ -118,6 +119,7 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
 	rvt_domain_put(cq->domain);
 	free(cq->ts);
+	urvt_ctx_drop(&cq->uctx->vctx.context);
 	free(cq);
 	atomic_fetch_sub(&rdi->n_cqs, 1);
 	return 0;

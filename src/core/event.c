@@ -289,6 +289,7 @@ struct urvt_comp_channel *urvt_create_comp_channel(struct urvt_context *uctx, in
 	ch->ibch.context = &uctx->vctx.context;
 	ch->ibch.fd = ch->q->efd;
 	ch->ibch.refcnt = 0;
+	urvt_ctx_hold(ch->ibch.context);
 	return ch;
 }
 
@@ -298,6 +299,7 @@ int urvt_destroy_comp_channel(struct urvt_comp_channel *ch)
 	if (__atomic_load_n(&ch->ibch.refcnt, __ATOMIC_ACQUIRE))
 		return -EBUSY;
 	evq_destroy(ch->q);
+	urvt_ctx_drop(ch->ibch.context);
 	free(ch);
 	return 0;
 }

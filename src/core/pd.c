@@ -36,6 +36,7 @@ struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err)
 		pd->next->prev = pd;
 	rdi->pd_list = pd;
 	pthread_mutex_unlock(&rdi->lock);
+	urvt_ctx_hold(pd->ibpd.context);
 	return pd;
 }
 
@@ -55,6 +56,7 @@ int rvt_dealloc_pd(struct rvt_pd *pd)
 		pd->next->prev = pd->prev;
 	pthread_mutex_unlock(&rdi->lock);
 	atomic_fetch_sub(&rdi->n_pds, 1);
+	urvt_ctx_drop(pd->ibpd.context);
 	free(pd);
 	return 0;
 }

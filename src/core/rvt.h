@@ -191,12 +191,27 @@ struct urvt_context {
 	uint64_t share_id;
 	uint64_t cmd_ino;                 /* inode of context.cmd_fd (a memfd) */
 	struct urvt_context *next_ctx;    /* every open context, verbs/device.c */
+	/* PDs, CQs, XRC domains and completion channels made on this context
+	 * and not yet destroyed: their structures point at it (events, the
+	 * device), so ibv_close_device refuses with EBUSY while any is left
+	 * (docs/deviations.md). QPs, MRs, SRQs, AHs hold a PD or a CQ. */
+	_Atomic int live_objs;
 };
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
 {
 	return container_of(container_of(ibctx, struct verbs_context, context),
 			    struct urvt_context, vctx);
+}
+
+static inline void urvt_ctx_hold(struct ibv_context *c)
+{
+	atomic_fetch_add(&to_uctx(c)->live_objs, 1);
+}
+
+static inline void urvt_ctx_drop(struct ibv_context *c)
+{
+	atomic_fetch_sub(&to_uctx(c)->live_objs, 1);
 }
 
 /* ------------------------------------------------------------------ */

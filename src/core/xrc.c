@@ -119,6 +119,7 @@ struct rvt_xrcd *rvt_open_xrcd(struct urvt_context *uctx, const struct ibv_xrcd_
 	}
 	x->uctx = uctx;
 	x->ibxrcd.context = &uctx->vctx.context;
+	urvt_ctx_hold(x->ibxrcd.context);
 	return x;
 }
 
@@ -127,6 +128,7 @@ int rvt_close_xrcd(struct rvt_xrcd *x)
 	if (atomic_load(&x->usecnt))
 		return -EBUSY;
 	dom_put(x->dom);
+	urvt_ctx_drop(x->ibxrcd.context);
 	free(x);
 	return 0;
 }

@@ -121,6 +121,7 @@ struct urvt_txq {
 	const struct urvt_av *cur_av;
 	uint8_t cur_where;                /* enum urvt_txpkt_where */
 	bool cur_may_wait;                /* ... is a plain ACK (urvt_txq_next_may_wait) */
+	struct urvt_txq *all_prev, *all_next; /* every thread's queue (tx.c) */
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
 	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
 };

@@ -45,14 +45,46 @@ static pthread_key_t txq_key;
 static pthread_once_t txq_once = PTHREAD_ONCE_INIT;
 static URVT_TLS struct urvt_txq *tls_txq;
 
+/*
+ * Every thread's queue is also on this list. A thread's own pointer lives
+ * in its TLS only: in a child of fork, where the progress thread (and every
+ * other) no longer exists, nothing referenced their queues and
+ * LeakSanitizer reported each at the child's exit (docs/usage.md
+ * "Teardown": fork, the child exits without exec). The lock is held across
+ * fork so the child never inherits it taken.
+ */
+static pthread_mutex_t txq_all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct urvt_txq *txq_all;
+
 static void txq_destroy(void *p)
 {
-	free(p);
+	struct urvt_txq *q = p;
+
+	pthread_mutex_lock(&txq_all_lock);
+	if (q->all_prev)
+		q->all_prev->all_next = q->all_next;
+	else
+		txq_all = q->all_next;
+	if (q->all_next)
+		q->all_next->all_prev = q->all_prev;
+	pthread_mutex_unlock(&txq_all_lock);
+	free(q);
+}
+
+static void txq_fork_prepare(void)
+{
+	pthread_mutex_lock(&txq_all_lock);
+}
+
+static void txq_fork_after(void)
+{
+	pthread_mutex_unlock(&txq_all_lock);
 }
 
 static void txq_key_init(void)
 {
 	pthread_key_create(&txq_key, txq_destroy);
+	pthread_atfork(txq_fork_prepare, txq_fork_after, txq_fork_after);
 }
 
 struct urvt_txq *urvt_txq_get(void)
@@ -68,6 +100,13 @@ struct urvt_txq *urvt_txq_get(void)
 		return NULL;
 	q->used = q->n = 0;
 	q->cur_may_wait = false;
+	pthread_mutex_lock(&txq_all_lock);
+	q->all_prev = NULL;
+	q->all_next = txq_all;
+	if (txq_all)
+		txq_all->all_prev = q;
+	txq_all = q;
+	pthread_mutex_unlock(&txq_all_lock);
 	pthread_setspecific(txq_key, q);
 	tls_txq = q;
 	return q;

@@ -331,6 +331,14 @@ int ibv_close_device(struct ibv_context *context)
 	struct urvt_context *uctx = to_uctx(context);
 	struct rvt_dev_info *rdi = uctx->rdi;
 
+	/* Objects of the context point at it and at the device, whose last
+	 * close stops the progress thread and frees its tables: closing under
+	 * them freed what a QP's next event or packet used. rdma-core lets a
+	 * provider refuse (docs/deviations.md): EBUSY, nothing changes. */
+	if (atomic_load(&uctx->live_objs)) {
+		errno = EBUSY;
+		return EBUSY;
+	}
 	ctx_unpublish(uctx);
 	close(context->cmd_fd);
 	urvt_context_fini(uctx);
