@@ -30,7 +30,7 @@ saddr=127.61.$slot.1 caddr=127.61.$slot.2 port=$((19600 + slot))
 # the whole run (iodepth 64, 64 blocks) before the client starts sending.
 bs=65536 size=$((4 * 1024 * 1024))
 ver=
-[ "$verb" = send ] && ver="--verify=crc32c --do_verify=0"
+[ "$verb" = send ] && ver="--verify=crc32c --do_verify=0 --verify_state_save=0"
 
 # shellcheck disable=SC2086
 URVT_ADDR=$saddr URVT_STATS_FILE=$out/stats.server timeout -k 5 "$tmo" "$run" \
