@@ -6,7 +6,8 @@ URVT_DEB_PACKAGES="build-essential cmake pkg-config git python3 \
   libcmocka-dev zlib1g-dev libdeflate-dev \
   clang libclang-rt-14-dev llvm valgrind \
   tshark python3-scapy iproute2 nftables procps psmisc \
-  man-db dpkg-dev ucx-utils openmpi-bin libopenmpi-dev mpich libmpich-dev libfabric-bin"
+  man-db dpkg-dev ucx-utils openmpi-bin libopenmpi-dev mpich libmpich-dev libfabric-bin \
+  fio tgt libiscsi-bin qemu-system-x86 qemu-utils qemu-block-extra"
 
 urvt_install_deps() {
 	missing=""

@@ -1,0 +1,44 @@
+# Shared by the tests/apps scripts (sourced): paths, a scratch directory,
+# bounded waits and the urvt counter check.
+run=${URVT_RUN:-$here/../../build/bin/urvt-run}
+stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
+tmo=${APPS_TIMEOUT:-60}
+out=$(mktemp -d)
+fail=0
+
+skip_without() {
+	for p in "$@"; do
+		command -v "$p" >/dev/null || { echo "SKIP: $p not installed"; exit 77; }
+	done
+}
+
+bad() {
+	echo "FAIL: $*"
+	fail=1
+}
+
+# wait_for FILE PATTERN SECONDS: until FILE has a line matching PATTERN
+wait_for() {
+	i=0
+	while [ $i -lt $(($3 * 10)) ]; do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# counter FILE NAME: a device-wide counter from a URVT_STATS_FILE
+counter() {
+	"$stat" -a "$1" | awk -v c="$2" '/^  qp /{exit} $1 == c { print $2; exit }'
+}
+
+# check_stats WHO FILE MIN_TX_BYTES: the process wrote its counters and sent
+# at least MIN_TX_BYTES over urvt
+check_stats() {
+	[ -s "$2" ] || { bad "$1: no urvt counters ($2): did it run over urvt?"; return; }
+	txp=$(counter "$2" tx_packets) txb=$(counter "$2" tx_bytes) rxb=$(counter "$2" rx_bytes)
+	echo "urvt $1: tx_packets ${txp:-0} tx_bytes ${txb:-0} rx_bytes ${rxb:-0}"
+	[ "${txp:-0}" -gt 0 ] || bad "$1 sent no packets over urvt"
+	[ "${txb:-0}" -ge "$3" ] || bad "$1 sent ${txb:-0} bytes over urvt, expected >= $3"
+}
