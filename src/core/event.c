@@ -319,33 +319,10 @@ static void count_comp(const struct evrec *r)
 	atomic_fetch_add(&((struct rvt_cq *)r->obj)->comp_events_reported, 1);
 }
 
-/* Nothing queued on a blocking channel: the application would sleep; the
- * transport may receive in this thread meanwhile (transport.h app_waits). */
-static void comp_channel_wait(struct urvt_comp_channel *ch)
-{
-	struct urvt_context *uctx = container_of(ch->ibch.context, struct urvt_context, vctx.context);
-	const struct urvt_transport_ops *t = uctx->rdi->transport;
-	struct urvt_evq *q = ch->q;
-	bool empty;
-	int fl;
-
-	if (!t || !t->app_waits)
-		return;
-	pthread_mutex_lock(&q->lock);
-	empty = q->tail == q->head;
-	pthread_mutex_unlock(&q->lock);
-	fl = fcntl(q->efd, F_GETFL);
-	if (empty && fl >= 0 && !(fl & O_NONBLOCK))
-		t->app_waits(uctx->rdi, q->efd);
-}
-
 int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq)
 {
 	struct evrec rec = { 0 };
-	int ret;
-
-	comp_channel_wait(ch);
-	ret = evq_pop(ch->q, &rec, count_comp);
+	int ret = evq_pop(ch->q, &rec, count_comp);
 
 	if (ret)
 		return ret;

@@ -42,10 +42,6 @@ struct urvt_transport_ops {
 	/* The application is about to block for a completion event
 	 * (rvt_req_notify_cq): someone else must receive. */
 	void (*app_blocks)(struct rvt_dev_info *rdi);
-	/* A thread is about to sleep in ibv_get_cq_event until fd (the
-	 * channel's) is readable: the transport may let it receive while it
-	 * waits. Returns when fd is readable, or at once. Optional. */
-	void (*app_waits)(struct rvt_dev_info *rdi, int fd);
 	/* An address vector was made (create_ah, modify_qp with an AV), for a
 	 * destination other than ourselves: choose the link that carries it
 	 * and note it in av->route (0 is the default link). Slow path: may

@@ -44,9 +44,6 @@ void urvt_net_drain(struct rvt_dev_info *rdi);
 /* ops->app_blocks: the application is about to block for a completion
  * event (req_notify_cq): the progress thread receives. */
 void urvt_net_app_blocks(struct rvt_dev_info *rdi);
-/* ops->app_waits: a thread would sleep in ibv_get_cq_event until fd is
- * readable: it receives meanwhile (poll.c). */
-void urvt_net_app_waits(struct rvt_dev_info *rdi, int fd);
 
 /* ops->poll_cq: poll_cq that drives the network inline when the CQ is empty. */
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);

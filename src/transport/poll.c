@@ -3,9 +3,6 @@
  * "Who receives"), the application's poll_cq (transport->poll_cq) and the
  * progress thread's watch on the link's wake-up fd.
  */
-#include <errno.h>
-#include <poll.h>
-
 #include "base/cycles.h"
 #include "base/progress.h"
 #include "core/rvt_api.h"
@@ -118,7 +115,7 @@ static void rx_take(struct urvt_net *net)
 	bool arm = false;
 
 	pthread_mutex_lock(&net->watch_lock);
-	if (!atomic_load_explicit(&net->aside, memory_order_relaxed) && !net->waiter) {
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		watch_del(net);
 		atomic_store_explicit(&net->aside, true, memory_order_relaxed);
 		/* a full period from this take: a watchdog still pending from
@@ -145,8 +142,7 @@ static void rx_take(struct urvt_net *net)
 static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 {
 	pthread_mutex_lock(&net->watch_lock);
-	/* a waiter gives the links back itself when its event came */
-	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !net->waiter) {
+	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		if (!watch_add(net)) {
 			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
 			urvt_progress_set_poller(net->rdi->progress, false);
@@ -218,8 +214,7 @@ static void watchdog_fn(struct urvt_timer *t)
 	bool give;
 
 	pthread_mutex_lock(&net->watch_lock);
-	give = atomic_load_explicit(&net->aside, memory_order_relaxed) && polls == net->wd_polls &&
-	       !net->waiter;
+	give = atomic_load_explicit(&net->aside, memory_order_relaxed) && polls == net->wd_polls;
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed) && !give) {
 		/* still polling: look again later, and less often while it
 		 * keeps polling (each look preempts a poller on a busy CPU) */
@@ -412,79 +407,6 @@ void urvt_net_app_blocks(struct rvt_dev_info *rdi)
 	urvt_net_acks_flush(net, false);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
 		rx_watch(net, URVT_CTR_RX_GIVE_BLOCKS);
-}
-
-/* What came on the links, received by this thread unless another one is
- * receiving (the waiter's batches: no ACK waits for a send of its own). */
-static void waiter_receive(struct urvt_net *net)
-{
-	int n;
-
-	if (pthread_mutex_trylock(&net->rx_lock))
-		return;
-	n = urvt_net_rx_links(net, true, false);
-	if (n > 0)
-		tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
-	pthread_mutex_unlock(&net->rx_lock);
-}
-
-/*
- * ops->app_waits. A thread that sleeps in ibv_get_cq_event while the
- * progress thread receives is woken twice per message: the progress thread
- * by the link, then this thread by the event. A TCP reader is woken once,
- * by the data. So the thread about to sleep receives itself: it waits on
- * the channel's fd and the links' wake-up fds together, runs each batch
- * inline, and returns once the channel has an event (its batch signalled
- * it). One such thread at a time, and only while no polling thread owns
- * the links (aside); the progress thread stops watching the links while it
- * waits and keeps the timers, which stay exact (no pollable timers here).
- * A poll timeout bounds each sleep so that a peer's shm ring that lost its
- * kick is looked at again.
- */
-#define WAITER_POLL_MS 10
-void urvt_net_app_waits(struct rvt_dev_info *rdi, int fd)
-{
-	struct urvt_net *net = rdi->transport_priv;
-	struct pollfd pfd[1 + URVT_LINKS];
-	nfds_t n = 0;
-
-	if (!net)
-		return;
-	pthread_mutex_lock(&net->watch_lock);
-	if (atomic_load_explicit(&net->aside, memory_order_relaxed) || net->waiter) {
-		pthread_mutex_unlock(&net->watch_lock);
-		return; /* someone receives already: sleep as usual */
-	}
-	watch_del(net);
-	atomic_store_explicit(&net->aside, true, memory_order_relaxed);
-	net->waiter = true;
-	pthread_mutex_unlock(&net->watch_lock);
-	/* what waits for our next send goes now: we will sleep */
-	urvt_net_acks_flush(net, false);
-
-	pfd[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
-	for (int k = 0; k < URVT_LINKS; k++)
-		if (net->links[k] && net->links[k]->wake_fd >= 0)
-			pfd[n++] = (struct pollfd){ .fd = net->links[k]->wake_fd, .events = POLLIN };
-	for (;;) {
-		/* arm, then look: what came before the arm is received now */
-		links_arm(net);
-		waiter_receive(net);
-		if (poll(pfd, n, WAITER_POLL_MS) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents)
-			break;
-		for (int k = 0; k < URVT_LINKS; k++)
-			if (net->links[k] && net->links[k]->ops->ack_wake)
-				net->links[k]->ops->ack_wake(net->links[k]);
-		app_polled(net);
-	}
-
-	pthread_mutex_lock(&net->watch_lock);
-	net->waiter = false;
-	if (!watch_add(net))
-		atomic_store_explicit(&net->aside, false, memory_order_relaxed);
-	pthread_mutex_unlock(&net->watch_lock);
 }
 
 /* An empty poll: count the run; a busy poller takes the socket. */

@@ -213,8 +213,6 @@ struct urvt_net {
 	uint32_t ud_qps;                  /* UD QPs (GSI included) that exist */
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching the link */
-	bool waiter;                      /* a thread receives while it waits for an event
-					     (poll.c urvt_net_app_waits; watch_lock) */
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
 	uint64_t wd_period_ns;            /* the watchdog's next period (backs off) */
