@@ -333,12 +333,12 @@ int ibv_close_device(struct ibv_context *context)
 
 	/* Objects of the context point at it and at the device, whose last
 	 * close stops the progress thread and frees its tables: closing under
-	 * them freed what a QP's next event or packet used. rdma-core lets a
-	 * provider refuse (docs/deviations.md): EBUSY, nothing changes. */
-	if (atomic_load(&uctx->live_objs)) {
-		errno = EBUSY;
-		return EBUSY;
-	}
+	 * them freed what a QP's next event or packet used. The kernel's close
+	 * destroys them and succeeds, and applications (perftest) close with
+	 * some left: succeed, and leave the context and the device to them
+	 * until the process exits (docs/deviations.md). */
+	if (atomic_load(&uctx->live_objs))
+		return 0;
 	ctx_unpublish(uctx);
 	close(context->cmd_fd);
 	urvt_context_fini(uctx);

@@ -354,24 +354,22 @@ static void mode_close_live(bool then_exit)
 	for (int i = 1; i < 8; i++)
 		CHECK(!post_recv(&B, (uint64_t)i));
 	CHECK(!ibv_req_notify_cq(B.cq, 0));
-	/* refused, documented (docs/deviations.md): nothing changes */
-	errno = 0;
+	/* succeeds, as the kernel's close does; the objects stay usable
+	 * until the process exits (docs/deviations.md) */
 	ret = ibv_close_device(g_ctx);
-	CHECK(ret == EBUSY && errno == EBUSY);
+	CHECK(ret == 0);
 	send_check(1, false);
 	if (then_exit)
 		exit(0); /* everything live: the exit must still be clean */
+	/* and may still be destroyed, each with success */
 	CHECK(!ibv_destroy_ah(ah));
-	/* with only the channel left it is still refused */
 	side_destroy(&A);
 	CHECK(!ibv_destroy_qp(B.qp));
 	CHECK(!ibv_dereg_mr(B.mr));
 	CHECK(!ibv_destroy_cq(B.cq));
 	CHECK(!ibv_dealloc_pd(B.pd));
-	CHECK(ibv_close_device(g_ctx) == EBUSY);
 	CHECK(!ibv_destroy_comp_channel(B.ch));
 	munmap(B.buf, B.len);
-	CHECK(!ibv_close_device(g_ctx));
 }
 
 /* ------------------------------------------------------------------ */
