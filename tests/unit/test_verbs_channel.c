@@ -132,6 +132,7 @@ struct failure {
 		}                                                              \
 	} while (0)
 
+__attribute__((format(printf, 4, 5)))
 static void record_failure(struct failure *f, int line, const char *cond, const char *fmt, ...)
 {
 	va_list ap;
