@@ -236,7 +236,7 @@ static void notify_channel(struct rvt_cq *cq)
  * a few; past RVT_HELD_EVENTS they are signalled at once.
  */
 #define RVT_HELD_EVENTS 32
-static __thread struct {
+static URVT_TLS struct {
 	bool on;
 	uint32_t n;
 	struct rvt_cq *cq[RVT_HELD_EVENTS];
@@ -281,6 +281,10 @@ void rvt_cq_events_first(uint32_t since, const struct rvt_cq *cq)
 {
 	struct rvt_cq *others[RVT_HELD_EVENTS];
 	uint32_t n_others = 0, out = since;
+
+	/* nearly always: no event, or one (nothing to order) */
+	if (held_events.n - since < 2)
+		return;
 
 	/* a stable partition: each group keeps its order */
 	for (uint32_t i = since; i < held_events.n; i++) {

@@ -820,7 +820,7 @@ static void rvt_do_send(struct rvt_qp *qp)
 }
 
 /* engines this thread runs now (nested: a stalled post receives inline) */
-static __thread unsigned engines_on_thread;
+static URVT_TLS unsigned engines_on_thread;
 
 bool rvt_engine_on_thread(void)
 {
