@@ -173,6 +173,13 @@ int rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigne
 	return active_mtu(if_mtu, &rdi->port_attr.active_mtu);
 }
 
+void rvt_dev_set_qpn_range(struct rvt_dev_info *rdi, uint8_t range)
+{
+	rvt_qpn_table_set_range(&rdi->qpn_table, range);
+	if (rdi->dattr.max_qp > 0xfffe)
+		rdi->dattr.max_qp = 0xfffe;
+}
+
 static struct rvt_dev_info *dev_create(urvt_transport_attach_fn attach, int *err)
 {
 	struct rvt_dev_info *rdi = calloc(1, sizeof(*rdi));

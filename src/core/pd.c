@@ -124,7 +124,7 @@ struct rvt_pd *rvt_find_pd(struct rvt_dev_info *rdi, uint32_t handle)
  * there; docs/deviations.md).
  */
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
-		     struct urvt_av *av)
+		     struct urvt_av *av, uint32_t dqpn)
 {
 	if (attr->port_num < 1 || attr->port_num > URVT_PORT_COUNT)
 		return -EINVAL;
@@ -135,10 +135,14 @@ int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
 
 	memset(av, 0, sizeof(*av));
 	av->attr = *attr;
-	av->loopback = !rdi->no_inproc && !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16);
+	/* our GID may be other processes' too (docs/host-identity.md): the
+	 * QPN says whose QP it is; an AH's WRs are checked one by one */
+	av->dqpn = dqpn;
+	av->loopback = !rdi->no_inproc && !memcmp(attr->grh.dgid.raw, rdi->gid.raw, 16) &&
+		       (dqpn == URVT_QPN_ANY || rvt_qpn_is_mine(rdi, dqpn));
 	/* urvt sends from the bound RoCEv2 port itself (rxe accepts any) */
 	av->udp_sport = URVT_ROCE_UDP_PORT;
-	if (!av->loopback && rdi->transport && rdi->transport->av_resolve)
+	if ((!av->loopback || dqpn == URVT_QPN_ANY) && rdi->transport && rdi->transport->av_resolve)
 		rdi->transport->av_resolve(rdi, av);
 	return 0;
 }
@@ -166,7 +170,7 @@ struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, 
 		ret = -ENOMEM;
 		goto err_count;
 	}
-	ret = rvt_av_from_attr(rdi, attr, &ah->av);
+	ret = rvt_av_from_attr(rdi, attr, &ah->av, URVT_QPN_ANY);
 	if (ret)
 		goto err_free;
 	ah->ibah.context = pd->ibpd.context;

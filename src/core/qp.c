@@ -938,7 +938,8 @@ static int rvt_qp_chk_attr(struct rvt_qp *qp, const struct ibv_qp_attr *attr, in
 		return -EINVAL;
 	/* 5. rdmavt's extra checks (plus the device limits it leaves out) */
 	if (attr_mask & IBV_QP_AV) {
-		if (rvt_av_from_attr(rdi, &attr->ah_attr, av))
+		uint32_t dqpn = attr_mask & IBV_QP_DEST_QPN ? attr->dest_qp_num : qp->remote_qpn;
+		if (rvt_av_from_attr(rdi, &attr->ah_attr, av, dqpn))
 			return -EINVAL;
 		/* XRC has no in-process path: to a QP of this process too it
 		 * goes over a link (qp-semantics §16.5) */

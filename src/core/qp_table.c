@@ -22,7 +22,16 @@ int rvt_qpn_table_init(struct rvt_qpn_table *t)
 	/* QPN 0 (SMI) and 1 (GSI) are reserved; numbering starts after 1. */
 	t->map[0][0] = 0x3;
 	t->last = 1;
+	t->range = -1;
 	return 0;
+}
+
+void rvt_qpn_table_set_range(struct rvt_qpn_table *t, uint8_t range)
+{
+	pthread_mutex_lock(&t->lock);
+	t->range = range;
+	t->last = (uint32_t)range << 16 | 1;
+	pthread_mutex_unlock(&t->lock);
 }
 
 void rvt_qpn_table_fini(struct rvt_qpn_table *t)
@@ -62,6 +71,23 @@ int rvt_alloc_qpn(struct rvt_qpn_table *t, uint32_t *qpn)
 
 	pthread_mutex_lock(&t->lock);
 	cand = t->last;
+	if (t->range >= 0) {
+		/* the slot's 65536 numbers, round-robin as below */
+		uint32_t base = (uint32_t)t->range << 16;
+		for (uint32_t n = 0; n < 0x10000; n++) {
+			cand = base | ((cand + 1) & 0xffff);
+			if (cand < 2)
+				continue;
+			if (!test_and_set(t, cand)) {
+				t->last = cand;
+				*qpn = cand;
+				ret = 0;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
 	for (uint32_t n = 0; n < QPN_SPACE; n++) {
 		cand++;
 		if (cand >= QPN_SPACE)

@@ -9,6 +9,8 @@ void rvt_qpn_table_fini(struct rvt_qpn_table *t);
 /* Next free QPN after the last one handed out (never 0 or 1); -ENOMEM when full. */
 int rvt_alloc_qpn(struct rvt_qpn_table *t, uint32_t *qpn);
 void rvt_free_qpn(struct rvt_qpn_table *t, uint32_t qpn);
+/* From now on hand out range << 16 | n only (the host registry's slot). */
+void rvt_qpn_table_set_range(struct rvt_qpn_table *t, uint8_t range);
 
 int rvt_qp_table_init(struct rvt_qp_table *t);
 void rvt_qp_table_fini(struct rvt_qp_table *t);

@@ -67,6 +67,9 @@ struct rvt_qpn_table {
 	uint32_t last;              /* last QPN handed out */
 	uint32_t nmaps;             /* bitmap pages allocated */
 	uint64_t *map[512];         /* 512 pages of 32768 bits, allocated lazily */
+	/* -1: the whole 24-bit space; else QPNs are range << 16 | n, the
+	 * range of the host registry's slot (docs/host-identity.md) */
+	int range;
 };
 
 /*
@@ -198,6 +201,13 @@ struct urvt_context {
 	_Atomic int live_objs;
 };
 
+/* Is qpn in this process's range (a QP of this device may have it)? Other
+ * processes sharing the GID own the other ranges. */
+static inline bool rvt_qpn_is_mine(const struct rvt_dev_info *rdi, uint32_t qpn)
+{
+	return rdi->qpn_table.range < 0 || (int)(qpn >> 16) == rdi->qpn_table.range;
+}
+
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)
 {
 	return container_of(container_of(ibctx, struct verbs_context, context),
@@ -275,9 +285,15 @@ static inline struct rvt_pd *ibpd_to_domain(struct ibv_pd *ibpd)
 struct urvt_av {
 	struct ibv_ah_attr attr;
 	uint16_t udp_sport;               /* RoCEv2 UDP source port of this path */
-	bool loopback;                    /* destination GID is our own */
+	bool loopback;                    /* destination GID is our own (and, when the
+					     QPN is known, the QP is this process's) */
+	uint32_t dqpn;                    /* the destination QPN the path is for, or
+					     URVT_QPN_ANY (an AH: each WR names one) */
 	uint32_t route;                   /* the transport's choice of link (av_resolve) */
 };
+
+/* urvt_av.dqpn of an AH */
+#define URVT_QPN_ANY 0xffffffffu
 
 struct rvt_ah {
 	struct ibv_ah ibah;

@@ -52,8 +52,9 @@ struct rvt_pd *rvt_alloc_pd(struct urvt_context *uctx, int *err);
 int rvt_dealloc_pd(struct rvt_pd *pd);
 struct rvt_ah *rvt_create_ah(struct rvt_pd *pd, const struct ibv_ah_attr *attr, int *err);
 int rvt_destroy_ah(struct rvt_ah *ah);
+/* dqpn: the QP the path leads to, or URVT_QPN_ANY (an AH) */
 int rvt_av_from_attr(struct rvt_dev_info *rdi, const struct ibv_ah_attr *attr,
-		     struct urvt_av *av);
+		     struct urvt_av *av, uint32_t dqpn);
 /* An AV to this device that must still go over a link (XRC) */
 void rvt_av_via_link(struct rvt_dev_info *rdi, struct urvt_av *av);
 

@@ -61,4 +61,8 @@ struct urvt_transport_ops {
 int rvt_dev_set_port(struct rvt_dev_info *rdi, const union ibv_gid *gid, unsigned int ifindex,
 		      const char *ifname, int if_mtu);
 
+/* Attach: the GID is shared with other processes (docs/host-identity.md);
+ * this one's QPNs are range << 16 | n (at most 65534 QPs). */
+void rvt_dev_set_qpn_range(struct rvt_dev_info *rdi, uint8_t range);
+
 #endif
