@@ -77,6 +77,8 @@ struct urvt_link_info {
 	unsigned int ifindex;
 	char ifname[32];
 	int if_mtu;                       /* the interface's MTU; 0 if unknown */
+	uint8_t slot;                     /* the address is shared: our QPNs are
+					     slot << 16 | n (docs/host-identity.md); 0: not */
 };
 
 struct urvt_link;
@@ -125,6 +127,10 @@ struct urvt_link_ops {
 	 * and hop limit, which only a UD receiver's GRH shows; without them a
 	 * receive costs less (urvt_link_rx.ip then has 0 and 64). Slow path. */
 	void (*ip_facts)(struct urvt_link *l, bool on);
+	/* Optional: count forwarding among the host's processes from now on
+	 * into ctrs[0] (out), ctrs[1] (in), ctrs[2] (lost), with relaxed
+	 * atomic adds (link/udp_share.h). */
+	void (*count_into)(struct urvt_link *l, uint64_t *ctrs);
 	/* Send what is held back (fault injection), release everything. */
 	void (*close)(struct urvt_link *l);
 };

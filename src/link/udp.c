@@ -20,6 +20,7 @@
 
 #include "base/compiler.h"
 #include "link/fault.h"
+#include "link/udp_share.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
 
@@ -61,6 +62,7 @@ struct urvt_udp {
 	int epfd;                         /* wake_fd: the socket and the groups' */
 	bool gso;
 	struct urvt_fault *fault;
+	struct urvt_udp_share *share;     /* the address is the host's (udp_share.h), or NULL */
 	pthread_mutex_t mc_lock;          /* join/leave */
 	_Atomic unsigned mc_n;            /* slots in use, published with release */
 	_Atomic unsigned mc_members;      /* groups we are a member of now */
@@ -367,7 +369,7 @@ static unsigned rx_from(struct urvt_udp *u, int fd, const uint8_t dgid[16], unsi
 static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
 {
 	struct urvt_udp *u = udp_of(l);
-	unsigned got;
+	unsigned got, cap = max > RX_BATCH ? RX_BATCH : max, slots;
 
 	for (unsigned i = 0; i < u->rx_used; i++)
 		rx_slot_init(u, i);
@@ -410,6 +412,19 @@ static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 		if (r->seg >= r->len)
 			r->seg = 0;
 	}
+	if (!u->share)
+		return (int)got;
+	/* a shared address: what is another process's goes there, what
+	 * others forwarded to us comes in the free slots' memory */
+	slots = got;
+	got = urvt_udp_share_filter(u->share, rx, got);
+	if (unlikely(urvt_udp_share_fwd_pending(u->share)))
+		while (got < cap && slots < RX_BATCH &&
+		       urvt_udp_share_fwd_recv(u->share, u->mem + (size_t)slots * RX_BUF_BYTES,
+					       RX_BUF_BYTES, &rx[got])) {
+			slots++;
+			got++;
+		}
 	return (int)got;
 }
 
@@ -531,7 +546,10 @@ static void udp_close(struct urvt_link *l)
 
 	/* held packets leave through fault_release, on the socket */
 	urvt_fault_destroy(u->fault);
-	close(u->fd);
+	if (u->share)
+		urvt_udp_share_close(u->share, u->fd);
+	else
+		close(u->fd);
 	for (unsigned i = 0; i < atomic_load(&u->mc_n); i++)
 		close(u->mc[i].fd);
 	close(u->epfd);
@@ -546,6 +564,14 @@ static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	(void)l;
 	urvt_link_gid_addr(gid, out);
 	return 0;
+}
+
+static void udp_count_into(struct urvt_link *l, uint64_t *ctrs)
+{
+	struct urvt_udp *u = udp_of(l);
+
+	if (u->share)
+		urvt_udp_share_count_into(u->share, ctrs);
 }
 
 static void udp_ip_facts(struct urvt_link *l, bool on)
@@ -563,6 +589,7 @@ static const struct urvt_link_ops udp_ops = {
 	.mcast_join = udp_mcast_join,
 	.mcast_leave = udp_mcast_leave,
 	.ip_facts = udp_ip_facts,
+	.count_into = udp_count_into,
 	.close = udp_close,
 };
 
@@ -624,7 +651,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 				goto err;
 		}
 	}
-	u->fd = urvt_udp_bind(cfg->addr, cfg->netdev, &u->link.info);
+	u->fd = urvt_udp_bind(cfg->addr, cfg->netdev, &u->link.info, &u->share);
 	if (u->fd < 0) {
 		ret = u->fd;
 		goto err;
@@ -638,6 +665,12 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 			goto err;
 		}
 	}
+	if (u->share) {
+		ret = urvt_udp_share_start(u->share, u->fd, u->epfd, cfg->progress);
+		if (ret)
+			goto err;
+		u->link.info.slot = urvt_udp_share_slot(u->share);
+	}
 	u->gso = cfg->gso;
 	u->link.ops = &udp_ops;
 	/* readable when the socket or a group's is (the progress thread
@@ -649,7 +682,9 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 	return &u->link;
 err:
 	urvt_fault_destroy(u->fault);
-	if (u->fd >= 0)
+	if (u->share)
+		urvt_udp_share_close(u->share, u->fd);
+	else if (u->fd >= 0)
 		close(u->fd);
 	close(u->epfd);
 	pthread_mutex_destroy(&u->mc_lock);

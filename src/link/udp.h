@@ -31,9 +31,17 @@ void urvt_udp_cfg_from_env(struct urvt_udp_cfg *cfg, struct urvt_progress *p);
  * Pick the device address and bind the RoCEv2 port on it. Order: addr,
  * netdev, else the first address in 127.0.0.2-127.0.0.254 (127.0.0.1
  * last) whose port 4791 is free, so several processes on one host get
- * distinct GIDs with no configuration. Returns the bound socket (>= 0) or a negative errno.
+ * distinct GIDs with no configuration. A given address or interface is
+ * shared with the host's other urvt processes of this user (*share; NULL
+ * without a registry: link/udp_share.h). Returns the bound socket (>= 0)
+ * or a negative errno.
  */
-int urvt_udp_bind(const char *addr, const char *netdev, struct urvt_link_info *out);
+struct urvt_udp_share;
+int urvt_udp_bind(const char *addr, const char *netdev, struct urvt_link_info *out,
+		  struct urvt_udp_share **share);
+
+/* Bind port 4791 on addr6 alone, or (reuseport) as one of a group. */
+int urvt_udp_bind_port(int family, const struct in6_addr *addr6, bool reuseport);
 
 /* Bind, set the socket up, start fault injection. NULL and *err (a
  * negative errno) on failure. */

@@ -4,6 +4,7 @@
  * URVT_NETDEV, or the first free loopback address).
  */
 #include "link/udp.h"
+#include "link/udp_share.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,14 +28,19 @@ static void v4_to_mapped(struct in6_addr *a6, struct in_addr a4)
 	memcpy(&a6->s6_addr[12], &a4, 4);
 }
 
-/* Bind port 4791 on one address; returns the socket or -errno. */
-static int bind_roce(int family, const struct in6_addr *addr6)
+int urvt_udp_bind_port(int family, const struct in6_addr *addr6, bool reuseport)
 {
 	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	int err;
+	int err, on = 1;
 
 	if (fd < 0)
 		return -errno;
+	/* the host's other urvt processes of this user bind it too */
+	if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on))) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
 	if (family == AF_INET) {
 		struct sockaddr_in sin = { .sin_family = AF_INET,
 					   .sin_port = htons(URVT_ROCE_UDP_PORT) };
@@ -44,7 +50,6 @@ static int bind_roce(int family, const struct in6_addr *addr6)
 		struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
 					     .sin6_port = htons(URVT_ROCE_UDP_PORT),
 					     .sin6_addr = *addr6 };
-		int on = 1;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
 		err = bind(fd, (struct sockaddr *)&sin6, sizeof(sin6));
 	}
@@ -135,9 +140,10 @@ static int from_netdev(const char *dev, struct urvt_link_info *out)
 static void report_bind(const char *who, int err)
 {
 	if (err == -EADDRINUSE)
-		urvt_report("%s: UDP port %d is in use (another urvt process, rxe or RoCE "
-			    "software): choose another address, or unset URVT_ADDR and "
-			    "URVT_NETDEV to take a free loopback one", who, URVT_ROCE_UDP_PORT);
+		urvt_report("%s: UDP port %d is in use (rxe, RoCE software, or urvt of another "
+			    "user or with URVT_SHARE=0): choose another address, or unset "
+			    "URVT_ADDR and URVT_NETDEV to take a free loopback one", who,
+			    URVT_ROCE_UDP_PORT);
 	else if (err == -EADDRNOTAVAIL)
 		urvt_report("%s is not an address of this host (or network namespace): use one "
 			    "that 'ip addr' lists, or URVT_NETDEV=<interface>", who);
@@ -146,12 +152,14 @@ static void report_bind(const char *who, int err)
 			    strerror(-err));
 }
 
-int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_info *out)
+int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_info *out,
+		  struct urvt_udp_share **share)
 {
 	char who[128], text[INET6_ADDRSTRLEN];
 	int fd;
 
 	memset(out, 0, sizeof(*out));
+	*share = NULL;
 	if (env_addr && *env_addr) {
 		struct in_addr a4;
 		if (inet_pton(AF_INET, env_addr, &a4) == 1) {
@@ -166,7 +174,7 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 				    "address of this host (e.g. 127.0.0.5), or unset it", env_addr);
 			return -EINVAL;
 		}
-		fd = bind_roce(out->family, &out->addr6);
+		fd = urvt_udp_share_bind(out->family, &out->addr6, share);
 		if (fd < 0) {
 			snprintf(who, sizeof(who), "URVT_ADDR=%.80s", env_addr);
 			report_bind(who, fd);
@@ -186,7 +194,7 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 					    "one (ip addr add) or choose another interface", env_dev);
 			return ret;
 		}
-		fd = bind_roce(out->family, &out->addr6);
+		fd = urvt_udp_share_bind(out->family, &out->addr6, share);
 		if (fd < 0) {
 			if (out->family == AF_INET)
 				inet_ntop(AF_INET, &out->addr6.s6_addr[12], text, sizeof(text));
@@ -212,7 +220,7 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 		int host = i < 253 ? i + 2 : 1;
 		struct in_addr a4 = { .s_addr = htonl(0x7f000000u | (uint32_t)host) };
 		v4_to_mapped(&out->addr6, a4);
-		fd = bind_roce(AF_INET, &out->addr6);
+		fd = urvt_udp_bind_port(AF_INET, &out->addr6, false);
 		if (fd >= 0) {
 			set_ifname(out);
 			return fd;

@@ -81,6 +81,8 @@ int urvt_transport_attach(struct rvt_dev_info *rdi)
 	memcpy(gid.raw, &any->info.addr6, sizeof(gid.raw));
 	ret = rvt_dev_set_port(rdi, &gid, any->info.ifindex, any->info.ifname,
 			       any->info.if_mtu);
+	if (!ret && any->info.slot)
+		rvt_dev_set_qpn_range(rdi, any->info.slot);
 	if (ret) {
 		urvt_links_close(&links);
 		return ret;

@@ -214,6 +214,10 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *const *links, un
 	ret = urvt_stats_init(net);
 	if (ret)
 		goto err;
+	/* a shared address counts what it forwards among the host's processes */
+	if (links[URVT_LINK_ANY]->ops->count_into)
+		links[URVT_LINK_ANY]->ops->count_into(links[URVT_LINK_ANY],
+						       &net->stats->dev.v[URVT_CTR_FWD_OUT]);
 	env = getenv("URVT_PCAP");
 	if (env && *env) {
 		ret = pcap_open(net, env);

@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 5
+#define URVT_STATS_VERSION 6
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 #define URVT_STATS_LINKS 2         /* per-link counter pairs (URVT_CTR_LINK_PKTS) */
 
@@ -80,6 +80,10 @@ enum urvt_ctr {
 	URVT_CTR_RX_GIVE_BLOCKS,     /* ... gave it back: it will block (req_notify_cq) */
 	URVT_CTR_ACKS_WAITED,        /* plain ACKs that waited for the application's next send (tx.c) */
 	URVT_CTR_ACKS_REPLACED,      /* ... and were replaced by a later one to the same QP */
+	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
+					which the kernel steered to us, forwarded to their process */
+	URVT_CTR_FWD_IN,             /* ... forwarded to us by another process */
+	URVT_CTR_FWD_LOST,           /* ... that could not be forwarded (process gone, queue full) */
 	URVT_CTR_DROP_BASE,          /* + reason (enum urvt_wire_drop / urvt_tp_drop) */
 	URVT_CTR_NUM = URVT_CTR_DROP_BASE + URVT_TDROP_NUM
 };

@@ -424,5 +424,9 @@ int main(void)
 		cmocka_unit_test(test_fault_parse),
 	};
 
+	/* the links here stand alone: a process's one shared address is
+	 * tested by tests/link/host_share.sh */
+	setenv("URVT_SHARE", "0", 1);
+
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,389 @@
+/* The shared RoCEv2 socket (link/udp_share.h, docs/host-identity.md). */
+#include "link/udp_share.h"
+
+#include <errno.h>
+#include <linux/filter.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/compiler.h"
+#include "base/hostreg.h"
+#include "base/progress.h"
+#include "base/timer.h"
+#include "link/udp.h"
+#include "wire/hdr.h"
+
+#ifndef SO_ATTACH_REUSEPORT_CBPF
+#define SO_ATTACH_REUSEPORT_CBPF 51
+#endif
+
+#define FWD_MAGIC 0x75667731u             /* "ufw1" */
+#define REAP_PERIOD_NS 200000000ull
+
+/* In front of a forwarded datagram: what the receiving socket saw of it. */
+struct fwd_hdr {
+	uint32_t magic;
+	uint32_t seg;
+	struct urvt_ipinfo ip;
+};
+
+struct urvt_udp_share {
+	struct urvt_host *host;
+	uint8_t slot;
+	uint8_t key[16];                  /* the group: our address */
+	int fd;                           /* the member socket (steering is set through it) */
+	int fwd_fd;                       /* receives what others forward to us */
+	uint32_t fwd_seen;                /* our slot's fwd_posted when we last looked */
+	uint32_t gen_seen;                /* the registry's gen the program was built from */
+	struct urvt_progress *progress;
+	struct urvt_timer reap_timer;
+	uint64_t own_ctrs[3];             /* until the transport gives its own */
+	uint64_t *ctrs;                   /* out, in, lost */
+};
+
+static void count(struct urvt_udp_share *s, unsigned which)
+{
+	__atomic_fetch_add(&s->ctrs[which], 1, __ATOMIC_RELAXED);
+}
+
+static void fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot)
+{
+	int n;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	/* abstract: per network namespace, as the registry is */
+	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-fwd-%u-%u",
+		     (unsigned)geteuid(), (unsigned)slot);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* ------------------------------------------------------------------ */
+/* Membership and steering (registry lock held)                       */
+/* ------------------------------------------------------------------ */
+/*
+ * ldb [5] (the top byte of the BTH destination QPN), then one comparison
+ * per live member of the group: its slot -> its member index. Anything
+ * else (QP1, slot 0, a slot not in the group) goes to index 0, which
+ * forwards it (urvt_udp_share_filter).
+ */
+static int steer_attach(struct urvt_udp_share *s)
+{
+	struct sock_filter prog[2 + 2 * URVT_HOST_SLOTS];
+	struct sock_fprog fp = { .filter = prog };
+	unsigned n = 0;
+
+	prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 5);
+	for (unsigned slot = 1; slot <= URVT_HOST_LAST_SLOT; slot++) {
+		const struct urvt_host_slot *sl = &s->host->t->slot[slot];
+		if (!atomic_load(&sl->pid) || sl->index < 0 || sl->index >= URVT_HOST_SLOTS ||
+		    memcmp(sl->group, s->key, 16))
+			continue;
+		prog[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, slot, 0, 1);
+		prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (uint32_t)sl->index);
+	}
+	prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+	fp.len = (unsigned short)n;
+	s->gen_seen = atomic_load(&s->host->t->gen);
+	return setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &fp, sizeof(fp)) ? -errno
+											: 0;
+}
+
+/* Members that died (kill -9) left the kernel's group with their socket:
+ * follow in the registry, and steer by the new indexes. */
+static void reap_tick(struct urvt_timer *t)
+{
+	struct urvt_udp_share *s = container_of(t, struct urvt_udp_share, reap_timer);
+
+	urvt_host_lock(s->host);
+	urvt_host_reap(s->host);
+	if (atomic_load(&s->host->t->gen) != s->gen_seen)
+		(void)steer_attach(s);
+	urvt_host_unlock(s->host);
+	urvt_timer_mod(s->progress, &s->reap_timer, urvt_now_ns() + REAP_PERIOD_NS);
+}
+
+int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_udp_share **out)
+{
+	struct urvt_udp_share *s;
+	struct urvt_host *h;
+	int err = 0, fd, index;
+
+	*out = NULL;
+	h = urvt_host_get(&err);
+	if (!h)
+		return urvt_udp_bind_port(family, addr6, false);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->host = h;
+	s->slot = h->my_slot;
+	s->fd = -1;
+	s->fwd_fd = -1;
+	s->ctrs = s->own_ctrs;
+	memcpy(s->key, addr6, 16);
+	urvt_host_lock(h);
+	urvt_host_reap(h);
+	if (h->t->slot[s->slot].index >= 0) {
+		/* one device per process: a slot is one member of one group */
+		urvt_host_unlock(h);
+		free(s);
+		return -EADDRINUSE;
+	}
+	/* the kernel appends a joining socket: its index is the group's size */
+	index = urvt_host_group_size(h, s->key);
+	fd = urvt_udp_bind_port(family, addr6, true);
+	if (fd >= 0)
+		urvt_host_group_join(h, s->key, index);
+	urvt_host_unlock(h);
+	if (fd < 0) {
+		free(s);
+		return fd;
+	}
+	s->fd = fd;
+	*out = s;
+	return fd;
+}
+
+uint8_t urvt_udp_share_slot(const struct urvt_udp_share *s)
+{
+	return s->slot;
+}
+
+int urvt_udp_share_start(struct urvt_udp_share *s, int fd, int epfd, struct urvt_progress *p)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sockaddr_un sun;
+	socklen_t len;
+	int on = 1, bytes = 8 << 20, ret;
+
+	s->fd = fd;
+	urvt_host_lock(s->host);
+	ret = steer_attach(s);
+	urvt_host_unlock(s->host);
+	if (ret)
+		return ret;
+	s->fwd_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->fwd_fd < 0)
+		return -errno;
+	fwd_name(&sun, &len, s->slot);
+	/* a dead predecessor's name is gone with its socket */
+	if (bind(s->fwd_fd, (struct sockaddr *)&sun, len) ||
+	    setsockopt(s->fwd_fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)))
+		return -errno;
+	if (setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)))
+		(void)setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, s->fwd_fd, &ev))
+		return -errno;
+	s->fwd_seen = atomic_load(&s->host->t->slot[s->slot].fwd_posted);
+	if (p) {
+		s->progress = p;
+		urvt_timer_init(&s->reap_timer, reap_tick);
+		urvt_timer_mod(p, &s->reap_timer, urvt_now_ns() + REAP_PERIOD_NS);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Which process a datagram is for                                    */
+/* ------------------------------------------------------------------ */
+#define MAD_OFF 20                        /* BTH 12 + DETH 8 */
+#define MAD_DATA (MAD_OFF + 24)
+#define MGMT_CLASS_CM 0x07
+
+static uint16_t be16_at(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+/* The slot a QP1 MAD is for: a REQ or SIDR_REQ by its service ID's port
+ * (the registry's listeners); a reply by the ID we put in it, whose top
+ * byte is the slot of the process that sent the request. 0: ours. */
+static uint8_t gsi_slot(struct urvt_udp_share *s, const uint8_t *p, uint32_t len)
+{
+	uint16_t attr;
+
+	if (len < MAD_DATA + 16 || p[MAD_OFF + 1] != MGMT_CLASS_CM)
+		return 0;
+	attr = be16_at(p + MAD_OFF + 16);
+	switch (attr) {
+	case 0x0010: /* REQ */
+	case 0x0017: /* SIDR_REQ: service ID at data offset 8 in both */
+		/* rdma_cm's service IDs: 0x00000000_01 PS PORT */
+		return urvt_host_port_owner(s->host, be16_at(p + MAD_DATA + 12),
+					    be16_at(p + MAD_DATA + 14), s->key);
+	case 0x0018: /* SIDR_REP: our request ID first */
+		return p[MAD_DATA];
+	case 0x0011: case 0x0012: case 0x0013: case 0x0014: case 0x0015:
+	case 0x0016: case 0x0019: case 0x001a:
+		/* MRA REJ REP RTU DREQ DREP LAP APR: our ID as the remote one */
+		return p[MAD_DATA + 4];
+	default:
+		return 0;
+	}
+}
+
+static uint8_t dest_slot(struct urvt_udp_share *s, const uint8_t *p, uint32_t len)
+{
+	uint32_t dqpn;
+
+	if (len < URVT_BTH_BYTES)
+		return 0;
+	dqpn = (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
+	if (dqpn == URVT_GSI_QPN)
+		return gsi_slot(s, p, len);
+	if (dqpn >> 16 > URVT_HOST_LAST_SLOT)
+		return 0;                 /* multicast QPN: never a slot's */
+	return (uint8_t)(dqpn >> 16);
+}
+
+/* Hand one datagram to the process in slot. */
+static void forward(struct urvt_udp_share *s, uint8_t slot, const uint8_t *p, uint32_t len,
+		    uint32_t seg, const struct urvt_ipinfo *ip)
+{
+	struct urvt_host_slot *to = &s->host->t->slot[slot];
+	struct fwd_hdr h = { .magic = FWD_MAGIC, .seg = seg, .ip = *ip };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)p, len } };
+	struct sockaddr_un sun;
+	struct msghdr m = { .msg_name = &sun, .msg_iov = iov, .msg_iovlen = 2 };
+
+	fwd_name(&sun, &m.msg_namelen, slot);
+	if (sendmsg(s->fwd_fd, &m, MSG_DONTWAIT) < 0) {
+		count(s, 2);
+		return;
+	}
+	atomic_fetch_add_explicit(&to->fwd_posted, 1, memory_order_release);
+	count(s, 0);
+}
+
+/* A GRO train is one flow (every QP between two hosts shares the 4791
+ * ports), steered by its first segment: forward the others' segments,
+ * keep ours in order at the front. Returns the bytes kept. */
+static uint32_t train_filter(struct urvt_udp_share *s, struct urvt_link_rx *r)
+{
+	uint8_t *data = (uint8_t *)r->data;
+	uint32_t keep = 0, kept_segs = 0;
+
+	for (uint32_t off = 0; off < r->len; off += r->seg) {
+		uint32_t n = r->len - off < r->seg ? r->len - off : r->seg;
+		uint8_t slot = dest_slot(s, data + off, n);
+		if (slot && slot != s->slot) {
+			forward(s, slot, data + off, n, 0, &r->ip);
+			continue;
+		}
+		if (keep != off)
+			memmove(data + keep, data + off, n);
+		keep += n;
+		kept_segs++;
+	}
+	if (kept_segs <= 1)
+		r->seg = 0;
+	return keep;
+}
+
+unsigned urvt_udp_share_filter(struct urvt_udp_share *s, struct urvt_link_rx *rx, unsigned n)
+{
+	unsigned out = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct urvt_link_rx *r = &rx[i];
+		uint8_t slot = r->trunc ? 0 : dest_slot(s, r->data, r->seg ? r->seg : r->len);
+
+		if (likely(!slot || slot == s->slot)) {
+			if (unlikely(r->seg) && r->seg < r->len) {
+				r->len = train_filter(s, r);
+				if (!r->len)
+					continue;
+			}
+		} else if (r->seg && r->seg < r->len) {
+			r->len = train_filter(s, r);
+			if (!r->len)
+				continue;
+		} else {
+			forward(s, slot, r->data, r->len, 0, &r->ip);
+			continue;
+		}
+		if (out != i)
+			rx[out] = *r;
+		out++;
+	}
+	return out;
+}
+
+bool urvt_udp_share_fwd_pending(struct urvt_udp_share *s)
+{
+	return atomic_load_explicit(&s->host->t->slot[s->slot].fwd_posted, memory_order_acquire) !=
+	       s->fwd_seen;
+}
+
+bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t cap,
+			     struct urvt_link_rx *r)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct ucred))];
+		struct cmsghdr align;
+	} ctl;
+
+	for (;;) {
+		struct iovec iov = { buf, cap };
+		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				    .msg_controllen = sizeof(ctl.buf) };
+		struct cmsghdr *c;
+		struct fwd_hdr h;
+		bool ours = false;
+		ssize_t got;
+
+		/* catch up first: a forward posted after this read is seen next time */
+		s->fwd_seen = atomic_load_explicit(&s->host->t->slot[s->slot].fwd_posted,
+						   memory_order_acquire);
+		got = recvmsg(s->fwd_fd, &m, MSG_DONTWAIT);
+		if (got < 0)
+			return false;
+		for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			struct ucred cr;
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_CREDENTIALS)
+				continue;
+			memcpy(&cr, CMSG_DATA(c), sizeof(cr));
+			ours = cr.uid == geteuid();
+		}
+		/* another user's, or not a forward: not for us */
+		if (!ours || (size_t)got <= sizeof(h) || (m.msg_flags & MSG_TRUNC))
+			continue;
+		memcpy(&h, buf, sizeof(h));
+		if (h.magic != FWD_MAGIC)
+			continue;
+		memset(r, 0, sizeof(*r));
+		r->data = buf + sizeof(h);
+		r->len = (uint32_t)((size_t)got - sizeof(h));
+		r->seg = h.seg < r->len ? h.seg : 0;
+		r->ip = h.ip;
+		count(s, 1);
+		return true;
+	}
+}
+
+void urvt_udp_share_close(struct urvt_udp_share *s, int fd)
+{
+	if (s->progress)
+		urvt_timer_del_sync(s->progress, &s->reap_timer);
+	urvt_host_lock(s->host);
+	urvt_host_group_leave(s->host, s->slot);
+	/* steer by the indexes after our leaving while we can (a member
+	 * sets the group's program) */
+	(void)steer_attach(s);
+	close(fd);
+	urvt_host_unlock(s->host);
+	if (s->fwd_fd >= 0)
+		close(s->fwd_fd);
+	free(s);
+}
+
+void urvt_udp_share_count_into(struct urvt_udp_share *s, uint64_t *ctrs)
+{
+	s->ctrs = ctrs;
+}
