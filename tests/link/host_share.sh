@@ -1,0 +1,137 @@
+#!/bin/sh
+# host_share.sh SLOT CASE
+#
+# One host, one RoCE identity (docs/host-identity.md): two network
+# namespaces made here, joined by a veth pair, are two hosts; in each,
+# several urvt processes share the interface's address (URVT_NETDEV), so
+# all of a host's processes have one GID and the kernel steers each
+# datagram to the process owning its destination QPN.
+#   CASE=pairs  three server processes in A, three clients in B, all at
+#               once: ibv_rc_pingpong --chk, ibv_ud_pingpong --chk and
+#               ib_write_bw; every pair passes; each process's counters
+#               show its traffic on UDP and how much was forwarded
+#   CASE=kill   four rc_pingpong pairs; the first server to join A's
+#               group (its member index 0) is killed with SIGKILL mid-run:
+#               the other three finish with their data checked (--chk),
+#               the victim's client fails (retries exhausted) or is killed
+# SLOT (1..99) keeps parallel tests apart (addresses, ports, netns names).
+set -u
+slot=$1 case=$2
+here=$(cd "$(dirname "$0")" && pwd)
+run=${URVT_RUN:-$here/../../build/bin/urvt-run}
+. "$here/../lib/links.sh"
+. "$here/../lib/netns.sh"
+out=$(mktemp -d)
+a=urvt-ha$slot b=urvt-hb$slot
+pids=
+trap 'cleanup' EXIT INT TERM
+
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	netns_del "$a" "$b"
+	rm -rf "$out"
+}
+
+for prog in ibv_rc_pingpong ibv_ud_pingpong ib_write_bw; do
+	command -v $prog >/dev/null || { echo "SKIP: $prog not installed"; exit 77; }
+done
+netns_pair "$a" "$b" "ha$slot" "hb$slot" "10.$((100 + slot)).0"
+saddr=10.$((100 + slot)).0.1
+base=$((21000 + 10 * slot))
+
+# in A / in B: NAME PROG ARGS... (background; pid appended to $pids)
+in_a() {
+	name=$1; shift
+	ip netns exec "$a" env URVT_NETDEV=ha$slot URVT_STATS_FILE=$out/stats.$name \
+		timeout 60 "$run" "$@" >"$out/$name" 2>&1 &
+	pids="$pids $!"
+	eval "pid_$name=$!"
+}
+in_b() {
+	name=$1; shift
+	ip netns exec "$b" env URVT_NETDEV=hb$slot URVT_STATS_FILE=$out/stats.$name \
+		timeout 60 "$run" "$@" >"$out/$name" 2>&1 &
+	pids="$pids $!"
+	eval "pid_$name=$!"
+}
+# a client, retried while its server is not listening yet
+client() {
+	name=$1; shift
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		ip netns exec "$b" env URVT_NETDEV=hb$slot URVT_STATS_FILE=$out/stats.$name \
+			timeout 60 "$run" "$@" >"$out/$name" 2>&1
+		rc=$?
+		grep -q "Couldn't connect\|Unable to open file descriptor" "$out/$name" || break
+		sleep 0.3
+	done
+	echo "$rc" >"$out/$name.rc"
+}
+counters() {
+	for n in "$@"; do
+		f=$out/stats.$n
+		[ -f "$f" ] || { echo "$n: no counters"; continue; }
+		echo "$n: udp rx $(links_ctr "$f" udp_rx_packets) tx $(links_ctr "$f" udp_tx_packets)," \
+			"forwarded out $(links_ctr "$f" host_forwarded_out) in $(links_ctr "$f" host_forwarded_in)" \
+			"lost $(links_ctr "$f" host_forward_lost)"
+	done
+}
+fail=0
+check() { # NAME PATTERN
+	if grep -q "$2" "$out/$1"; then echo "ok: $1"; else echo "FAIL: $1"; cat "$out/$1"; fail=1; fi
+}
+
+case $case in
+pairs)
+	in_a rc_s ibv_rc_pingpong -g 0 --chk -n 3000 -p $base
+	in_a ud_s ibv_ud_pingpong -g 0 --chk -n 3000 -p $((base + 1))
+	in_a bw_s ib_write_bw -F -d urvt0 -x 0 -s 65536 -n 2000 -p $((base + 2))
+	sleep 0.5
+	client rc_c ibv_rc_pingpong -g 0 --chk -n 3000 -p $base $saddr &
+	c1=$!
+	client ud_c ibv_ud_pingpong -g 0 --chk -n 3000 -p $((base + 1)) $saddr &
+	c2=$!
+	client bw_c ib_write_bw -F -d urvt0 -x 0 -s 65536 -n 2000 -p $((base + 2)) $saddr &
+	c3=$!
+	wait $c1 $c2 $c3
+	wait $pid_rc_s $pid_ud_s $pid_bw_s
+	check rc_s "iters in"; check rc_c "iters in"
+	check ud_s "iters in"; check ud_c "iters in"
+	check bw_c "65536 *2000"
+	# one GID per host: every process in A reports A's address
+	grep -h "local address" "$out/rc_s" "$out/ud_s" | grep -v "GID ::ffff:$saddr" && fail=1
+	counters rc_s ud_s bw_s rc_c ud_c bw_c
+	;;
+kill)
+	# the victim joins first: member index 0, whose leaving moves the last member
+	in_a v_s ibv_rc_pingpong -g 0 --chk -n 400000 -p $base
+	sleep 0.3
+	for k in 1 2 3; do
+		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k))
+	done
+	sleep 0.5
+	client v_c ibv_rc_pingpong -g 0 --chk -n 400000 -p $base $saddr &
+	vc=$!
+	for k in 1 2 3; do
+		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k)) $saddr &
+		eval "cc$k=\$!"
+	done
+	sleep 1
+	# the program itself, under timeout(1)
+	victim=$(pgrep -P "$pid_v_s")
+	[ -n "$victim" ] || { echo "FAIL: no victim process"; cat "$out/v_s"; exit 1; }
+	kill -9 $victim
+	echo "killed the first member of A's group (pid $victim) mid-run"
+	wait $cc1 $cc2 $cc3
+	for k in 1 2 3; do
+		eval "wait \$pid_s$k"
+		check s$k "iters in"; check c$k "iters in"
+	done
+	kill -9 $vc 2>/dev/null
+	grep -q "iters in" "$out/v_s" && { echo "FAIL: the victim finished"; fail=1; }
+	counters s1 s2 s3 c1 c2 c3
+	;;
+*)
+	echo "unknown case $case"; exit 2 ;;
+esac
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
