@@ -40,6 +40,9 @@ static uint64_t proc_start(int32_t pid)
 	p = strrchr(buf, ')');
 	if (!p)
 		return 0;
+	/* a zombie has closed its sockets: gone as far as we care */
+	if (p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
+		return 0;
 	for (int field = 2; field < 22 && p; field++)
 		p = strchr(p + 1, ' ');
 	if (p)
@@ -146,6 +149,10 @@ unsigned urvt_host_reap(struct urvt_host *h)
 		slot_clear(sl);
 		n++;
 	}
+	/* entries of no process (a damaged table) */
+	for (unsigned i = 0; i < URVT_HOST_PORTS; i++)
+		if (h->t->port[i].flags && !atomic_load(&h->t->slot[h->t->port[i].slot].pid))
+			memset(&h->t->port[i], 0, sizeof(h->t->port[i]));
 	return n;
 }
 
@@ -162,7 +169,7 @@ int urvt_host_group_size(struct urvt_host *h, const uint8_t key[16])
 
 	for (unsigned s = 1; s < URVT_HOST_SLOTS; s++) {
 		const struct urvt_host_slot *sl = &h->t->slot[s];
-		if (atomic_load(&sl->pid) && sl->index >= 0 && !memcmp(sl->group, key, 16))
+		if (atomic_load(&sl->pid) && !memcmp(sl->group, key, 16))
 			n++;
 	}
 	return n;
@@ -183,8 +190,13 @@ void urvt_host_group_leave(struct urvt_host *h, uint8_t slot)
 	int32_t last = -1;
 	unsigned last_slot = 0;
 
-	if (gone->index < 0 || key_zero(gone->group))
+	if (key_zero(gone->group))
 		goto out;
+	if (gone->index < 0) {
+		/* where its hole is nobody knows: every member learns again */
+		atomic_fetch_add(&h->t->probe_gen, 1);
+		goto out;
+	}
 	/* the kernel moves the member with the highest index into the hole */
 	for (unsigned s = 1; s < URVT_HOST_SLOTS; s++) {
 		struct urvt_host_slot *sl = &h->t->slot[s];
@@ -285,7 +297,8 @@ uint8_t urvt_host_port_owner(struct urvt_host *h, uint16_t ps, uint16_t port,
 		const struct urvt_host_port *p = &h->t->port[i];
 		uint8_t f = p->flags;
 
-		if (!(f & URVT_HOST_PORT_LISTEN) || p->ps != ps || p->port != port)
+		if (!(f & URVT_HOST_PORT_LISTEN) || p->ps != ps || p->port != port ||
+		    !atomic_load_explicit(&h->t->slot[p->slot].pid, memory_order_relaxed))
 			continue;
 		if (!memcmp(p->addr, addr, 16))
 			return p->slot;

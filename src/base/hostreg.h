@@ -55,7 +55,8 @@ struct urvt_host_table {
 	uint64_t magic;
 	uint32_t version, size;
 	_Atomic uint32_t gen;             /* bumped on every group change */
-	uint32_t pad[3];
+	_Atomic uint32_t probe_gen;       /* bumped: every member, learn your index again */
+	uint32_t pad[2];
 	struct urvt_host_slot slot[URVT_HOST_SLOTS];
 	struct urvt_host_port port[URVT_HOST_PORTS];
 };
@@ -83,7 +84,7 @@ void urvt_host_unlock(struct urvt_host *h);
  * membership leaves as the kernel's does, their ports are freed. Returns
  * how many. */
 unsigned urvt_host_reap(struct urvt_host *h);
-/* Live members of group key (an address). */
+/* Members of group key (an address), whether their index is known or not. */
 int urvt_host_group_size(struct urvt_host *h, const uint8_t key[16]);
 /* My slot joined group key at index. */
 void urvt_host_group_join(struct urvt_host *h, const uint8_t key[16], int32_t index);

@@ -195,7 +195,10 @@ static void msg_set(struct mmsghdr *m, struct iovec *iov, uint8_t *buf, uint32_t
 }
 
 /* How many of p[0..n) leave as one GSO send with p[0]: a run of equal-size
- * packets to one peer (the last may be shorter), back to back in memory. IPv4 segment k leaves
+ * packets to one peer (the last may be shorter), back to back in memory,
+ * to QPNs of one top byte: a GSO send arrives as one GRO train, and a
+ * host that shares its address steers a train by its first packet's QPN
+ * (docs/host-identity.md). IPv4 segment k leaves
  * with IP ID k (the send itself has ID 0), which the ICRC covers: patch
  * each segment's ICRC for it (docs/wire.md). */
 static unsigned gso_run(struct urvt_link_tx *p, unsigned n)
@@ -205,7 +208,7 @@ static unsigned gso_run(struct urvt_link_tx *p, unsigned n)
 
 	while (j < n && j < GSO_MAX_SEGS && p[j].len <= p[0].len && p[j - 1].len == p[0].len &&
 	       p[j].buf == p[j - 1].buf + p[j - 1].len && bytes + p[j].len <= GSO_MAX_BYTES &&
-	       urvt_link_addr_same(p[j].dst, p[0].dst)) {
+	       p[j].buf[5] == p[0].buf[5] && urvt_link_addr_same(p[j].dst, p[0].dst)) {
 		if (p[0].dst->sa.sa_family == AF_INET) {
 			uint8_t *icrc = p[j].buf + p[j].len - URVT_ICRC_BYTES;
 			urvt_icrc_put(icrc, urvt_icrc_get(icrc) ^
@@ -566,6 +569,14 @@ static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_li
 	return 0;
 }
 
+static void udp_leave(struct urvt_link *l)
+{
+	struct urvt_udp *u = udp_of(l);
+
+	if (u->share)
+		urvt_udp_share_leave(u->share, u->fd);
+}
+
 static void udp_count_into(struct urvt_link *l, uint64_t *ctrs)
 {
 	struct urvt_udp *u = udp_of(l);
@@ -590,6 +601,7 @@ static const struct urvt_link_ops udp_ops = {
 	.mcast_leave = udp_mcast_leave,
 	.ip_facts = udp_ip_facts,
 	.count_into = udp_count_into,
+	.leave = udp_leave,
 	.close = udp_close,
 };
 

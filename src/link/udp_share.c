@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -22,15 +23,15 @@
 #define SO_ATTACH_REUSEPORT_CBPF 51
 #endif
 
-#define FWD_MAGIC 0x75667731u             /* "ufw1" */
 #define REAP_PERIOD_NS 200000000ull
+/* A probe: a datagram to the group that the steering program hands to
+ * the member index it names (byte 1), from the member in slot (byte 2)
+ * with that member's secret (bytes 8-15). 0xff is no transport opcode. */
+#define PROBE_OP 0xff
+#define PROBE_LEN 16
+/* ask every member to learn its index again at most this often */
+#define REPROBE_NS 1000000000ull
 
-/* In front of a forwarded datagram: what the receiving socket saw of it. */
-struct fwd_hdr {
-	uint32_t magic;
-	uint32_t seg;
-	struct urvt_ipinfo ip;
-};
 
 struct urvt_udp_share {
 	struct urvt_host *host;
@@ -42,6 +43,11 @@ struct urvt_udp_share {
 	uint32_t gen_seen;                /* the registry's gen the program was built from */
 	struct urvt_progress *progress;
 	struct urvt_timer reap_timer;
+	uint64_t secret;                  /* in our probes: nobody else can forge them */
+	_Atomic int32_t learned_index;    /* where our own probe arrived; -1: not yet */
+	_Atomic bool misdirected;         /* we forwarded a data packet: steering is off */
+	uint32_t probe_seen;              /* the registry's probe_gen we answered */
+	uint64_t last_reprobe;
 	uint64_t own_ctrs[3];             /* until the transport gives its own */
 	uint64_t *ctrs;                   /* out, in, lost */
 };
@@ -51,7 +57,7 @@ static void count(struct urvt_udp_share *s, unsigned which)
 	__atomic_fetch_add(&s->ctrs[which], 1, __ATOMIC_RELAXED);
 }
 
-static void fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot)
+void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot)
 {
 	int n;
 
@@ -74,10 +80,15 @@ static void fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot)
  */
 static int steer_attach(struct urvt_udp_share *s)
 {
-	struct sock_filter prog[2 + 2 * URVT_HOST_SLOTS];
+	struct sock_filter prog[6 + 2 * URVT_HOST_SLOTS];
 	struct sock_fprog fp = { .filter = prog };
 	unsigned n = 0;
 
+	/* a probe goes to the index it names */
+	prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0);
+	prog[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROBE_OP, 0, 2);
+	prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1);
+	prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_A, 0);
 	prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 5);
 	for (unsigned slot = 1; slot <= URVT_HOST_LAST_SLOT; slot++) {
 		const struct urvt_host_slot *sl = &s->host->t->slot[slot];
@@ -94,18 +105,85 @@ static int steer_attach(struct urvt_udp_share *s)
 											: 0;
 }
 
-/* Members that died (kill -9) left the kernel's group with their socket:
- * follow in the registry, and steer by the new indexes. */
+/* Send one probe per member index: the one the kernel hands back to us
+ * tells our real index (what the registry says may be wrong: a member
+ * killed while another was unknown, a damaged table, a forged change). */
+static void probe_send(struct urvt_udp_share *s, int members)
+{
+	uint8_t p[PROBE_LEN] = { PROBE_OP, 0, s->slot };
+	union urvt_link_addr to;
+
+	urvt_link_gid_addr(s->key, &to);
+	memcpy(p + 8, &s->secret, 8);
+	for (int k = 0; k < members + 1 && k < URVT_HOST_SLOTS; k++) {
+		p[1] = (uint8_t)k;
+		(void)sendto(s->fd, p, sizeof(p), MSG_DONTWAIT, &to.sa, urvt_link_addr_len(&to));
+	}
+}
+
+/*
+ * Every 200 ms, on the progress thread: members that died (kill -9) left
+ * the kernel's group with their socket: follow in the registry; take in
+ * the index our probe found; when we had to forward data packets, ask
+ * every member to probe; steer by the registry as it now is.
+ */
 static void reap_tick(struct urvt_timer *t)
 {
 	struct urvt_udp_share *s = container_of(t, struct urvt_udp_share, reap_timer);
+	struct urvt_host_table *tb = s->host->t;
+	struct urvt_host_slot *me = &tb->slot[s->slot];
+	int32_t learned = atomic_exchange(&s->learned_index, -1);
+	uint64_t now = urvt_now_ns();
+	int probe_members = -1;
 
 	urvt_host_lock(s->host);
 	urvt_host_reap(s->host);
-	if (atomic_load(&s->host->t->gen) != s->gen_seen)
+	if (learned >= 0 && learned != me->index) {
+		/* whoever the registry had there is wrong too: it learns anew */
+		for (unsigned k = 1; k <= URVT_HOST_LAST_SLOT; k++) {
+			struct urvt_host_slot *o = &tb->slot[k];
+			if (k != s->slot && o->index == learned && !memcmp(o->group, s->key, 16))
+				o->index = URVT_HOST_NO_INDEX;
+		}
+		me->index = learned;
+		atomic_fetch_add(&tb->gen, 1);
+		atomic_fetch_add(&tb->probe_gen, 1);
+	}
+	if (atomic_exchange(&s->misdirected, false) && now - s->last_reprobe > REPROBE_NS) {
+		s->last_reprobe = now;
+		atomic_fetch_add(&tb->probe_gen, 1);
+	}
+	if (atomic_load(&tb->gen) != s->gen_seen)
 		(void)steer_attach(s);
+	if (atomic_load(&tb->probe_gen) != s->probe_seen || me->index < 0) {
+		s->probe_seen = atomic_load(&tb->probe_gen);
+		probe_members = urvt_host_group_size(s->host, s->key);
+	}
 	urvt_host_unlock(s->host);
+	if (probe_members > 0)
+		probe_send(s, probe_members);
 	urvt_timer_mod(s->progress, &s->reap_timer, urvt_now_ns() + REAP_PERIOD_NS);
+}
+
+/* The socket others forward to us on: bound before we join, so that
+ * nothing steered our way meanwhile is lost. */
+static int fwd_open(struct urvt_udp_share *s)
+{
+	struct sockaddr_un sun;
+	socklen_t len;
+	int on = 1, bytes = 8 << 20;
+
+	s->fwd_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->fwd_fd < 0)
+		return -errno;
+	urvt_udp_fwd_name(&sun, &len, s->slot);
+	/* a dead predecessor's name is gone with its socket */
+	if (bind(s->fwd_fd, (struct sockaddr *)&sun, len) ||
+	    setsockopt(s->fwd_fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)))
+		return -errno;
+	if (setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)))
+		(void)setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+	return 0;
 }
 
 int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_udp_share **out)
@@ -126,12 +204,23 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 	s->fd = -1;
 	s->fwd_fd = -1;
 	s->ctrs = s->own_ctrs;
+	atomic_store(&s->learned_index, -1);
+	if (getrandom(&s->secret, sizeof(s->secret), 0) != sizeof(s->secret))
+		s->secret = (uint64_t)(uintptr_t)s ^ urvt_now_ns();
 	memcpy(s->key, addr6, 16);
+	fd = fwd_open(s);
+	if (fd) {
+		if (s->fwd_fd >= 0)
+			close(s->fwd_fd);
+		free(s);
+		return fd;
+	}
 	urvt_host_lock(h);
 	urvt_host_reap(h);
 	if (h->t->slot[s->slot].index >= 0) {
 		/* one device per process: a slot is one member of one group */
 		urvt_host_unlock(h);
+		close(s->fwd_fd);
 		free(s);
 		return -EADDRINUSE;
 	}
@@ -142,6 +231,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 		urvt_host_group_join(h, s->key, index);
 	urvt_host_unlock(h);
 	if (fd < 0) {
+		close(s->fwd_fd);
 		free(s);
 		return fd;
 	}
@@ -158,9 +248,7 @@ uint8_t urvt_udp_share_slot(const struct urvt_udp_share *s)
 int urvt_udp_share_start(struct urvt_udp_share *s, int fd, int epfd, struct urvt_progress *p)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
-	struct sockaddr_un sun;
-	socklen_t len;
-	int on = 1, bytes = 8 << 20, ret;
+	int ret;
 
 	s->fd = fd;
 	urvt_host_lock(s->host);
@@ -168,19 +256,10 @@ int urvt_udp_share_start(struct urvt_udp_share *s, int fd, int epfd, struct urvt
 	urvt_host_unlock(s->host);
 	if (ret)
 		return ret;
-	s->fwd_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (s->fwd_fd < 0)
-		return -errno;
-	fwd_name(&sun, &len, s->slot);
-	/* a dead predecessor's name is gone with its socket */
-	if (bind(s->fwd_fd, (struct sockaddr *)&sun, len) ||
-	    setsockopt(s->fwd_fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)))
-		return -errno;
-	if (setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)))
-		(void)setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 	if (epoll_ctl(epfd, EPOLL_CTL_ADD, s->fwd_fd, &ev))
 		return -errno;
 	s->fwd_seen = atomic_load(&s->host->t->slot[s->slot].fwd_posted);
+	s->probe_seen = atomic_load(&s->host->t->probe_gen);
 	if (p) {
 		s->progress = p;
 		urvt_timer_init(&s->reap_timer, reap_tick);
@@ -246,13 +325,16 @@ static uint8_t dest_slot(struct urvt_udp_share *s, const uint8_t *p, uint32_t le
 static void forward(struct urvt_udp_share *s, uint8_t slot, const uint8_t *p, uint32_t len,
 		    uint32_t seg, const struct urvt_ipinfo *ip)
 {
+	/* QP1's MADs come to index 0 by design; anything else: steered wrong */
+	if (p[5] || p[6] || p[7] != URVT_GSI_QPN)
+		atomic_store_explicit(&s->misdirected, true, memory_order_relaxed);
 	struct urvt_host_slot *to = &s->host->t->slot[slot];
-	struct fwd_hdr h = { .magic = FWD_MAGIC, .seg = seg, .ip = *ip };
+	struct urvt_udp_fwd_hdr h = { .magic = URVT_UDP_FWD_MAGIC, .seg = seg, .ip = *ip };
 	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)p, len } };
 	struct sockaddr_un sun;
 	struct msghdr m = { .msg_name = &sun, .msg_iov = iov, .msg_iovlen = 2 };
 
-	fwd_name(&sun, &m.msg_namelen, slot);
+	urvt_udp_fwd_name(&sun, &m.msg_namelen, slot);
 	if (sendmsg(s->fwd_fd, &m, MSG_DONTWAIT) < 0) {
 		count(s, 2);
 		return;
@@ -286,13 +368,27 @@ static uint32_t train_filter(struct urvt_udp_share *s, struct urvt_link_rx *r)
 	return keep;
 }
 
+/* A probe reached us: ours tells our index; another member's is not
+ * for anyone (it went astray while the program changed). */
+static void probe_recv(struct urvt_udp_share *s, const uint8_t *p, uint32_t len)
+{
+	if (len == PROBE_LEN && p[2] == s->slot && !memcmp(p + 8, &s->secret, 8))
+		atomic_store(&s->learned_index, p[1]);
+}
+
 unsigned urvt_udp_share_filter(struct urvt_udp_share *s, struct urvt_link_rx *rx, unsigned n)
 {
 	unsigned out = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct urvt_link_rx *r = &rx[i];
-		uint8_t slot = r->trunc ? 0 : dest_slot(s, r->data, r->seg ? r->seg : r->len);
+		uint8_t slot;
+
+		if (unlikely(r->len && r->data[0] == PROBE_OP)) {
+			probe_recv(s, r->data, r->len);
+			continue;
+		}
+		slot = r->trunc ? 0 : dest_slot(s, r->data, r->seg ? r->seg : r->len);
 
 		if (likely(!slot || slot == s->slot)) {
 			if (unlikely(r->seg) && r->seg < r->len) {
@@ -334,7 +430,7 @@ bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t ca
 		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 				    .msg_controllen = sizeof(ctl.buf) };
 		struct cmsghdr *c;
-		struct fwd_hdr h;
+		struct urvt_udp_fwd_hdr h;
 		bool ours = false;
 		ssize_t got;
 
@@ -355,7 +451,7 @@ bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t ca
 		if (!ours || (size_t)got <= sizeof(h) || (m.msg_flags & MSG_TRUNC))
 			continue;
 		memcpy(&h, buf, sizeof(h));
-		if (h.magic != FWD_MAGIC)
+		if (h.magic != URVT_UDP_FWD_MAGIC)
 			continue;
 		memset(r, 0, sizeof(*r));
 		r->data = buf + sizeof(h);
@@ -365,6 +461,22 @@ bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t ca
 		count(s, 1);
 		return true;
 	}
+}
+
+void urvt_udp_share_leave(struct urvt_udp_share *s, int fd)
+{
+	int dummy;
+
+	urvt_host_lock(s->host);
+	urvt_host_group_leave(s->host, s->slot);
+	(void)steer_attach(s);
+	dummy = socket(s->key[10] == 0xff ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	/* atomically: the group loses us, fd stays a socket */
+	if (dummy >= 0) {
+		(void)dup2(dummy, fd);
+		close(dummy);
+	}
+	urvt_host_unlock(s->host);
 }
 
 void urvt_udp_share_close(struct urvt_udp_share *s, int fd)

@@ -18,6 +18,18 @@
 
 struct urvt_progress;
 struct urvt_udp_share;
+struct sockaddr_un;
+
+/* A forwarded datagram (one unix datagram): this header, then the
+ * datagram as the kernel handed it to the wrong member. */
+#define URVT_UDP_FWD_MAGIC 0x75667731u    /* "ufw1" */
+struct urvt_udp_fwd_hdr {
+	uint32_t magic;
+	uint32_t seg;                     /* a GRO train's segment size, or 0 */
+	struct urvt_ipinfo ip;            /* what the receiving socket saw */
+};
+/* The abstract socket the process in slot receives forwards on. */
+void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot);
 
 /* Bind port 4791 on addr6 (family) as a member of the host's group for
  * that address. Returns the socket, or a negative errno; *out is the
@@ -42,6 +54,10 @@ bool urvt_udp_share_fwd_pending(struct urvt_udp_share *s);
  * *r; false when there is none. */
 bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t cap,
 			     struct urvt_link_rx *r);
+
+/* Leave the group now (the process exits): fd becomes an unbound socket,
+ * so that threads still sending on it do no harm. */
+void urvt_udp_share_leave(struct urvt_udp_share *s, int fd);
 
 /* Leave the group (the steering program moves on), close fd, free s. */
 void urvt_udp_share_close(struct urvt_udp_share *s, int fd);

@@ -104,6 +104,9 @@ static void test_port_owner(void **state)
 	h = urvt_host_get(&err);
 	assert_non_null(h);
 	urvt_host_lock(h);
+	/* listeners count only while their slot is some process's */
+	atomic_store(&h->t->slot[7].pid, (int32_t)getpid());
+	atomic_store(&h->t->slot[9].pid, (int32_t)getpid());
 	h->t->port[0] = (struct urvt_host_port){ .flags = URVT_HOST_PORT_USED | URVT_HOST_PORT_LISTEN,
 						 .slot = 7, .ps = 0x106, .port = 7000,
 						 .family = AF_INET };
@@ -119,7 +122,10 @@ static void test_port_owner(void **state)
 	assert_int_equal(urvt_host_port_owner(h, 0x106, 7000, lo), 7);     /* wildcard */
 	assert_int_equal(urvt_host_port_owner(h, 0x111, 7000, lo), 0);     /* other ps */
 	assert_int_equal(urvt_host_port_owner(h, 0x106, 7001, lo), 0);     /* not listening */
+	atomic_store(&h->t->slot[9].pid, 0);
+	assert_int_equal(urvt_host_port_owner(h, 0x106, 7000, other), 7); /* 9 is gone */
 	memset(h->t->port, 0, 3 * sizeof(h->t->port[0]));
+	atomic_store(&h->t->slot[7].pid, 0);
 }
 
 int main(void)

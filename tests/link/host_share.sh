@@ -14,6 +14,10 @@
 #               group (its member index 0) is killed with SIGKILL mid-run:
 #               the other three finish with their data checked (--chk),
 #               the victim's client fails (retries exhausted) or is killed
+#   CASE=scramble  three rc_pingpong pairs while a hostile process of the
+#               same user scribbles random member indexes into A's registry
+#               (the steering follows the lies): every pair still finishes
+#               with its data checked, the counters show the forwarding
 # SLOT (1..99) keeps parallel tests apart (addresses, ports, netns names).
 set -u
 slot=$1 case=$2
@@ -129,6 +133,43 @@ kill)
 	kill -9 $vc 2>/dev/null
 	grep -q "iters in" "$out/v_s" && { echo "FAIL: the victim finished"; fail=1; }
 	counters s1 s2 s3 c1 c2 c3
+	;;
+scramble)
+	for k in 1 2 3; do
+		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k))
+	done
+	sleep 0.5
+	for k in 1 2 3; do
+		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k)) $saddr &
+		eval "cc$k=\$!"
+	done
+	sleep 0.3
+	# struct urvt_host_table (base/hostreg.h): gen at 16, slots from 32, 72 bytes
+	# each: pid at +0, index at +32
+	ip netns exec "$a" python3 - <<'PY'
+import mmap, os, random, struct, time
+path = "/dev/shm/urvt-host-%d-%d" % (os.geteuid(), os.stat("/proc/self/ns/net").st_ino)
+with open(path, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    end = time.time() + 2
+    while time.time() < end:
+        for s in range(1, 255):
+            off = 32 + 72 * s
+            if struct.unpack_from("<i", m, off)[0]:
+                struct.pack_into("<i", m, off + 32, random.randrange(0, 4))
+        struct.pack_into("<I", m, 16, (struct.unpack_from("<I", m, 16)[0] + 1) & 0xffffffff)
+        time.sleep(0.02)
+PY
+	echo "scrambled A's member indexes for 2 s"
+	wait $cc1 $cc2 $cc3
+	for k in 1 2 3; do
+		eval "wait \$pid_s$k"
+		check s$k "iters in"; check c$k "iters in"
+	done
+	counters s1 s2 s3 c1 c2 c3
+	fwd=0
+	for k in 1 2 3; do fwd=$((fwd + $(links_ctr "$out/stats.s$k" host_forwarded_in))); done
+	[ "$fwd" -gt 0 ] || { echo "FAIL: nothing was forwarded (the scramble did not bite)"; fail=1; }
 	;;
 *)
 	echo "unknown case $case"; exit 2 ;;
