@@ -295,6 +295,10 @@ struct cm_id_private *cm_alloc_id(struct cm_device *dev, ib_cm_handler handler,
 	/* cyclic, never 0, never one in use (the kernel's xa_alloc_cyclic) */
 	do {
 		id = dev->next_id++ ^ dev->id_operand;
+		/* a reply reaching another process of the host group is
+		 * forwarded by this byte (docs/host-identity.md) */
+		if (dev->id_slot)
+			id = (uint32_t)dev->id_slot << 24 | (id & 0xffffffu);
 	} while (!id || cm_lid_find(dev, id));
 	p->dev = dev;
 	p->id.cm_handler = handler;
@@ -797,6 +801,11 @@ struct cm_device *cm_device_create(const struct cm_dev_ops *ops, void *ctx,
 		cm_debug = d && *d && *d != '0';
 	}
 	return dev;
+}
+
+void cm_device_set_id_slot(struct cm_device *dev, uint8_t slot)
+{
+	dev->id_slot = slot;
 }
 
 void cm_device_destroy(struct cm_device *dev)

@@ -234,6 +234,11 @@ struct cm_device *cm_device_create(const struct cm_dev_ops *ops, void *ctx,
 				   struct urvt_progress *p, pthread_mutex_t *lock,
 				   const union ibv_gid *gid, uint64_t node_guid, uint8_t ack_delay,
 				   int *err);
+/* Make slot (the host registry's, 1..254) the top byte of every local
+ * communication ID and SIDR request ID created from now on, the low 24 bits
+ * staying counter ^ random: another process of the host group forwards our
+ * replies by it (docs/host-identity.md). Call right after creating. */
+void cm_device_set_id_slot(struct cm_device *dev, uint8_t slot);
 /* Free everything (ids included); no handler runs after it. Called
  * without the lock, from a thread other than the progress thread. */
 void cm_device_destroy(struct cm_device *dev);

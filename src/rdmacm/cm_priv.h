@@ -96,6 +96,8 @@ struct cm_device {
 	uint8_t ack_delay;
 
 	uint32_t next_id, id_operand;     /* local IDs: counter ^ random */
+	uint8_t id_slot;                  /* the host registry's slot, the IDs'
+					     top byte (0: none, all 32 bits random) */
 	struct cm_id_private *lid[CM_HASH_SIZE];
 	struct cm_id_private *rid[CM_HASH_SIZE];
 	struct cm_id_private *rqp[CM_HASH_SIZE];

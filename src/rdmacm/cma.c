@@ -458,6 +458,10 @@ int cma_listen(struct rdma_id_private *p, int backlog)
 	if (!p->cm_id)
 		return ret;
 	ret = ib_cm_listen(p->cm_id, cm_service_id((uint16_t)p->id.ps, cma_port(cma_src_addr(p))));
+	/* other processes' REQs for the port are forwarded here from now
+	 * on; a reuseaddr port shared with them fails now (the host's rule) */
+	if (!ret)
+		ret = cma_host_port_listen(p);
 	if (ret) {
 		ib_destroy_cm_id(p->cm_id);
 		p->cm_id = NULL;
@@ -735,6 +739,7 @@ int cma_set_option(struct rdma_id_private *p, int level, int optname, const void
 		if (!reuse && p->state != RDMA_CM_IDLE)
 			return -EINVAL;
 		p->reuseaddr = reuse != 0;
+		cma_host_port_flags(p); /* a bound id's entry says it too */
 		return 0;
 	}
 	case RDMA_OPTION_ID_AFONLY:
@@ -744,6 +749,7 @@ int cma_set_option(struct rdma_id_private *p, int level, int optname, const void
 			return -EINVAL;
 		p->afonly = *(const int *)optval != 0;
 		p->afonly_set = true;
+		cma_host_port_flags(p);
 		return 0;
 	case RDMA_OPTION_ID_ACK_TIMEOUT:
 		if (optlen != sizeof(uint8_t))

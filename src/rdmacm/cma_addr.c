@@ -5,12 +5,14 @@
  * RoCE route. Called with cma_lock held.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/hostreg.h"
 #include "rdmacm/addr.h"
 #include "rdmacm/cma_priv.h"
 
@@ -30,6 +32,235 @@ static bool cma_env_set(const char *name)
 static bool cma_addr_configured(void)
 {
 	return cma_env_set("URVT_ADDR") || cma_env_set("URVT_NETDEV");
+}
+
+/* ------------------------------------------------------------------ */
+/* The host-wide port table (base/hostreg.h, docs/host-identity.md)   */
+/* ------------------------------------------------------------------ */
+/*
+ * The other urvt processes of this user and network namespace take their
+ * ports from the same table, as the kernel's ids share one port space.
+ * Each id holding a port has an entry of its own there (its flags, REUSE
+ * and LISTEN, are its own); entries of our slot are checked in-process
+ * (bind_lists), those of other slots here, by cma_check_port's rules.
+ */
+struct cma_host_want {
+	uint16_t ps, port, family;
+	uint8_t addr[16];                 /* v4-mapped or IPv6; zero: a wildcard */
+	bool afonly, reuseaddr;
+};
+
+/* The process the registry could not be had in (asked once per process). */
+static pid_t cma_no_host_pid;
+
+static struct urvt_host *cma_host(void)
+{
+	struct urvt_host *h;
+	int err;
+
+	if (cma_no_host_pid == getpid())
+		return NULL;
+	h = urvt_host_get(&err);
+	if (!h)
+		cma_no_host_pid = getpid();
+	return h;
+}
+
+/* The registry, locked, with the ports of dead processes freed; or NULL. */
+static struct urvt_host *cma_host_hold(void)
+{
+	struct urvt_host *h = cma_host();
+
+	if (h) {
+		urvt_host_lock(h);
+		urvt_host_reap(h);
+	}
+	return h;
+}
+
+static bool cma_host_wildcard(const uint8_t addr[16])
+{
+	static const uint8_t zero[16];
+
+	return !memcmp(addr, zero, sizeof(zero));
+}
+
+static void cma_host_want_of(struct rdma_id_private *p, uint16_t ps, const struct sockaddr *sa,
+			     bool reuseaddr, struct cma_host_want *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->ps = ps;
+	w->port = cma_port(sa);
+	w->family = sa->sa_family;
+	w->afonly = p->afonly;
+	w->reuseaddr = reuseaddr;
+	if (cma_zero_addr(sa))
+		return;
+	if (sa->sa_family == AF_INET) {
+		w->addr[10] = w->addr[11] = 0xff;
+		memcpy(w->addr + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else {
+		memcpy(w->addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+	}
+}
+
+/* May w be bound next to the other processes' ports? 0 or the errno. */
+static int cma_host_conflict(const struct urvt_host *h, const struct cma_host_want *w)
+{
+	for (unsigned i = 0; i < URVT_HOST_PORTS; i++) {
+		const struct urvt_host_port *e = &h->t->port[i];
+
+		if (!(e->flags & URVT_HOST_PORT_USED) || e->slot == h->my_slot ||
+		    e->ps != w->ps || e->port != w->port)
+			continue;
+		if (!(e->flags & URVT_HOST_PORT_LISTEN) && w->reuseaddr &&
+		    (e->flags & URVT_HOST_PORT_REUSE))
+			continue;
+		if (w->afonly && (e->flags & URVT_HOST_PORT_AFONLY) && w->family != e->family)
+			continue;
+		if (cma_host_wildcard(w->addr) || cma_host_wildcard(e->addr))
+			return -EADDRNOTAVAIL;
+		if (w->family == e->family && !memcmp(w->addr, e->addr, 16))
+			return -EADDRINUSE;
+	}
+	return 0;
+}
+
+static uint8_t cma_host_option_flags(const struct rdma_id_private *p)
+{
+	return (uint8_t)((p->afonly ? URVT_HOST_PORT_AFONLY : 0) |
+			 (p->reuseaddr ? URVT_HOST_PORT_REUSE : 0));
+}
+
+/* An entry for p; -ENOSPC when the table is full. */
+static int cma_host_record(struct urvt_host *h, struct rdma_id_private *p,
+			   const struct cma_host_want *w)
+{
+	for (unsigned i = 0; i < URVT_HOST_PORTS; i++) {
+		struct urvt_host_port *e = &h->t->port[i];
+
+		if (e->flags)
+			continue;
+		e->slot = h->my_slot;
+		e->ps = w->ps;
+		e->port = w->port;
+		e->family = w->family;
+		memcpy(e->addr, w->addr, 16);
+		/* the link layer reads entries without the lock: flags last */
+		atomic_thread_fence(memory_order_release);
+		e->flags = (uint8_t)(URVT_HOST_PORT_USED | cma_host_option_flags(p));
+		p->host_port = (int)i + 1;
+		p->host_pid = (int32_t)getpid();
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+/* p's entry, if it still is (the table may have been reset meanwhile). */
+static struct urvt_host_port *cma_host_entry(struct urvt_host *h, struct rdma_id_private *p)
+{
+	struct urvt_host_port *e;
+
+	if (!p->host_port || p->host_pid != (int32_t)getpid())
+		return NULL;
+	e = &h->t->port[p->host_port - 1];
+	if (!(e->flags & URVT_HOST_PORT_USED) || e->slot != h->my_slot ||
+	    e->ps != (uint16_t)p->id.ps || e->port != cma_port(cma_src_addr(p)))
+		return NULL;
+	return e;
+}
+
+static void cma_host_release(struct rdma_id_private *p)
+{
+	struct urvt_host *h;
+
+	if (!p->host_port)
+		return;
+	/* a forked child's copy of an id: the entry is its parent's */
+	if (p->host_pid == (int32_t)getpid() && (h = cma_host())) {
+		struct urvt_host_port *e;
+
+		urvt_host_lock(h);
+		e = cma_host_entry(h, p);
+		if (e) {
+			e->flags = 0;
+			atomic_thread_fence(memory_order_release);
+			memset(e, 0, sizeof(*e));
+		}
+		urvt_host_unlock(h);
+	}
+	p->host_port = 0;
+}
+
+/* Claim the bound port of p in the table (0 or the errno). */
+static int cma_host_claim(struct rdma_id_private *p, uint16_t ps)
+{
+	struct cma_host_want w;
+	struct urvt_host *h = cma_host_hold();
+	int ret;
+
+	if (!h)
+		return 0;
+	cma_host_want_of(p, ps, cma_src_addr(p), p->reuseaddr, &w);
+	ret = cma_host_conflict(h, &w);
+	if (!ret)
+		ret = cma_host_record(h, p, &w);
+	urvt_host_unlock(h);
+	return ret == -ENOSPC ? -EADDRNOTAVAIL : ret;
+}
+
+/* What binding addr would meet among other processes' ports (0 or the errno). */
+static int cma_host_busy(struct rdma_id_private *p, const struct sockaddr *addr)
+{
+	struct cma_host_want w;
+	struct urvt_host *h;
+	int ret;
+
+	if (!cma_port(addr) || !(h = cma_host_hold()))
+		return 0;
+	cma_host_want_of(p, (uint16_t)p->id.ps, addr, p->reuseaddr, &w);
+	ret = cma_host_conflict(h, &w);
+	urvt_host_unlock(h);
+	return ret;
+}
+
+int cma_host_port_listen(struct rdma_id_private *p)
+{
+	struct urvt_host_port *e;
+	struct urvt_host *h;
+	int ret = 0;
+
+	if (!p->host_port || !(h = cma_host_hold()))
+		return 0;
+	e = cma_host_entry(h, p);
+	if (e) {
+		/* a reuseaddr bind let others share; a listener may not */
+		if (p->reuseaddr) {
+			struct cma_host_want w;
+
+			cma_host_want_of(p, e->ps, cma_src_addr(p), false, &w);
+			ret = cma_host_conflict(h, &w);
+		}
+		if (!ret)
+			e->flags |= URVT_HOST_PORT_LISTEN;
+	}
+	urvt_host_unlock(h);
+	return ret;
+}
+
+void cma_host_port_flags(struct rdma_id_private *p)
+{
+	struct urvt_host_port *e;
+	struct urvt_host *h;
+
+	if (!p->host_port || p->host_pid != (int32_t)getpid() || !(h = cma_host()))
+		return;
+	urvt_host_lock(h);
+	e = cma_host_entry(h, p);
+	if (e)
+		e->flags = (uint8_t)((e->flags & (URVT_HOST_PORT_USED | URVT_HOST_PORT_LISTEN)) |
+				     cma_host_option_flags(p));
+	urvt_host_unlock(h);
 }
 
 /* ------------------------------------------------------------------ */
@@ -70,6 +301,7 @@ void cma_release_port(struct rdma_id_private *p)
 	struct cma_bind_list *b = p->bind_list, **pp;
 	struct rdma_id_private **op;
 
+	cma_host_release(p);
 	if (!b)
 		return;
 	for (op = &b->owners; *op && *op != p; op = &(*op)->bind_next)
@@ -109,19 +341,36 @@ static int cma_port_is_unique(struct cma_bind_list *b, struct rdma_id_private *p
 	return 0;
 }
 
+/* Mark in held the ports of ps that other processes hold. */
+static void cma_host_held_ports(const struct urvt_host *h, uint16_t ps, uint8_t *held)
+{
+	for (unsigned i = 0; i < URVT_HOST_PORTS; i++) {
+		const struct urvt_host_port *e = &h->t->port[i];
+
+		if ((e->flags & URVT_HOST_PORT_USED) && e->slot != h->my_slot && e->ps == ps)
+			held[e->port / 8] |= (uint8_t)(1u << (e->port % 8));
+	}
+}
+
 static int cma_alloc_any_port(uint16_t ps, struct rdma_id_private *p)
 {
 	static unsigned int last_used_port;
-	int low, high, remaining;
+	static uint8_t held[65536 / 8]; /* cma_lock guards it */
+	struct urvt_host *h = cma_host_hold();
+	int low, high, remaining, ret = -EADDRNOTAVAIL;
 	unsigned int rover;
 
+	memset(held, 0, sizeof(held));
+	if (h)
+		cma_host_held_ports(h, ps, held);
 	cma_local_port_range(&low, &high);
 	remaining = high - low + 1;
 	rover = cma_random() % (unsigned int)remaining + (unsigned int)low;
 	for (; remaining; remaining--) {
-		if (rover != last_used_port) {
+		/* another process's port is never shared: its ids are not
+		 * here for cma_port_is_unique to compare with */
+		if (rover != last_used_port && !(held[rover / 8] & (1u << (rover % 8)))) {
 			struct cma_bind_list *b = cma_ps_find(ps, (uint16_t)rover);
-			int ret;
 
 			if (!b) {
 				ret = cma_alloc_port(ps, p, (uint16_t)rover);
@@ -130,15 +379,29 @@ static int cma_alloc_any_port(uint16_t ps, struct rdma_id_private *p)
 				if (!ret)
 					cma_bind_port(b, p);
 			}
+			if (!ret && h) {
+				struct cma_host_want w;
+
+				cma_host_want_of(p, ps, cma_src_addr(p), p->reuseaddr, &w);
+				ret = cma_host_record(h, p, &w);
+				if (ret) {
+					cma_release_port(p);
+					ret = -EADDRNOTAVAIL; /* the table is full */
+					break;
+				}
+			}
 			if (!ret)
 				last_used_port = rover;
 			if (ret != -EADDRNOTAVAIL)
-				return ret;
+				break;
 		}
 		if (++rover > (unsigned int)high)
 			rover = (unsigned int)low;
+		ret = -EADDRNOTAVAIL;
 	}
-	return -EADDRNOTAVAIL;
+	if (h)
+		urvt_host_unlock(h);
+	return ret;
 }
 
 /* May p use its port next to the port's other owners? */
@@ -172,11 +435,18 @@ static int cma_use_port(uint16_t ps, struct rdma_id_private *p)
 	if (port < 1024 && geteuid() != 0)
 		return -EACCES;
 	b = cma_ps_find(ps, port);
-	if (!b)
-		return cma_alloc_port(ps, p, port);
-	ret = cma_check_port(b, p, p->reuseaddr);
+	ret = b ? cma_check_port(b, p, p->reuseaddr) : 0;
 	if (!ret)
+		ret = cma_host_claim(p, ps);
+	if (ret)
+		return ret;
+	if (b) {
 		cma_bind_port(b, p);
+		return 0;
+	}
+	ret = cma_alloc_port(ps, p, port);
+	if (ret)
+		cma_host_release(p);
 	return ret;
 }
 
@@ -263,9 +533,14 @@ int cma_bind_host(struct rdma_id_private *p, const struct sockaddr *addr)
 	if (!cma_loopback_addr(addr) || (ret != -EADDRNOTAVAIL && ret != -EADDRINUSE))
 		return ret;
 	cma_set_port((struct sockaddr *)&any, cma_port(addr));
-	/* that failing too, the address's own answer (a port in use) */
-	if (cma_bind_addr(p, (struct sockaddr *)&any))
-		return ret;
+	/* that failing too, the address's own answer (a port in use), or
+	 * another process's port on the address itself, as the kernel sees
+	 * the host's one port space */
+	if (cma_bind_addr(p, (struct sockaddr *)&any)) {
+		int busy = cma_host_busy(p, addr);
+
+		return busy == -EADDRINUSE ? busy : ret;
+	}
 	/* and on the process's device when that is a loopback one too, as a
 	 * bound address is (id->verbs: pyverbs' bind_addr takes the id's
 	 * context at once); a device on another interface stays unbound

@@ -119,6 +119,10 @@ struct rdma_id_private {
 	int backlog;                      /* CONNECT_REQUESTs that may still queue */
 	uint8_t tos, timeout, min_rnr_timer;
 	bool tos_set, timeout_set, reuseaddr, afonly, afonly_set;
+	/* its entry in the host registry's port table (cma_addr.c): index + 1,
+	 * 0 for none; the pid that made it (a forked child's copy is not its) */
+	int host_port;
+	int32_t host_pid;
 
 	/* the library's side (ucma.c, event.c) */
 	int events_reported, events_completed;
@@ -207,6 +211,12 @@ int cma_queue(struct rdma_id_private *p, struct rdma_id_private *owner,
 struct cma_bind_list *cma_ps_find(uint16_t ps, uint16_t port);
 void cma_release_port(struct rdma_id_private *p);
 int cma_check_port(struct cma_bind_list *b, struct rdma_id_private *p, bool reuseaddr);
+/* The host-wide port table (docs/rdmacm.md): a listening id's mark there,
+ * after checking a reuseaddr id against other processes' ports again (0 or
+ * a negative errno); an option change (REUSEADDR, AFONLY) of a bound id.
+ * Without a registry, nothing. */
+int cma_host_port_listen(struct rdma_id_private *p);
+void cma_host_port_flags(struct rdma_id_private *p);
 void cma_fill_path(struct rdma_id_private *p);
 void cma_cm_path(struct rdma_id_private *p, struct cm_path *c);
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hostreg.h"
 #include "base/progress.h"
 #include "rdmacm/addr.h"
 #include "rdmacm/cma_priv.h"
@@ -98,7 +99,8 @@ static int device_open(const struct sockaddr *want, struct cma_device **out)
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
 	struct cma_device *dev;
-	int ret;
+	struct urvt_host *host;
+	int ret, host_err;
 
 	dev = calloc(1, sizeof(*dev));
 	if (!dev)
@@ -141,6 +143,10 @@ static int device_open(const struct sockaddr *want, struct cma_device **out)
 				   dev->node_guid, dev->ack_delay, &ret);
 	if (!dev->cm)
 		goto err_port;
+	/* the slot, once: no registry (URVT_SHARE=0) keeps IDs all random */
+	host = urvt_host_get(&host_err);
+	if (host)
+		cm_device_set_id_slot(dev->cm, host->my_slot);
 	*out = dev;
 	return 0;
 
