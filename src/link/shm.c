@@ -567,7 +567,7 @@ static void shm_resolve_later(struct urvt_link *l, const uint8_t gid[16], uint32
 	struct shm_want *w = NULL;
 	bool ring = false;
 
-	if (gid[0] == 0xff || is_self(s, gid, slot))
+	if (gid[0] == 0xff || (is_self(s, gid, slot) && !s->to_self))
 		return; /* a multicast group (UDP's), or ourselves (in-process) */
 	urvt_spin_lock(&s->wants_lock);
 	for (unsigned i = 0; i < SHM_WANTS; i++) {
