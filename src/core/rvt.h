@@ -290,6 +290,8 @@ struct urvt_av {
 	uint32_t dqpn;                    /* the destination QPN the path is for, or
 					     URVT_QPN_ANY (an AH: each WR names one) */
 	uint32_t route;                   /* the transport's choice of link (av_resolve) */
+	uint16_t route_slot;              /* the QPN slot (qpn >> 16) route is for, or
+					     URVT_ROUTE_SLOT_ANY: any QPN (transport) */
 };
 
 /* urvt_av.dqpn of an AH */

@@ -31,6 +31,16 @@
  * family of its link address. */
 #define URVT_LINK_AF_PEER AF_UNIX
 
+/* resolve's qpn when the destination QPN is not known (an address handle:
+ * each UD work request names its own). */
+#define URVT_LINK_QPN_ANY 0xffffffffu
+
+/* resolve and lookup's positive answer: the peer found owns every QPN of
+ * the GID (a process without a host registry slot, docs/shm.md), so the
+ * address is good for any QPN there; 0: for the QPNs of the slot of the
+ * QPN asked (qpn >> 16) only. */
+#define URVT_LINK_REACH_GID 1
+
 /* Where a datagram goes on a link (UDP: the peer's address, port 4791; a
  * link with its own peers: an opaque handle that only that link reads). */
 union urvt_link_addr {
@@ -90,11 +100,25 @@ struct urvt_link_ops {
 	unsigned (*send_batch)(struct urvt_link *l, struct urvt_link_tx *pkts, unsigned n);
 	/* Receive up to max datagrams without blocking; returns how many. */
 	int (*recv_batch)(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max);
-	/* Can this link reach the device whose GID this is? 0 and its link
-	 * address, or a negative errno (another link must carry it). May make
-	 * system calls: called when an address vector is set up, never per
-	 * packet. */
-	int (*resolve)(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out);
+	/* Can this link reach the process that owns QPN qpn of the device
+	 * whose GID this is (processes of one host may share a GID: the QPN
+	 * names one; URVT_LINK_QPN_ANY: unknown)? 0 or URVT_LINK_REACH_GID
+	 * and its link address, or a negative errno (another link must carry
+	 * it). May make system calls: called when an address vector is set
+	 * up, never per packet. */
+	int (*resolve)(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
+		       union urvt_link_addr *out);
+	/* Optional, with resolve_later: resolve's answer if it is known
+	 * already (a peer connected), else -ENOENT. No system call, no lock
+	 * that can block: called per UD work request whose QPN is of another
+	 * slot than its address handle's route. */
+	int (*lookup)(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
+		      union urvt_link_addr *out);
+	/* Optional: lookup found nothing; resolve it in the background
+	 * (service, on the progress thread) so that a later lookup may. No
+	 * blocking; at most one system call (a doorbell) per destination
+	 * and retry period, none when it was asked already. */
+	void (*resolve_later)(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn);
 	/* Optional: the caller stops polling and will sleep on wake_fd; make
 	 * sure wake_fd becomes readable when data comes (at once if some is
 	 * there already). */
@@ -162,10 +186,10 @@ static inline int urvt_link_recv(struct urvt_link *l, struct urvt_link_rx *rx, u
 	return l->ops->recv_batch(l, rx, max);
 }
 
-static inline int urvt_link_resolve(struct urvt_link *l, const uint8_t gid[16],
+static inline int urvt_link_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 				    union urvt_link_addr *out)
 {
-	return l->ops->resolve(l, gid, out);
+	return l->ops->resolve(l, gid, qpn, out);
 }
 
 static inline void urvt_link_arm(struct urvt_link *l)

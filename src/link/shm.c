@@ -36,6 +36,13 @@
  * under peers_lock and published with a release store of npeers; the hot
  * paths read them without a lock. A peer slot is never reused while the
  * link is open, so a stale index only finds a dead peer.
+ *
+ * A peer is a (GID, host registry slot) pair: processes of one user share
+ * a GID, and a QPN's top byte names the slot of the process that owns it
+ * (docs/host-identity.md). Slot 0 is a process without a registry, which
+ * owns every QPN of its GID. A UD work request may go to another slot than
+ * its address handle's route: lookup finds a connected peer without a
+ * system call, resolve_later has the progress thread connect (service).
  */
 #include "link/shm.h"
 #include "link/shm_proto.h"
@@ -74,6 +81,11 @@
 #define SHM_RX_MAX_NS 100000000
 #define SHM_STALL_NS 50000000
 #define SHM_PATIENT_MAX_NS 1000000000
+/* resolve_later: destinations asked for and not connected yet, and how
+ * long one that could not be reached is not tried again (a UD peer on
+ * another host costs the progress thread a failed connect per period). */
+#define SHM_WANTS 32
+#define SHM_RETRY_NS 1000000000
 
 /* GONE: the peer closed the connection (exited): what it sent before is
  * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
@@ -84,6 +96,7 @@ struct shm_peer {
 	_Atomic int state;
 	bool connector;                   /* we made the region (we are A) */
 	uint8_t gid[16];
+	uint8_t slot;                     /* its host registry slot (0: none) */
 	int sock;
 	_Atomic int doorbell;             /* the peer's eventfd, -1 until known */
 	struct shm_region *region;
@@ -114,13 +127,27 @@ struct urvt_shm {
 	int epfd;                         /* ctl_fd: the listener and every connection */
 	int doorbell;                     /* wake_fd: our eventfd, which peers write */
 	uid_t uid;
+	uint8_t slot;                     /* ours: the listener's name, the hellos */
 	bool to_self;                     /* our own GID resolves (URVT_PATH=shm) */
+	int ask_fd;                       /* resolve_later's doorbell to service */
+	urvt_spinlock_t wants_lock;
+	struct shm_want {
+		uint8_t gid[16];
+		uint8_t slot;
+		uint8_t state;            /* WANT_* */
+		uint64_t retry_ns;        /* WANT_FAILED: not tried before */
+	} wants[SHM_WANTS];
 	pthread_mutex_t peers_lock;
 	_Atomic uint32_t npeers;
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
 	_Atomic uint32_t refused;
 	struct shm_peer peers[SHM_MAX_PEERS];
 };
+
+enum { WANT_FREE, WANT_ASKED, WANT_CONNECTING, WANT_FAILED };
+
+/* epoll's tag of ask_fd (NULL is the listener, the rest are peers) */
+static char ask_tag;
 
 static struct urvt_shm *shm_of(struct urvt_link *l)
 {
@@ -353,22 +380,29 @@ static struct shm_region *region_map(int fd)
 }
 
 static void msg_init(struct shm_msg *m, uint32_t type, const uint8_t from[16],
-		     const uint8_t to[16])
+		     uint8_t from_slot, const uint8_t to[16], uint8_t to_slot)
 {
-	*m = (struct shm_msg){ .magic = SHM_MAGIC, .version = SHM_VERSION, .type = type,
-			       .ring_bytes = SHM_RING_BYTES, .pkt_max = SHM_PKT_MAX,
-			       .region_bytes = sizeof(struct shm_region) };
+	memset(m, 0, sizeof(*m)); /* the holes too: they leave the process */
+	m->magic = SHM_MAGIC;
+	m->version = SHM_VERSION;
+	m->type = type;
+	m->ring_bytes = SHM_RING_BYTES;
+	m->pkt_max = SHM_PKT_MAX;
+	m->region_bytes = sizeof(struct shm_region);
 	memcpy(m->from_gid, from, 16);
 	memcpy(m->to_gid, to, 16);
+	m->from_slot = from_slot;
+	m->to_slot = to_slot;
 }
 
 /* ------------------------------------------------------------------ */
-/* resolve: connect to the device with this GID if it is here         */
+/* resolve: connect to the device with this GID and slot if it is here */
 /* ------------------------------------------------------------------ */
-static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_peer *p)
+static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot,
+			struct shm_peer *p)
 {
 	struct sockaddr_un sun;
-	socklen_t len = shm_sock_name(&sun, s->uid, gid);
+	socklen_t len = shm_sock_name_slot(&sun, s->uid, gid, slot);
 	struct shm_msg m;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
 	int fds[2], rfd, ret;
@@ -392,10 +426,13 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], struct shm_pe
 	}
 	memcpy(p->region->gid_a, &s->link.info.addr6, 16);
 	memcpy(p->region->gid_b, gid, 16);
+	p->region->slot_a = s->slot;
+	p->region->slot_b = slot;
 	p->connector = true;
 	memcpy(p->gid, gid, 16);
+	p->slot = slot;
 	(void)peer_map_dirs(p); /* our own fresh region */
-	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, gid);
+	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, s->slot, gid, slot);
 	fds[0] = rfd;
 	fds[1] = s->doorbell;
 	ret = send_msg(p->sock, &m, fds, 2);
@@ -421,37 +458,141 @@ err_sock:
 	return ret;
 }
 
-static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+/* The slot that owns qpn if it is in a slot's range (0: unknown, or a
+ * process without a slot, whose QPNs may have any top byte). */
+static uint8_t qpn_slot(uint32_t qpn)
+{
+	return qpn == URVT_LINK_QPN_ANY ? 0 : (uint8_t)(qpn >> 16);
+}
+
+/* An UP peer that owns qpn of gid: the one in its slot, or a process
+ * without a slot (it owns the whole GID). No lock: a published peer's gid
+ * and slot are written before it is UP and never change after. */
+static struct shm_peer *peer_find(struct urvt_shm *s, const uint8_t gid[16], uint32_t qpn)
+{
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	uint8_t slot = qpn_slot(qpn);
+
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
+		    (p->slot == slot || !p->slot) && !memcmp(p->gid, gid, 16))
+			return p;
+	}
+	return NULL;
+}
+
+/* resolve and lookup's answer for peer p. */
+static int peer_addr(struct urvt_shm *s, struct shm_peer *p, union urvt_link_addr *out)
+{
+	out->peer.family = URVT_LINK_AF_PEER;
+	out->peer.id = (uint16_t)(p - s->peers);
+	return p->slot ? 0 : URVT_LINK_REACH_GID;
+}
+
+/* (gid, slot) is this device: our GID, and our slot or any slot if we have
+ * none (then no other process has our GID). */
+static bool is_self(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot)
+{
+	return !memcmp(gid, &s->link.info.addr6, 16) && (slot == s->slot || !s->slot);
+}
+
+/*
+ * The listeners that may own qpn of gid, in order: the one of its slot
+ * (qpn >> 16), then slot 0 (a process without a registry owns QPNs of any
+ * top byte). An unknown QPN (URVT_LINK_QPN_ANY) tries slot 0 only: among
+ * processes with slots, no one answers for the others. Ourselves: the
+ * in-process path (-ENOENT), unless to_self.
+ */
+static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
+		       union urvt_link_addr *out)
 {
 	struct urvt_shm *s = shm_of(l);
+	uint8_t slots[2];
+	unsigned nslots = 0;
 	struct shm_peer *p;
-	int ret = 0;
+	int ret = -ENOENT;
 
-	if (!s->to_self && !memcmp(gid, &l->info.addr6, 16))
-		return -ENOENT; /* ourselves: the in-process path */
+	if (qpn_slot(qpn))
+		slots[nslots++] = qpn_slot(qpn);
+	slots[nslots++] = 0;
 	pthread_mutex_lock(&s->peers_lock);
-	for (uint32_t i = 0; i < atomic_load(&s->npeers); i++) {
-		p = &s->peers[i];
-		if (atomic_load(&p->state) == PEER_UP && !memcmp(p->gid, gid, 16)) {
-			out->peer.family = URVT_LINK_AF_PEER;
-			out->peer.id = (uint16_t)i;
-			goto out;
-		}
-	}
-	p = peer_new(s);
-	if (!p) {
-		ret = -ENOSPC;
+	p = peer_find(s, gid, qpn);
+	if (p) {
+		ret = peer_addr(s, p, out);
 		goto out;
 	}
-	ret = connect_peer(s, gid, p);
-	if (!ret) {
-		peer_publish(s, p);
-		out->peer.family = URVT_LINK_AF_PEER;
-		out->peer.id = (uint16_t)(p - s->peers);
+	for (unsigned i = 0; i < nslots; i++) {
+		uint8_t slot = slots[i];
+		if (is_self(s, gid, slot)) {
+			if (!s->to_self)
+				break; /* the in-process path */
+			slot = s->slot;
+		}
+		p = peer_new(s);
+		if (!p) {
+			ret = -ENOSPC;
+			break;
+		}
+		ret = connect_peer(s, gid, slot, p);
+		if (!ret) {
+			peer_publish(s, p);
+			ret = peer_addr(s, p, out);
+			break;
+		}
+		if (is_self(s, gid, slots[i]))
+			break;
 	}
 out:
 	pthread_mutex_unlock(&s->peers_lock);
 	return ret;
+}
+
+static int shm_lookup(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
+		      union urvt_link_addr *out)
+{
+	struct urvt_shm *s = shm_of(l);
+	struct shm_peer *p = peer_find(s, gid, qpn);
+
+	return p ? peer_addr(s, p, out) : -ENOENT;
+}
+
+/* Note (gid, the QPN's slot) for service to resolve, and ring it once. A
+ * full table drops the wish: a later work request asks again. */
+static void shm_resolve_later(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn)
+{
+	struct urvt_shm *s = shm_of(l);
+	uint8_t slot = qpn_slot(qpn);
+	uint64_t now = urvt_now_ns();
+	struct shm_want *w = NULL;
+	bool ring = false;
+
+	if (gid[0] == 0xff || (is_self(s, gid, slot) && !s->to_self))
+		return; /* a multicast group (UDP's), or ourselves (in-process) */
+	urvt_spin_lock(&s->wants_lock);
+	for (unsigned i = 0; i < SHM_WANTS; i++) {
+		struct shm_want *c = &s->wants[i];
+		if (c->state != WANT_FREE && c->slot == slot && !memcmp(c->gid, gid, 16)) {
+			w = c;
+			break;
+		}
+		/* a free entry, else a failure due to be tried again */
+		if (!w || w->state != WANT_FREE) {
+			if (c->state == WANT_FREE ||
+			    (c->state == WANT_FAILED && (int64_t)(now - c->retry_ns) >= 0))
+				w = c;
+		}
+	}
+	if (w && (w->state == WANT_FREE ||
+		  (w->state == WANT_FAILED && (int64_t)(now - w->retry_ns) >= 0))) {
+		memcpy(w->gid, gid, 16);
+		w->slot = slot;
+		w->state = WANT_ASKED;
+		ring = true;
+	}
+	urvt_spin_unlock(&s->wants_lock);
+	if (ring)
+		ring_doorbell(s->ask_fd);
 }
 
 /* ------------------------------------------------------------------ */
@@ -496,21 +637,24 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 {
 	struct shm_msg ack;
 
-	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16))
+	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16) ||
+	    m->to_slot != s->slot)
 		goto bad;
 	p->region = region_map(fds[0]);
 	close(fds[0]);
 	fds[0] = -1;
 	if (!p->region || memcmp(p->region->gid_a, m->from_gid, 16) ||
-	    memcmp(p->region->gid_b, m->to_gid, 16))
+	    memcmp(p->region->gid_b, m->to_gid, 16) || p->region->slot_a != m->from_slot ||
+	    p->region->slot_b != m->to_slot)
 		goto bad;
 	memcpy(p->gid, m->from_gid, 16);
+	p->slot = m->from_slot;
 	p->connector = false;
 	if (!peer_map_dirs(p) || !doorbell_take(s, fds[1]))
 		goto bad;
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
-	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->from_gid);
+	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->to_slot, m->from_gid, m->from_slot);
 	if (send_msg(p->sock, &ack, &s->doorbell, 1))
 		goto bad;
 	atomic_store(&p->state, PEER_UP);
@@ -530,7 +674,9 @@ static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct 
 			   int fds[2], int nfds)
 {
 	if (m->type != SHM_MSG_HELLO_ACK || nfds != 1 || atomic_load(&p->doorbell) >= 0 ||
-	    memcmp(m->from_gid, p->gid, 16) || !doorbell_take(s, fds[0])) {
+	    memcmp(m->from_gid, p->gid, 16) || m->from_slot != p->slot ||
+	    memcmp(m->to_gid, &s->link.info.addr6, 16) || m->to_slot != s->slot ||
+	    !doorbell_take(s, fds[0])) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		peer_kill(s, p);
@@ -540,6 +686,37 @@ static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct 
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load(&p->tx_ctrl->need_wake) && atomic_exchange(&p->tx_ctrl->need_wake, 0))
 		ring_doorbell(fds[0]);
+}
+
+/* What resolve_later asked for: resolve each (it may connect: system
+ * calls, here on the progress thread), so that lookup finds the peer; a
+ * destination not reached is not tried again for SHM_RETRY_NS. */
+static void resolve_wanted(struct urvt_shm *s)
+{
+	uint64_t v;
+
+	(void)!read(s->ask_fd, &v, sizeof(v));
+	for (unsigned i = 0; i < SHM_WANTS; i++) {
+		struct shm_want *w = &s->wants[i];
+		union urvt_link_addr a;
+		uint8_t gid[16], slot;
+		int ret;
+
+		urvt_spin_lock(&s->wants_lock);
+		if (w->state != WANT_ASKED) {
+			urvt_spin_unlock(&s->wants_lock);
+			continue;
+		}
+		w->state = WANT_CONNECTING;
+		memcpy(gid, w->gid, 16);
+		slot = w->slot;
+		urvt_spin_unlock(&s->wants_lock);
+		ret = shm_resolve(&s->link, gid, (uint32_t)slot << 16, &a);
+		urvt_spin_lock(&s->wants_lock);
+		w->state = ret < 0 ? WANT_FAILED : WANT_FREE;
+		w->retry_ns = urvt_now_ns() + SHM_RETRY_NS;
+		urvt_spin_unlock(&s->wants_lock);
+	}
 }
 
 static void shm_service(struct urvt_link *l)
@@ -555,6 +732,10 @@ static void shm_service(struct urvt_link *l)
 
 		if (!p) {
 			accept_peers(s);
+			continue;
+		}
+		if (ev[i].data.ptr == &ask_tag) {
+			resolve_wanted(s);
 			continue;
 		}
 		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
@@ -1041,6 +1222,7 @@ static void shm_close(struct urvt_link *l)
 	close(s->listen_fd);
 	close(s->epfd);
 	close(s->doorbell);
+	close(s->ask_fd);
 	pthread_mutex_destroy(&s->peers_lock);
 	munmap(s, sizeof(*s));
 }
@@ -1064,6 +1246,8 @@ static const struct urvt_link_ops shm_ops = {
 	.send_batch = shm_send_batch,
 	.recv_batch = shm_recv_batch,
 	.resolve = shm_resolve,
+	.lookup = shm_lookup,
+	.resolve_later = shm_resolve_later,
 	.arm = shm_arm,
 	.ack_wake = shm_ack_wake,
 	.service = shm_service,
@@ -1074,7 +1258,8 @@ static const struct urvt_link_ops shm_ops = {
 	.close = shm_close,
 };
 
-struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *err)
+struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, bool to_self,
+				     int *err)
 {
 	/* mmap: the peer table is large and mostly untouched */
 	struct urvt_shm *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
@@ -1088,26 +1273,34 @@ struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *e
 		*err = -ENOMEM;
 		return NULL;
 	}
-	s->listen_fd = s->epfd = s->doorbell = -1;
+	s->listen_fd = s->epfd = s->doorbell = s->ask_fd = -1;
 	s->uid = geteuid();
+	s->slot = slot;
 	s->to_self = to_self;
+	urvt_spin_init(&s->wants_lock);
 	memcpy(&s->link.info.addr6, gid, 16);
 	s->link.info.family = urvt_gid_is_v4(gid->s6_addr) ? AF_INET : AF_INET6;
 	pthread_mutex_init(&s->peers_lock, NULL);
 	s->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->listen_fd < 0 || s->epfd < 0 || s->doorbell < 0) {
+	s->ask_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->listen_fd < 0 || s->epfd < 0 || s->doorbell < 0 || s->ask_fd < 0) {
 		ret = -errno;
 		goto err;
 	}
-	len = shm_sock_name(&sun, s->uid, gid->s6_addr);
+	len = shm_sock_name_slot(&sun, s->uid, gid->s6_addr, slot);
 	if (bind(s->listen_fd, (struct sockaddr *)&sun, len) || listen(s->listen_fd, 64)) {
 		ret = -errno;
 		goto err;
 	}
 	ev.data.ptr = NULL; /* the listener */
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev)) {
+		ret = -errno;
+		goto err;
+	}
+	ev.data.ptr = &ask_tag;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ask_fd, &ev)) {
 		ret = -errno;
 		goto err;
 	}
@@ -1125,8 +1318,15 @@ err:
 		close(s->epfd);
 	if (s->doorbell >= 0)
 		close(s->doorbell);
+	if (s->ask_fd >= 0)
+		close(s->ask_fd);
 	pthread_mutex_destroy(&s->peers_lock);
 	munmap(s, sizeof(*s));
 	*err = ret;
 	return NULL;
+}
+
+struct urvt_link *urvt_shm_open(const struct in6_addr *gid, bool to_self, int *err)
+{
+	return urvt_shm_open_slot(gid, 0, to_self, err);
 }

@@ -25,7 +25,8 @@
 #define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 3                     /* 2: 2 MiB rings; 3: ready marks */
+#define SHM_VERSION 4                     /* 2: 2 MiB rings; 3: ready marks;
+					     4: peers are (GID, slot) */
 
 /* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
  * follows a WRAP record from any offset but 0), here for the tests. Past
@@ -54,6 +55,7 @@ struct shm_rec {
 struct shm_region {
 	uint32_t magic, version, ring_bytes, pkt_max;
 	uint8_t gid_a[16], gid_b[16];
+	uint8_t slot_a, slot_b;           /* the host registry slots: a GID is shared */
 	struct shm_ctrl ctrl[2] __cacheline_aligned;
 	uint8_t ring[2][SHM_RING_BYTES] __attribute__((aligned(4096)));
 };
@@ -85,10 +87,15 @@ struct shm_msg {
 	uint32_t magic, version, type, ring_bytes, pkt_max;
 	uint64_t region_bytes;
 	uint8_t from_gid[16], to_gid[16];
+	uint8_t from_slot, to_slot;       /* a peer is (GID, slot): docs/shm.md */
+	uint8_t pad[6];                   /* zero: no stack bytes leave the process */
 };
 
-/* "\0urvt-shm-<uid>-<gid hex>": the abstract name a device listens on. */
-static inline socklen_t shm_sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t gid[16])
+/* "\0urvt-shm-<uid>-<gid hex>-<slot>": the abstract name a device listens
+ * on. Processes of one user share a GID (docs/host-identity.md); the slot
+ * of the host registry (0: the process has none) tells them apart. */
+static inline socklen_t shm_sock_name_slot(struct sockaddr_un *sun, uid_t uid,
+					   const uint8_t gid[16], uint8_t slot)
 {
 	int n;
 
@@ -98,7 +105,15 @@ static inline socklen_t shm_sock_name(struct sockaddr_un *sun, uid_t uid, const 
 	for (int i = 0; i < 16; i++)
 		n += snprintf(sun->sun_path + 1 + n, sizeof(sun->sun_path) - 1 - (size_t)n, "%02x",
 			      gid[i]);
+	n += snprintf(sun->sun_path + 1 + n, sizeof(sun->sun_path) - 1 - (size_t)n, "-%u",
+		      (unsigned)slot);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* The name of a process without a registry slot. */
+static inline socklen_t shm_sock_name(struct sockaddr_un *sun, uid_t uid, const uint8_t gid[16])
+{
+	return shm_sock_name_slot(sun, uid, gid, 0);
 }
 
 #endif

@@ -562,7 +562,8 @@ static void udp_close(struct urvt_link *l)
 }
 
 /* Any GID: its IPv4 (v4-mapped) or IPv6 address, port 4791. */
-static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
+		       union urvt_link_addr *out)
 {
 	(void)l;
 	urvt_link_gid_addr(gid, out);

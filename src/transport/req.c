@@ -536,6 +536,10 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 	f.deth.sqp = qp->qpn;
 	if (wqe->opcode == IBV_WR_SEND_WITH_IMM)
 		f.immdt = be32toh(wqe->ex.imm_data);
+	/* the AH's route is for one slot of its GID; the WR's QPN may name
+	 * another process there (docs/shm.md) */
+	if (!urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn))
+		urvt_tp_ud_reroute(net, wqe->ud_av, wqe->wr.ud.remote_qpn);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
 	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);

@@ -100,6 +100,11 @@ static inline unsigned urvt_route_link(uint32_t route)
 	return route >> 16;
 }
 
+/* urvt_av.route_slot when the route is good for every QPN of the GID (a
+ * peer without a host registry slot owns them all, or no link but
+ * links[0] can reach anyone); a slot is 0..255. */
+#define URVT_ROUTE_SLOT_ANY 0x100
+
 /* Where a queued packet is: in the queue's buffer, or built in the
  * link's own memory (builds_in_place: committed there already), or nowhere
  * (the link had no room for it: lost). */
@@ -308,9 +313,21 @@ void urvt_pkt_free_list(struct urvt_net *net, struct urvt_pktbuf *b);
 struct urvt_txq *urvt_txq_get(void);
 /* This thread's transmit queue if it has one. */
 struct urvt_txq *urvt_txq_peek(void);
-/* core->av_resolve: the first link after links[0] that reaches the GID,
- * else links[0]. */
+/* core->av_resolve: the first link after links[0] that reaches the GID
+ * and av->dqpn's owner, else links[0]; av->route_slot says for which
+ * QPNs. */
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av);
+/* A UD work request to qpn through av (a snapshot of its AH), whose route
+ * is for another slot: a peer already connected there, else links[0] and
+ * a connect in the background (no system call but, once per destination,
+ * a doorbell: docs/shm.md "UD: a route per work request"). */
+void urvt_tp_ud_reroute(struct urvt_net *net, struct urvt_av *av, uint32_t qpn);
+/* The UD fast path: av's route is good for qpn (one compare when the
+ * slots match). */
+static inline bool urvt_av_route_fits(const struct urvt_av *av, uint32_t qpn)
+{
+	return likely(av->route_slot == qpn >> 16) || av->route_slot == URVT_ROUTE_SLOT_ANY;
+}
 /* core->mcast_join / mcast_leave: the groups of links[0]. */
 int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid);
 void urvt_tp_mcast_leave(struct rvt_dev_info *rdi, const union ibv_gid *gid);

@@ -436,23 +436,57 @@ void urvt_net_acks_flush(struct urvt_net *net, bool wait)
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+_Static_assert(URVT_QPN_ANY == URVT_LINK_QPN_ANY, "one value for an unknown QPN");
+
 void urvt_tp_av_resolve(struct rvt_dev_info *rdi, struct urvt_av *av)
 {
 	struct urvt_net *net = rdi->transport_priv;
 	union urvt_link_addr a;
+	bool per_wr = false;
 
 	av->route = 0;
+	/* an unknown QPN (an AH) is resolved as slot 0's: links try the
+	 * process without a slot only (link.h resolve) */
+	av->route_slot = av->dqpn == URVT_QPN_ANY ? 0 : (uint16_t)(av->dqpn >> 16);
 	if (!net)
 		return;
 	/* the links that reach some peers only cost less: first come first */
-	for (unsigned k = 1; k < net->nlinks; k++)
-		if (!urvt_link_resolve(net->links[k], av->attr.grh.dgid.raw, &a) &&
-		    a.sa.sa_family == URVT_LINK_AF_PEER) {
+	for (unsigned k = 1; k < net->nlinks; k++) {
+		struct urvt_link *l = net->links[k];
+		int ret = urvt_link_resolve(l, av->attr.grh.dgid.raw, av->dqpn, &a);
+		if (ret >= 0 && a.sa.sa_family == URVT_LINK_AF_PEER) {
 			av->route = urvt_route(k, a.peer.id);
-			URVT_DBG("route to %s: %s peer %u", "gid", net->links[k]->ops->name,
-				 a.peer.id);
+			if (ret == URVT_LINK_REACH_GID)
+				av->route_slot = URVT_ROUTE_SLOT_ANY;
+			URVT_DBG("route to %s: %s peer %u", "gid", l->ops->name, a.peer.id);
 			return;
 		}
+		per_wr |= l->ops->lookup != NULL;
+	}
+	/* no link can find another slot's peer per WR: UDP for all */
+	if (!per_wr)
+		av->route_slot = URVT_ROUTE_SLOT_ANY;
+}
+
+void urvt_tp_ud_reroute(struct urvt_net *net, struct urvt_av *av, uint32_t qpn)
+{
+	const uint8_t *gid = av->attr.grh.dgid.raw;
+	union urvt_link_addr a;
+
+	av->route = 0;
+	av->route_slot = (uint16_t)(qpn >> 16);
+	for (unsigned k = 1; k < net->nlinks; k++) {
+		struct urvt_link *l = net->links[k];
+		if (!l->ops->lookup)
+			continue;
+		int ret = l->ops->lookup(l, gid, qpn, &a);
+		if (ret >= 0 && a.sa.sa_family == URVT_LINK_AF_PEER) {
+			av->route = urvt_route(k, a.peer.id);
+			return;
+		}
+		if (l->ops->resolve_later)
+			l->ops->resolve_later(l, gid, qpn);
+	}
 }
 
 /* Multicast groups are links[0]'s (UDP: an IP multicast group per GID,

@@ -1,6 +1,7 @@
 /*
  * The shm link on its own (link/shm.h, link/shm_proto.h): two links of one
- * process find each other by GID, packets cross in order (through ring
+ * process find each other by GID and slot (two links of one GID in two
+ * slots are two peers), packets cross in order (through ring
  * wrap-arounds and a full ring), doorbells ring, a closed peer's last
  * packets are still read; and a hostile peer speaking the protocol by hand
  * (bad hello, unsealed or short memfd, ring indices no fresh connection
@@ -61,12 +62,18 @@ static void service(struct urvt_link *l)
 		l->ops->service(l);
 }
 
+/* Resolve gid, QPN unknown (an address handle): slot 0's listener. */
+static int resolve_any(struct urvt_link *l, const uint8_t gid[16], union urvt_link_addr *out)
+{
+	return urvt_link_resolve(l, gid, URVT_LINK_QPN_ANY, out);
+}
+
 /* A connected pair: a resolves b, both serviced; returns a's address of b. */
 static union urvt_link_addr connect_pair(struct urvt_link *a, struct urvt_link *b)
 {
 	union urvt_link_addr to;
 
-	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
+	assert_int_equal(resolve_any(a, b->info.addr6.s6_addr, &to), URVT_LINK_REACH_GID);
 	assert_int_equal(to.peer.family, URVT_LINK_AF_PEER);
 	service(b); /* accept + hello */
 	service(a); /* hello ack */
@@ -111,9 +118,9 @@ static void test_resolve_and_send(void **state)
 	assert_true(a->lossless && a->cheap_poll);
 	assert_true(a->wake_fd >= 0 && a->ctl_fd >= 0);
 	/* nobody listens there (another host, rxe, URVT_SHM=0): UDP's job */
-	assert_true(urvt_link_resolve(a, nobody.s6_addr, &none) < 0);
+	assert_true(resolve_any(a, nobody.s6_addr, &none) < 0);
 	/* ourselves: the in-process path's job */
-	assert_int_equal(urvt_link_resolve(a, a->info.addr6.s6_addr, &none), -ENOENT);
+	assert_int_equal(resolve_any(a, a->info.addr6.s6_addr, &none), -ENOENT);
 	to = connect_pair(a, b);
 	for (uint32_t i = 0; i < 8; i++) {
 		uint32_t len = 16 + i * 500;
@@ -130,7 +137,7 @@ static void test_resolve_and_send(void **state)
 	}
 	assert_int_equal(urvt_link_recv(b, rx, 32), 0);
 	/* b answers on the connection a made: one connection for both ways */
-	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+	assert_int_equal(resolve_any(b, a->info.addr6.s6_addr, &back), URVT_LINK_REACH_GID);
 	tx[0].dst = &back;
 	assert_int_equal(urvt_link_send(b, tx, 1), 0);
 	assert_int_equal(urvt_link_recv(a, rx, 32), 1);
@@ -522,7 +529,7 @@ static unsigned lost_when_the_peer_waits_on_us(void)
 	unsigned lost;
 	pthread_t t;
 
-	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+	assert_int_equal(resolve_any(b, a->info.addr6.s6_addr, &back), URVT_LINK_REACH_GID);
 	tx = (struct urvt_link_tx){ .buf = buf, .len = 4096, .dst = &back };
 	send_until_full(b, &tx, buf); /* b's ring to a is full: nobody reads a */
 	make_big_batch(&to);
@@ -562,7 +569,7 @@ static void test_peer_gone(void **state)
 	struct urvt_shm_stats st;
 
 	(void)state;
-	assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+	assert_int_equal(resolve_any(b, a->info.addr6.s6_addr, &back), URVT_LINK_REACH_GID);
 	fill(buf, 128, 7);
 	assert_int_equal(urvt_link_send(a, &tx, 1), 0);
 	urvt_link_close(a);
@@ -614,7 +621,7 @@ static void test_hello_ack_before_resolve_returns(void **state)
 	(void)state;
 	race_a = a;
 	race_b = b;
-	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
+	assert_int_equal(resolve_any(a, b->info.addr6.s6_addr, &to), URVT_LINK_REACH_GID);
 	assert_null(race_a); /* the race was run */
 	urvt_shm_get_stats(a, &st);
 	assert_int_equal(st.peers_up, 1);
@@ -644,7 +651,7 @@ static void test_gone_peer_rings(void **state)
 	struct urvt_link_rx rx[4];
 
 	(void)state;
-	assert_int_equal(urvt_link_resolve(a, b->info.addr6.s6_addr, &to), 0);
+	assert_int_equal(resolve_any(a, b->info.addr6.s6_addr, &to), URVT_LINK_REACH_GID);
 	service(b);    /* b is up; a never reads the HELLO_ACK */
 	b->ops->ack_wake(b);
 	urvt_link_arm(b);
@@ -956,7 +963,7 @@ static void test_hostile_doorbell(void **state)
 	 * the shared file description: docs/shm.md says what is left */
 	fl = fcntl(sat_bell, F_GETFL);
 	assert_true(fl >= 0 && (fl & O_NONBLOCK));
-	assert_int_equal(urvt_link_resolve(v, from.s6_addr, &to), 0);
+	assert_int_equal(resolve_any(v, from.s6_addr, &to), URVT_LINK_REACH_GID);
 	/* need_wake is set and the counter is full: the write fails, the send
 	 * returns (it used to block for ever here) */
 	assert_int_equal(urvt_link_send(v, &tx, 1), 0);
@@ -1036,7 +1043,7 @@ static void test_teardown_leaks_nothing(void **state)
 		struct urvt_link_tx tx = { .buf = buf, .len = 256, .dst = &to };
 		struct urvt_link_rx rx[4];
 
-		assert_int_equal(urvt_link_resolve(b, a->info.addr6.s6_addr, &back), 0);
+		assert_int_equal(resolve_any(b, a->info.addr6.s6_addr, &back), URVT_LINK_REACH_GID);
 		assert_int_equal(urvt_link_send(a, &tx, 1), 0);
 		assert_int_equal(urvt_link_recv(b, rx, 4), 1);
 		tx.dst = &back;
@@ -1055,10 +1062,157 @@ static void test_teardown_leaks_nothing(void **state)
 	assert_int_equal(count_lines("/proc/self/maps"), maps0);
 }
 
+/* ---- Peers are (GID, slot): processes of one user share a GID ---- */
+
+static struct urvt_link *open_slot(const char *v4, uint8_t slot)
+{
+	struct in6_addr g = gid_of(v4);
+	int err = 0;
+	struct urvt_link *l = urvt_shm_open_slot(&g, slot, false, &err);
+
+	assert_non_null(l);
+	return l;
+}
+
+/* One packet from -> to (seq names it); to receives exactly it. */
+static void send_one(struct urvt_link *from, const union urvt_link_addr *dst,
+		     struct urvt_link *to, uint32_t seq)
+{
+	static uint8_t buf[64];
+	struct urvt_link_tx tx = { .buf = buf, .len = sizeof(buf), .dst = dst };
+	struct urvt_link_rx rx[4];
+
+	fill(buf, sizeof(buf), seq);
+	assert_int_equal(urvt_link_send(from, &tx, 1), 0);
+	assert_int_equal(urvt_link_recv(to, rx, 4), 1);
+	assert_true(check(&rx[0], sizeof(buf), seq));
+	assert_memory_equal(rx[0].ip.sgid, &from->info.addr6, 16);
+	assert_int_equal(urvt_link_recv(to, rx, 4), 0);
+}
+
+static uint32_t peers_up(struct urvt_link *l)
+{
+	struct urvt_shm_stats st;
+
+	urvt_shm_get_stats(l, &st);
+	return st.peers_up;
+}
+
+/* Two processes in slots 3 and 7 of one GID: a QPN's top byte picks the
+ * listener; each is reached on its own connection, an unknown QPN or an
+ * empty slot reaches neither, and each knows itself and the other. */
+static void test_slots_of_one_gid(void **state)
+{
+	struct urvt_link *b3 = open_slot("127.0.97.1", 3), *b7 = open_slot("127.0.97.1", 7);
+	struct urvt_link *a = open_slot("127.0.97.2", 5);
+	const uint8_t *g = b3->info.addr6.s6_addr;
+	union urvt_link_addr to3, to7, again, none, b3_to7, back;
+
+	(void)state;
+	assert_int_equal(urvt_link_resolve(a, g, 3u << 16 | 12, &to3), 0);
+	service(b3);
+	service(a);
+	assert_int_equal(urvt_link_resolve(a, g, 7u << 16 | 1, &to7), 0);
+	service(b7);
+	service(a);
+	assert_int_not_equal(to3.peer.id, to7.peer.id);
+	send_one(a, &to3, b3, 31);
+	send_one(a, &to7, b7, 71);
+	/* another QPN of slot 3: the same connection */
+	assert_int_equal(urvt_link_resolve(a, g, 3u << 16 | 99, &again), 0);
+	assert_true(urvt_link_peer_same(&again, &to3));
+	assert_int_equal(peers_up(a), 2);
+	/* lookup: what is connected, without a system call */
+	assert_int_equal(a->ops->lookup(a, g, 7u << 16 | 5, &again), 0);
+	assert_true(urvt_link_peer_same(&again, &to7));
+	assert_int_equal(a->ops->lookup(a, g, 9u << 16 | 1, &none), -ENOENT);
+	assert_int_equal(a->ops->lookup(a, g, URVT_LINK_QPN_ANY, &none), -ENOENT);
+	/* nobody without a slot there, nobody in slot 9 */
+	assert_true(resolve_any(a, g, &none) < 0);
+	assert_true(urvt_link_resolve(a, g, 9u << 16 | 1, &none) < 0);
+	/* ourselves: our GID and slot; the other slot is another process */
+	assert_int_equal(urvt_link_resolve(b3, g, 3u << 16 | 1, &none), -ENOENT);
+	assert_int_equal(urvt_link_resolve(b3, g, 7u << 16 | 2, &b3_to7), 0);
+	service(b7);
+	service(b3);
+	send_one(b3, &b3_to7, b7, 37);
+	/* the hello told b7 who connected (GID and slot): its answer to
+	 * slot 3 takes that connection, not a new one */
+	assert_int_equal(peers_up(b7), 2);
+	assert_int_equal(urvt_link_resolve(b7, g, 3u << 16 | 8, &back), 0);
+	assert_int_equal(peers_up(b7), 2);
+	send_one(b7, &back, b3, 73);
+	urvt_link_close(a);
+	urvt_link_close(b3);
+	urvt_link_close(b7);
+}
+
+/* A process without a slot (0) owns every QPN of its GID: a QPN of any top
+ * byte falls back to its listener, and the route is good for the GID. */
+static void test_slot0_owns_the_gid(void **state)
+{
+	struct urvt_link *d = open_slot("127.0.97.3", 0), *a = open_slot("127.0.97.4", 5);
+	const uint8_t *g = d->info.addr6.s6_addr;
+	union urvt_link_addr to, again, none;
+
+	(void)state;
+	assert_int_equal(urvt_link_resolve(a, g, 0x120034, &to), URVT_LINK_REACH_GID);
+	service(d);
+	service(a);
+	send_one(a, &to, d, 5);
+	assert_int_equal(a->ops->lookup(a, g, 0x990001, &again), URVT_LINK_REACH_GID);
+	assert_true(urvt_link_peer_same(&again, &to));
+	assert_int_equal(resolve_any(a, g, &again), URVT_LINK_REACH_GID);
+	assert_true(urvt_link_peer_same(&again, &to));
+	/* all of its GID is itself */
+	assert_int_equal(urvt_link_resolve(d, g, 0x120034, &none), -ENOENT);
+	assert_int_equal(resolve_any(d, g, &none), -ENOENT);
+	urvt_link_close(a);
+	urvt_link_close(d);
+}
+
+/* resolve_later: the progress thread (here: service) connects what a UD
+ * work request missed; a destination nobody answers for is asked once per
+ * retry period, a multicast group never. */
+static void test_resolve_later(void **state)
+{
+	struct urvt_link *b = open_slot("127.0.97.5", 9), *a = open_slot("127.0.97.6", 2);
+	const uint8_t *g = b->info.addr6.s6_addr;
+	struct in6_addr mc = { .s6_addr = { 0xff, 0x0e, [15] = 1 } };
+	union urvt_link_addr to;
+
+	(void)state;
+	assert_int_equal(a->ops->lookup(a, g, 9u << 16 | 1, &to), -ENOENT);
+	a->ops->resolve_later(a, g, 9u << 16 | 1);
+	a->ops->resolve_later(a, g, 9u << 16 | 2); /* asked already */
+	assert_true(readable(a->ctl_fd, 1000));
+	service(a);
+	service(b);
+	service(a);
+	assert_int_equal(a->ops->lookup(a, g, 9u << 16 | 3, &to), 0);
+	send_one(a, &to, b, 9);
+	/* slot 4 of that GID: nobody; not asked again at once */
+	a->ops->resolve_later(a, g, 4u << 16 | 1);
+	assert_true(readable(a->ctl_fd, 1000));
+	service(a);
+	assert_false(readable(a->ctl_fd, 0));
+	a->ops->resolve_later(a, g, 4u << 16 | 1);
+	assert_false(readable(a->ctl_fd, 0));
+	assert_int_equal(a->ops->lookup(a, g, 4u << 16 | 1, &to), -ENOENT);
+	a->ops->resolve_later(a, mc.s6_addr, 0xffffff);
+	assert_false(readable(a->ctl_fd, 0));
+	assert_int_equal(peers_up(a), 1);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resolve_and_send),
+		cmocka_unit_test(test_slots_of_one_gid),
+		cmocka_unit_test(test_slot0_owns_the_gid),
+		cmocka_unit_test(test_resolve_later),
 		cmocka_unit_test(test_wrap_in_order),
 		cmocka_unit_test(test_stale_payload_is_no_mark),
 		cmocka_unit_test(test_small_packets_rewind),
