@@ -242,6 +242,17 @@ static int claim_slot(struct urvt_host *h)
 		t->size = sizeof(*t);
 	}
 	urvt_host_reap(h);
+	/* this process may hold one already: libibverbs and librdmacm each
+	 * carry a copy of this code, and the process is one slot */
+	for (unsigned s = 1; s < URVT_HOST_LAST_SLOT + 1; s++) {
+		struct urvt_host_slot *sl = &t->slot[s];
+		if (atomic_load(&sl->pid) == pid && urvt_host_slot_alive(sl)) {
+			h->my_slot = (uint8_t)s;
+			h->pid = pid;
+			urvt_host_unlock(h);
+			return 0;
+		}
+	}
 	for (unsigned s = 1; s < URVT_HOST_LAST_SLOT + 1; s++) {
 		struct urvt_host_slot *sl = &t->slot[s];
 		if (atomic_load(&sl->pid))

@@ -151,10 +151,6 @@ struct urvt_link_ops {
 	 * and hop limit, which only a UD receiver's GRH shows; without them a
 	 * receive costs less (urvt_link_rx.ip then has 0 and 64). Slow path. */
 	void (*ip_facts)(struct urvt_link *l, bool on);
-	/* Optional: the process exits: stop taking traffic meant for this
-	 * host address's other processes (docs/host-identity.md); sends may
-	 * still come and are lost. */
-	void (*leave)(struct urvt_link *l);
 	/* Optional: count forwarding among the host's processes from now on
 	 * into ctrs[0] (out), ctrs[1] (in), ctrs[2] (lost), with relaxed
 	 * atomic adds (link/udp_share.h). */

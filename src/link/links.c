@@ -41,7 +41,8 @@ static int parse_path(enum path *out)
 /* URVT_SHM=0 turns the same-host shared-memory link off (docs/usage.md);
  * if it cannot open, the device runs on UDP alone, unless URVT_PATH=shm
  * asked for it. */
-static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link **out)
+static int open_shm(const struct in6_addr *gid, uint8_t slot, enum path path,
+		    struct urvt_link **out)
 {
 	int err = 0;
 
@@ -53,7 +54,7 @@ static int open_shm(const struct in6_addr *gid, enum path path, struct urvt_link
 			    "one of them");
 		return -EINVAL;
 	}
-	*out = urvt_shm_open(gid, path == PATH_SHM, &err);
+	*out = urvt_shm_open_slot(gid, slot, path == PATH_SHM, &err);
 	if (*out)
 		return 0;
 	if (path == PATH_SHM) {
@@ -87,8 +88,9 @@ int urvt_links_open(const char *addr, struct urvt_progress *progress, struct urv
 	udp = urvt_udp_open(&cfg, &ret);
 	if (!udp)
 		return ret;
-	/* the shm link's name is the device's GID: the UDP link's address */
-	ret = open_shm(&udp->info.addr6, path, &shm);
+	/* the shm link's name is the device's GID and, when other processes
+	 * share that address, its slot (docs/shm.md) */
+	ret = open_shm(&udp->info.addr6, udp->info.slot, path, &shm);
 	if (ret) {
 		urvt_link_close(udp);
 		return ret;

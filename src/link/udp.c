@@ -570,14 +570,6 @@ static int udp_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 	return 0;
 }
 
-static void udp_leave(struct urvt_link *l)
-{
-	struct urvt_udp *u = udp_of(l);
-
-	if (u->share)
-		urvt_udp_share_leave(u->share, u->fd);
-}
-
 static void udp_count_into(struct urvt_link *l, uint64_t *ctrs)
 {
 	struct urvt_udp *u = udp_of(l);
@@ -602,7 +594,6 @@ static const struct urvt_link_ops udp_ops = {
 	.mcast_leave = udp_mcast_leave,
 	.ip_facts = udp_ip_facts,
 	.count_into = udp_count_into,
-	.leave = udp_leave,
 	.close = udp_close,
 };
 

@@ -208,8 +208,26 @@ int urvt_udp_bind(const char *env_addr, const char *env_dev, struct urvt_link_in
 		return fd;
 	}
 	/*
-	 * Zero configuration: the first free loopback address from 127.0.0.2
-	 * on, 127.0.0.1 last. 127.0.0.1 is the one programs name ("localhost",
+	 * Zero configuration: the host's loopback identity, 127.0.0.1, shared
+	 * by every urvt process of the user here (docs/host-identity.md), as
+	 * rxe on lo would be.
+	 */
+	out->family = AF_INET;
+	{
+		struct in_addr lo = { .s_addr = htonl(INADDR_LOOPBACK) };
+		v4_to_mapped(&out->addr6, lo);
+		fd = urvt_udp_share_bind(AF_INET, &out->addr6, share);
+		if (fd >= 0 && *share) {
+			set_ifname(out);
+			return fd;
+		}
+		if (fd >= 0)
+			close(fd); /* no registry: not shared, so not 127.0.0.1 (below) */
+	}
+	/*
+	 * Without a registry (URVT_SHARE=0), or when 127.0.0.1's port is
+	 * another user's or rxe's: the first free loopback address from
+	 * 127.0.0.2 on, 127.0.0.1 last. 127.0.0.1 is the one programs name ("localhost",
 	 * rdma_bind_addr(127.0.0.1), rdma-core's tests): a process that did
 	 * not ask for an address leaves it to one that does. (A process that
 	 * opened the device and then forks keeps its address; the child that

@@ -36,6 +36,7 @@
 struct urvt_udp_share {
 	struct urvt_host *host;
 	uint8_t slot;
+	pid_t pid;                        /* the process that joined (a forked child did not) */
 	uint8_t key[16];                  /* the group: our address */
 	int fd;                           /* the member socket (steering is set through it) */
 	int fwd_fd;                       /* receives what others forward to us */
@@ -201,6 +202,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 		return -ENOMEM;
 	s->host = h;
 	s->slot = h->my_slot;
+	s->pid = getpid();
 	s->fd = -1;
 	s->fwd_fd = -1;
 	s->ctrs = s->own_ctrs;
@@ -463,26 +465,18 @@ bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t ca
 	}
 }
 
-void urvt_udp_share_leave(struct urvt_udp_share *s, int fd)
-{
-	int dummy;
-
-	urvt_host_lock(s->host);
-	urvt_host_group_leave(s->host, s->slot);
-	(void)steer_attach(s);
-	dummy = socket(s->key[10] == 0xff ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	/* atomically: the group loses us, fd stays a socket */
-	if (dummy >= 0) {
-		(void)dup2(dummy, fd);
-		close(dummy);
-	}
-	urvt_host_unlock(s->host);
-}
-
 void urvt_udp_share_close(struct urvt_udp_share *s, int fd)
 {
 	if (s->progress)
 		urvt_timer_del_sync(s->progress, &s->reap_timer);
+	if (s->pid != getpid()) {
+		/* a forked child's copy: the parent is still the member */
+		close(fd);
+		if (s->fwd_fd >= 0)
+			close(s->fwd_fd);
+		free(s);
+		return;
+	}
 	urvt_host_lock(s->host);
 	urvt_host_group_leave(s->host, s->slot);
 	/* steer by the indexes after our leaving while we can (a member

@@ -55,10 +55,6 @@ bool urvt_udp_share_fwd_pending(struct urvt_udp_share *s);
 bool urvt_udp_share_fwd_recv(struct urvt_udp_share *s, uint8_t *buf, uint32_t cap,
 			     struct urvt_link_rx *r);
 
-/* Leave the group now (the process exits): fd becomes an unbound socket,
- * so that threads still sending on it do no harm. */
-void urvt_udp_share_leave(struct urvt_udp_share *s, int fd);
-
 /* Leave the group (the steering program moves on), close fd, free s. */
 void urvt_udp_share_close(struct urvt_udp_share *s, int fd);
 

@@ -66,6 +66,13 @@ static struct urvt_host *cma_host(void)
 	return h;
 }
 
+/* Does this process share the host's identity (a registry)? Then its
+ * default device is the host's 127.0.0.1 (docs/host-identity.md). */
+static bool cma_host_shared(void)
+{
+	return cma_host() != NULL;
+}
+
 /* The registry, locked, with the ports of dead processes freed; or NULL. */
 static struct urvt_host *cma_host_hold(void)
 {
@@ -567,6 +574,9 @@ static int cma_dev_for_dst(const struct sockaddr *dst, struct cma_device **dev)
 	/* a multicast group: the process's device, wherever it is (the
 	 * route to a group names no device of ours) */
 	if (cma_device_if_open() || cma_addr_configured() || cma_mcast_addr(dst))
+		return cma_get_device(NULL, dev);
+	/* the host's one shared identity (docs/host-identity.md): the default */
+	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET && cma_host_shared())
 		return cma_get_device(NULL, dev);
 	if (cma_loopback_addr(dst) && dst->sa_family == AF_INET) {
 		/* a free 127.0.0.x, never dst itself: a client started before

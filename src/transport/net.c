@@ -125,10 +125,6 @@ void urvt_net_exit_quiesce(void)
 		atomic_store(&n->exiting, true);
 		if (locked)
 			pthread_mutex_unlock(&n->rx_lock);
-		/* a shared address: the other processes' steering must not wait
-		 * for our pid to be reaped */
-		if (n->links[URVT_LINK_ANY]->ops->leave)
-			n->links[URVT_LINK_ANY]->ops->leave(n->links[URVT_LINK_ANY]);
 	}
 	pthread_mutex_unlock(&nets_lock);
 }
