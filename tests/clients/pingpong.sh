@@ -19,6 +19,8 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 . "$here/../lib/links.sh"
+# UD: the first datagrams to a new peer process may go over UDP (links.sh)
+case $prog in *ud_pingpong) export LINKS_UD=1 ;; esac
 . "$here/../lib/netns.sh"
 port=$((18000 + slot))
 tmo=${PINGPONG_TIMEOUT:-60}

@@ -21,6 +21,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 link=${PERFTEST_LINK:-shm}
 . "$here/../lib/links.sh"
+# UD: the first datagrams to a new peer process may go over UDP (links.sh)
+case " $* " in *" -c UD "*) export LINKS_UD=1 ;; esac
 port=$((19000 + slot))
 tmo=${PERFTEST_TIMEOUT:-90}
 out=$(mktemp -d)
