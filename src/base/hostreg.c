@@ -118,6 +118,7 @@ static int host_map(struct urvt_host *h)
 	}
 	h->fd = fd;
 	h->t = m;
+	h->ino = (uint64_t)st.st_ino;
 	return 0;
 }
 

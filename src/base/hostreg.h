@@ -65,6 +65,8 @@ struct urvt_host {
 	struct urvt_host_table *t;
 	int fd;
 	int32_t pid;                      /* the process that claimed my_slot */
+	uint64_t ino;                     /* the file's inode: names that must not meet
+					     another registry's (tests' URVT_REGISTRY) */
 	uint8_t my_slot;
 };
 

@@ -58,15 +58,15 @@ static void count(struct urvt_udp_share *s, unsigned which)
 	__atomic_fetch_add(&s->ctrs[which], 1, __ATOMIC_RELAXED);
 }
 
-void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint8_t slot)
+void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint64_t ino, uint8_t slot)
 {
 	int n;
 
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
 	/* abstract: per network namespace, as the registry is */
-	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-fwd-%u-%u",
-		     (unsigned)geteuid(), (unsigned)slot);
+	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-fwd-%u-%llx-%u",
+		     (unsigned)geteuid(), (unsigned long long)ino, (unsigned)slot);
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -177,7 +177,7 @@ static int fwd_open(struct urvt_udp_share *s)
 	s->fwd_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (s->fwd_fd < 0)
 		return -errno;
-	urvt_udp_fwd_name(&sun, &len, s->slot);
+	urvt_udp_fwd_name(&sun, &len, s->host->ino, s->slot);
 	/* a dead predecessor's name is gone with its socket */
 	if (bind(s->fwd_fd, (struct sockaddr *)&sun, len) ||
 	    setsockopt(s->fwd_fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)))
@@ -309,18 +309,35 @@ static uint8_t gsi_slot(struct urvt_udp_share *s, const uint8_t *p, uint32_t len
 	}
 }
 
+/* Is slot another member of our group (so a datagram for it is its)? */
+static bool slot_in_group(struct urvt_udp_share *s, uint8_t slot)
+{
+	const struct urvt_host_slot *sl = &s->host->t->slot[slot];
+
+	return atomic_load_explicit(&sl->pid, memory_order_relaxed) && !memcmp(sl->group, s->key, 16);
+}
+
+/* The slot whose process a datagram is for; 0 or ours: ours to process
+ * (our transport drops what names no QP of ours, as it should). */
 static uint8_t dest_slot(struct urvt_udp_share *s, const uint8_t *p, uint32_t len)
 {
 	uint32_t dqpn;
+	uint8_t slot;
 
 	if (len < URVT_BTH_BYTES)
 		return 0;
 	dqpn = (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
 	if (dqpn == URVT_GSI_QPN)
-		return gsi_slot(s, p, len);
-	if (dqpn >> 16 > URVT_HOST_LAST_SLOT)
+		slot = gsi_slot(s, p, len);
+	else if (dqpn >> 16 > URVT_HOST_LAST_SLOT)
 		return 0;                 /* multicast QPN: never a slot's */
-	return (uint8_t)(dqpn >> 16);
+	else
+		slot = (uint8_t)(dqpn >> 16);
+	if (likely(slot == s->slot) || !slot)
+		return slot;
+	/* a slot that is no member of this address's group: a peer's
+	 * mistake or a stale QPN; ours to refuse */
+	return slot_in_group(s, slot) ? slot : 0;
 }
 
 /* Hand one datagram to the process in slot. */
@@ -336,7 +353,7 @@ static void forward(struct urvt_udp_share *s, uint8_t slot, const uint8_t *p, ui
 	struct sockaddr_un sun;
 	struct msghdr m = { .msg_name = &sun, .msg_iov = iov, .msg_iovlen = 2 };
 
-	urvt_udp_fwd_name(&sun, &m.msg_namelen, slot);
+	urvt_udp_fwd_name(&sun, &m.msg_namelen, s->host->ino, slot);
 	if (sendmsg(s->fwd_fd, &m, MSG_DONTWAIT) < 0) {
 		count(s, 2);
 		return;

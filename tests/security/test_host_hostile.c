@@ -7,8 +7,8 @@
  *   that is not ours): reset or reaped, never a crash;
  * - a forwarded datagram from another user's process: dropped (the
  *   credentials are checked); the same from our own user: delivered;
- * - a datagram whose QPN names another process's slot is forwarded, never
- *   handed to our transport.
+ * - a datagram whose QPN names a slot outside our address's group is never
+ *   forwarded (our transport refuses the unknown QPN).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,9 +185,9 @@ static void test_forwarding(void **state)
 	unlink(reg_path);
 	l = open_shared("127.0.0.78", ctrs);
 	slot = l->info.slot;
-	urvt_udp_fwd_name(&sun, &sunlen, slot);
 	h = urvt_host_get(&err);
 	assert_non_null(h);
+	urvt_udp_fwd_name(&sun, &sunlen, h->ino, slot);
 	assert_int_equal(h->my_slot, slot);
 
 	/* a BTH (UD SEND ONLY) to one of our QPNs */
@@ -218,8 +218,9 @@ static void test_forwarding(void **state)
 	assert_memory_equal(rx[0].data, pkt, sizeof(pkt));
 	assert_int_equal(ctrs[1], 1);
 
-	/* a datagram to another slot's QPN that reaches us: not ours to
-	 * process; its slot has no process: lost, counted */
+	/* a datagram to a QPN of a slot that is no member of our address's
+	 * group: nobody to forward it to; ours to refuse (the transport drops
+	 * an unknown QPN), never forwarded */
 	sock = socket(AF_INET, SOCK_DGRAM, 0);
 	assert_true(sock >= 0);
 	{
@@ -227,8 +228,9 @@ static void test_forwarding(void **state)
 		inet_pton(AF_INET, "127.0.0.78", &to.sin_addr);
 		pkt[5] = (uint8_t)(slot == URVT_HOST_LAST_SLOT ? 1 : slot + 1);
 		assert_true(sendto(sock, pkt, sizeof(pkt), 0, (struct sockaddr *)&to, sizeof(to)) > 0);
-		assert_int_equal(recv_some(l, rx, 8), 0);
-		assert_int_equal(ctrs[2], 1);
+		assert_int_equal(recv_some(l, rx, 8), 1);
+		assert_int_equal(ctrs[0], 0);
+		assert_int_equal(ctrs[2], 0);
 		/* and one to our slot comes through the socket itself */
 		pkt[5] = slot;
 		assert_true(sendto(sock, pkt, sizeof(pkt), 0, (struct sockaddr *)&to, sizeof(to)) > 0);

@@ -220,7 +220,9 @@ static void ring_bell(int fd)
 static void shm_attach(struct ep *e)
 {
 	struct sockaddr_un sun;
-	socklen_t sl = shm_sock_name(&sun, geteuid(), dev.rdi->gid.raw);
+	/* the device's slot of the host registry, if it has one (its QPN range) */
+	uint8_t dslot = dev.rdi->qpn_table.range >= 0 ? (uint8_t)dev.rdi->qpn_table.range : 0;
+	socklen_t sl = shm_sock_name_slot(&sun, geteuid(), dev.rdi->gid.raw, dslot);
 	struct shm_msg m = { .magic = SHM_MAGIC, .version = SHM_VERSION, .type = SHM_MSG_HELLO,
 			     .ring_bytes = SHM_RING_BYTES, .pkt_max = SHM_PKT_MAX,
 			     .region_bytes = sizeof(struct shm_region) };
@@ -254,6 +256,7 @@ static void shm_attach(struct ep *e)
 	e->r->pkt_max = SHM_PKT_MAX;
 	memcpy(e->r->gid_a, gid, 16);
 	memcpy(e->r->gid_b, dev.rdi->gid.raw, 16);
+	e->r->slot_b = dslot;
 	/* as a fresh region: the first packet each way rings */
 	atomic_store(&e->r->ctrl[0].need_wake, 1);
 	atomic_store(&e->r->ctrl[1].need_wake, 1);
@@ -262,6 +265,7 @@ static void shm_attach(struct ep *e)
 	assert_true(e->bell >= 0);
 	memcpy(m.from_gid, gid, 16);
 	memcpy(m.to_gid, dev.rdi->gid.raw, 16);
+	m.to_slot = dslot;
 	fds[0] = memfd;
 	fds[1] = e->bell;
 	c->cmsg_level = SOL_SOCKET;

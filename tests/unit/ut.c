@@ -7,7 +7,9 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -35,8 +37,18 @@ void ut_sleep_ms(int ms)
 
 void ut_open(struct ut_dev *d)
 {
+	const char *a = getenv("URVT_ADDR"), *n = getenv("URVT_NETDEV");
 	int err = 0;
 
+	/* an address of the test's own (a host of its own): fake peers send
+	 * QPNs of any slot, which on the host's shared 127.0.0.1 would be
+	 * other processes' (docs/host-identity.md) */
+	if ((!a || !*a) && (!n || !*n)) {
+		char addr[32];
+		unsigned pid = (unsigned)getpid();
+		snprintf(addr, sizeof(addr), "127.88.%u.%u", (pid / 250u) % 250u, pid % 250u + 2u);
+		setenv("URVT_ADDR", addr, 1);
+	}
 	memset(d, 0, sizeof(*d));
 	d->rdi = rvt_dev_get(urvt_transport_attach, &err);
 	assert_non_null(d->rdi);
