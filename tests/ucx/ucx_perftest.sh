@@ -93,7 +93,9 @@ for side in server client; do
 	ud=$(awk '/^  qp .*\(UD\)/{t=1;next} /^  qp /{t=0} t && $1=="tx_packets"{n+=$2} END{print n+0}' "$out/stat.$side")
 	echo "links: $side udp_tx $ut shm_tx $st; RC QPs sent $rc, UD QPs sent $ud (want $link)"
 	if [ "$link" = shm ]; then
-		[ "$st" -gt 0 ] && [ "$ut" = 0 ] || { echo "FAIL: $side not all over shm"; fail=1; }
+		# a UD QP's first datagrams to a process sharing our GID go over
+		# UDP while the shm link connects to it (docs/shm.md): a few
+		[ "$st" -gt 0 ] && [ "$ut" -le 4 ] || { echo "FAIL: $side not all over shm"; fail=1; }
 	else
 		[ "$ut" -gt 0 ] && [ "$st" = 0 ] || { echo "FAIL: $side not all over UDP"; fail=1; }
 	fi
