@@ -23,6 +23,9 @@
 # ADDR:1 each so that ranks alternate; MPIR_CVAR_NOLOCAL=1 as in mpi.sh.
 # Only the variables named are passed to the ranks (-genvlist): each keeps
 # its namespace's URVT_NETDEV.
+# URVT_SHM=0 (exported, so every rank has it): the two ranks of a namespace
+# talk over UDP too, to their own shared address, the kernel steering each
+# datagram to the sibling that owns its QP; checked that no rank used shm.
 set -u
 prog=$1 slot=$2 tls=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -94,6 +97,9 @@ for f in "$out"/stats.*; do
 	txb=$(ctr tx_bytes) rc_b=$(qtx RC) ud_b=$(qtx UD) udp=$(ctr udp_tx_packets)
 	echo "links: $head: tx $txb bytes (udp $udp, shm $(ctr shm_tx_packets) packets); RC QPs $rc_b bytes, UD QPs $ud_b bytes; forwarded out $(ctr host_forwarded_out) in $(ctr host_forwarded_in) lost $(ctr host_forward_lost)"
 	[ "${udp:-0}" -gt 0 ] || { echo "FAIL: a rank sent nothing over UDP (to the other namespace)"; fail=1; }
+	if [ "${URVT_SHM:-1}" = 0 ] && [ "$(ctr shm_tx_packets)" != 0 ]; then
+		echo "FAIL: URVT_SHM=0, yet a rank sent over the shm link"; fail=1
+	fi
 	if [ "$txb" -gt 10000000 ]; then
 		big=$((big + 1))
 		[ "$udp" -gt 7000 ] || { echo "FAIL: the ping-pong did not cross the veth over UDP"; fail=1; }
