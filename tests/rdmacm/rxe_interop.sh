@@ -14,6 +14,9 @@
 #        rstream_c rstream_s riostream_c riostream_s  (rsockets against
 #                          rdma-core's; the image needs rstream, riostream)
 #        noservice_c noservice_s   (no listener: REJ "invalid service ID", 8)
+#        two_procs_s  two urvt rping servers sharing the urvt side's address
+#                     (docs/host-identity.md), two kernel rping clients at
+#                     once: each REQ reaches its listener's process
 # Default: all of them.
 #
 # Needs root. Uses the VM if the harness's run directory says one is up
@@ -170,6 +173,22 @@ one() {
 		host_server_wait
 		[ "$vrc" = 0 ] && [ "$src" = 0 ] && grep -q '^ping data lines: 100$' "$out/client" && ok=0
 		result "$c" $ok "kernel rping -c -v -C 100 -S $size -> urvt rping -s" ;;
+	two_procs_s)
+		ip netns exec "$uns" env URVT_ADDR="$uaddr" timeout 90 "$run" \
+			rping -s -a "$uaddr" -p 7471 -C 100 -S 64 >"$out/server1" 2>&1 &
+		hpid1=$!
+		host_server rping -s -a "$uaddr" -p 7472 -C 100 -S 64
+		vm_client "(rping -c -a $uaddr -p 7471 -v -C 100 -S 64 >/tmp/c1.log 2>&1; echo \$? >/tmp/c1.rc) &
+			rping -c -a $uaddr -p 7472 -v -C 100 -S 64 >/tmp/c2.log 2>&1; rc2=\$?; wait
+			echo \"c1 rc \$(cat /tmp/c1.rc) data \$(grep -c 'ping data' /tmp/c1.log)\"
+			echo \"c2 rc \$rc2 data \$(grep -c 'ping data' /tmp/c2.log)\"; true"
+		host_server_wait
+		wait "$hpid1"
+		src1=$?
+		cat "$out/client"
+		[ "$src" = 0 ] && [ "$src1" = 0 ] && grep -q '^c1 rc 0 data 100$' "$out/client" &&
+			grep -q '^c2 rc 0 data 100$' "$out/client" && ok=0
+		result "$c" $ok "two kernel rping -c at once -> two urvt rping -s on one address" ;;
 	ucmatose_c)
 		vm_server "ucmatose -c 4 -C 20"
 		host_client ucmatose -s "$vaddr" -c 4 -C 20
@@ -283,7 +302,7 @@ one() {
 	esac
 }
 
-cases=${*:-rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s qperf_c qperf_s rstream_c rstream_s riostream_c riostream_s noservice_c noservice_s}
+cases=${*:-two_procs_s rping64_c rping64_s rping64k_c rping64k_s ucmatose_c ucmatose_s udaddy_c udaddy_s write_bw_c write_bw_s read_bw_c read_bw_s send_lat_s qperf_c qperf_s rstream_c rstream_s riostream_c riostream_s noservice_c noservice_s}
 for c in $cases; do
 	one "$c"
 done
