@@ -33,7 +33,7 @@ port=$((19600 + slot))
 unset URVT_ADDR URVT_NETDEV URVT_SHARE
 case $mode in
 any)
-	saddr=127.0.0.1 senv= cenv= bind= ;;
+	saddr=127.0.0.1 senv='' cenv='' bind='' ;;
 addr)
 	saddr=127.61.$slot.1 caddr=127.61.$slot.2
 	senv=URVT_ADDR=$saddr cenv=URVT_ADDR=$caddr bind=--bindname=$caddr ;;
