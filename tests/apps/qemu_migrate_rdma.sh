@@ -78,7 +78,7 @@ while [ $n -le $pairs ]; do
 	n=$((n + 1))
 done
 # all migrations start before any is polled, then all are polled together
-args= n=1
+args='' n=1
 while [ $n -le $pairs ]; do
 	args="$args $out/src$n.sock=rdma:$daddr:$(port $n)"
 	n=$((n + 1))
