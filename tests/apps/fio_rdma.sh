@@ -24,6 +24,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 trap 'cleanup' EXIT INT TERM
 cleanup() {
 	[ -n "${spid:-}" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
+	# fio's server job process (blocked waiting for the connection when
+	# the run fails) has a process group of its own: timeout's signals miss
+	# it, and it would keep the port
+	for j in ${sjobs:-}; do
+		[ "$(cat /proc/"$j"/comm 2>/dev/null)" = fio ] && kill -9 "$j"
+	done
 	rm -rf "$out"
 }
 skip_without fio
@@ -53,6 +59,7 @@ env $senv URVT_STATS_FILE="$out/stats.server" timeout -k 5 "$tmo" "$run" \
 	--size=$size --iodepth=64 $ver >"$out/server" 2>&1 &
 spid=$!
 wait_for "$out/server" "waiting for connection" 30 || bad "the fio server did not listen"
+sjobs=$(for f in $(pgrep -P "$spid"); do pgrep -P "$f"; done)
 
 # shellcheck disable=SC2086
 env $cenv URVT_STATS_FILE="$out/stats.client" timeout -k 5 "$tmo" "$run" \
