@@ -42,3 +42,12 @@ check_stats() {
 	[ "${txp:-0}" -gt 0 ] || bad "$1 sent no packets over urvt"
 	[ "${txb:-0}" -ge "$3" ] || bad "$1 sent ${txb:-0} bytes over urvt, expected >= $3"
 }
+
+# check_gid WHO FILE ADDR: the process's device had the identity ADDR (the
+# first line of urvt-stat: "pid N  urvt0  ADDR (IF)")
+check_gid() {
+	[ -s "$2" ] || { bad "$1: no urvt counters ($2)"; return; }
+	l=$("$stat" -a "$2" | head -1)
+	echo "urvt $1: $l"
+	case " $l " in *" $3 "*) ;; *) bad "$1's device is not $3's identity: $l" ;; esac
+}

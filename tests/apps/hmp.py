@@ -30,4 +30,5 @@ def main():
     s.close()
 
 
-main()
+if __name__ == "__main__":
+    main()

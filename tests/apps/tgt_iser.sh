@@ -1,62 +1,100 @@
 #!/bin/sh
-# tgt_iser.sh SLOT: Linux SCSI target daemon tgtd (Debian's tgt) serving a
+# tgt_iser.sh SLOT WHAT: Linux SCSI target daemon tgtd (Debian's tgt) serving a
 # file-backed LUN over iSER, libiscsi's initiator tools and qemu-io (QEMU's
-# libiscsi block driver) as initiators, every process under urvt-run.
-#   target    127.61.SLOT.1: tgtd -f -C CTL --iscsi portal=127.61.SLOT.1:3260,
-#             URVT_ADDR=127.61.SLOT.1 (tgtd's iSER listener takes no address
-#             option: it binds INADDR_ANY, which urvt puts at URVT_ADDR)
-#   initiator 127.61.SLOT.2: iscsi-inq, iscsi-readcapacity16, then qemu-io
-#             writes 1 MiB of 0xab at offset 0 and reads it back with -P
-#             (pattern check), and the LUN's backing file must hold it.
+# libiscsi block driver) as initiators, every process under urvt-run on the
+# host's one RoCE identity (no URVT_ADDR: all are GID 127.0.0.1).
+#   target: tgtd -f -C CTL --iscsi portal=127.0.0.1:3260: its iSER listener
+#     takes no address and listens on 0.0.0.0:3260 and [::]:3260 (the
+#     portal option is the TCP listener's)
+#   initiators, WHAT=libiscsi: iscsi-inq and iscsi-readcapacity16 on
+#     iser://127.0.0.1/IQN/1 (tgt's VIRTUAL-DISK, 16 MiB of 512-byte blocks)
+#   WHAT=qemu_io: qemu-io writes 1 MiB of 0xab at offset 0 and reads it back
+#     with -P (pattern check), and the LUN's backing file must hold it.
+# The target is bound to the initiator address ALL and to the initiator
+# name the initiators give (-i / initiator-name): tgt 1.0.85's iSER login
+# requires an initiator-name ACL as well as an address ACL, and refuses a
+# login with neither as "target not found" (class 2 detail 3; tgt's commit
+# b73c64d, in 1.0.95, makes either one enough, as its TCP login always did).
 # tgtd's control socket is private to the test (-C CTL); root only.
 set -u
-slot=$1
+slot=$1 what=$2
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/apps_lib.sh"
 trap 'cleanup' EXIT INT TERM
+# APPS_KEEP=DIR: leave the logs there
 cleanup() {
 	# tgtd leaves on SIGINT
 	[ -n "${tpid:-}" ] && kill -INT "$tpid" 2>/dev/null && wait "$tpid" 2>/dev/null
+	[ -n "${APPS_KEEP:-}" ] && cp -r "$out/." "$APPS_KEEP/"
 	rm -rf "$out"
 }
 skip_without tgtd tgtadm iscsi-inq iscsi-readcapacity16 qemu-io
 [ "$(id -u)" = 0 ] || { echo "SKIP: tgtd needs root"; exit 77; }
 
-taddr=127.61.$slot.1 iaddr=127.61.$slot.2 ctl=$((6100 + slot))
-iqn=iqn.2026-01.org.urvt:apps$slot
-url=iser://$taddr:3260/$iqn/1
+unset URVT_ADDR URVT_NETDEV URVT_SHARE
+ctl=$((6100 + slot))
+iqn=iqn.2026-01.org.urvt:apps$slot ini=iqn.2026-01.org.urvt:apps$slot.initiator
+url=iser://127.0.0.1/$iqn/1
 truncate -s 16M "$out/lun.img"
 adm() { timeout 10 tgtadm -C $ctl --lld iser "$@"; }
 
-URVT_ADDR=$taddr URVT_STATS_FILE=$out/stats.tgtd timeout -k 5 "$tmo" "$run" \
-	tgtd -f -C $ctl --iscsi portal=$taddr:3260 >"$out/tgtd.log" 2>&1 &
+URVT_STATS_FILE=$out/stats.tgtd timeout -k 5 "$tmo" "$run" \
+	tgtd -f -d 1 -C $ctl --iscsi portal=127.0.0.1:3260 >"$out/tgtd.log" 2>&1 &
 tpid=$!
 i=0
 until adm --mode target --op show >/dev/null 2>&1 || [ $i -ge 50 ]; do
 	sleep 0.1; i=$((i + 1))
 done
-adm --mode target --op new --tid 1 --targetname $iqn &&
+if ! { adm --mode target --op new --tid 1 --targetname "$iqn" &&
 	adm --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$out/lun.img" &&
-	adm --mode target --op bind --tid 1 --initiator-address ALL ||
+	adm --mode target --op bind --tid 1 --initiator-address ALL &&
+	adm --mode target --op bind --tid 1 --initiator-name "$ini"; }; then
 	bad "tgtadm could not set up the iSER target"
+	# the rdma_cm port space is the host's: another iSER target has 3260
+	grep "driver iser is in state" "$out/tgtd.log" | head -1
+	grep -q "driver iser is in state" "$out/tgtd.log" &&
+		echo "FAIL: tgtd's iSER listener could not listen on 3260: another iSER target on this host?"
+	exit 1
+fi
 
-ini() { URVT_ADDR=$iaddr URVT_STATS_FILE=$out/stats.$1 timeout -k 5 "$tmo" "$run" "$@"; }
-ini iscsi-inq "$url" >"$out/inq" 2>&1 || bad "iscsi-inq over iSER failed"
-cat "$out/inq"
-ini iscsi-readcapacity16 "$url" >"$out/cap" 2>&1 || bad "iscsi-readcapacity16 over iSER failed"
-cat "$out/cap"
-grep -q "Block Length:512" "$out/cap" || bad "no 512-byte blocks in READ CAPACITY(16)"
-ini qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' "$url" >"$out/qio" 2>&1 ||
-	bad "qemu-io over iSER failed"
-cat "$out/qio"
-grep -q "Pattern verification failed" "$out/qio" && bad "qemu-io read back other data"
-grep -q "^read 1048576/1048576 bytes" "$out/qio" || bad "qemu-io did not read 1 MiB"
-# the bytes are in the LUN's backing file
-head -c 1048576 /dev/zero | tr '\0' '\253' >"$out/want"
-head -c 1048576 "$out/lun.img" | cmp -s - "$out/want" || bad "the backing file does not hold the pattern"
-echo "--- tgtd"; grep -v "oom-killer\|nr_open" "$out/tgtd.log" | tail -20
-# the written MiB went from the initiator (qemu-io) to the target
-check_stats qemu-io "$out/stats.qemu-io" 1048576
-check_stats tgtd "$out/stats.tgtd" 1048576
-[ $fail = 0 ] && echo "PASS: tgtd iSER target at $taddr, libiscsi and qemu-io at $iaddr, 1 MiB pattern written and read back"
+ini() { URVT_STATS_FILE=$out/stats.$1 timeout -k 5 "$tmo" "$run" "$@"; }
+if [ "$what" = libiscsi ]; then
+	ini iscsi-inq -i "$ini" "$url" >"$out/inq" 2>&1 || bad "iscsi-inq over iSER failed"
+	cat "$out/inq"
+	grep -q "Product:VIRTUAL-DISK" "$out/inq" || bad "iscsi-inq: no tgt VIRTUAL-DISK"
+	ini iscsi-readcapacity16 -i "$ini" "$url" >"$out/cap" 2>&1 || bad "iscsi-readcapacity16 over iSER failed"
+	cat "$out/cap"
+	grep -q "LOGICAL BLOCK LENGTH IN BYTES:512" "$out/cap" || bad "no 512-byte blocks in READ CAPACITY(16)"
+	grep -q "Total size:16777216" "$out/cap" || bad "READ CAPACITY(16) does not give the LUN's 16 MiB"
+fi
+if [ "$what" = qemu_io ]; then
+	# qemu-io's default initiator name is iqn.2008-11.org.linux-kvm: name ours
+	file="\"driver\":\"iscsi\",\"transport\":\"iser\",\"portal\":\"127.0.0.1:3260\""
+	file="$file,\"target\":\"$iqn\",\"lun\":1,\"initiator-name\":\"$ini\""
+	dev="json:{\"driver\":\"raw\",\"file\":{$file}}"
+	ini qemu-io -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' "$dev" >"$out/qio" 2>&1 ||
+		bad "qemu-io over iSER failed"
+	cat "$out/qio"
+	grep -q "Pattern verification failed" "$out/qio" && bad "qemu-io read back other data"
+	grep -q "^read 1048576/1048576 bytes" "$out/qio" || bad "qemu-io did not read 1 MiB"
+	# the bytes are in the LUN's backing file
+	head -c 1048576 /dev/zero | tr '\0' '\253' >"$out/want"
+	head -c 1048576 "$out/lun.img" | cmp -s - "$out/want" || bad "the backing file does not hold the pattern"
+fi
+echo "--- tgtd"; grep -E "established|login failed|non-login|closing|rror" "$out/tgtd.log" | grep -v Flushed | tail -20
+if [ "$what" = qemu_io ]; then
+	# the written MiB went from the initiator (qemu-io) to the target
+	check_stats qemu-io "$out/stats.qemu-io" 1048576
+	check_stats tgtd "$out/stats.tgtd" 1048576
+	who="tgtd qemu-io"
+else
+	# INQUIRY and READ CAPACITY data went from the target
+	check_stats iscsi-inq "$out/stats.iscsi-inq" 1
+	check_stats tgtd "$out/stats.tgtd" 1
+	who="tgtd iscsi-inq iscsi-readcapacity16"
+fi
+for w in $who; do
+	check_gid $w "$out/stats.$w" 127.0.0.1
+done
+[ $fail = 0 ] && echo "PASS: tgtd iSER target on 0.0.0.0:3260, $what initiator to $url"
 exit $fail
