@@ -266,12 +266,6 @@ void rvt_cq_events_release(bool was_held)
 	held_events.n = 0;
 }
 
-bool rvt_cq_event_armed(const struct rvt_cq *cq)
-{
-	return cq->channel &&
-	       atomic_load_explicit(&cq->notify, memory_order_relaxed) != RVT_CQ_NOTIFY_NONE;
-}
-
 uint32_t rvt_cq_events_held(void)
 {
 	return held_events.n;

@@ -93,8 +93,6 @@ void rvt_cq_events_release(bool was_held);
  * (the in-process loopback signals the sender's completion first, ruc.c). */
 uint32_t rvt_cq_events_held(void);
 void rvt_cq_events_first(uint32_t since, const struct rvt_cq *cq);
-/* Is an application waiting on cq's channel for its next completion? */
-bool rvt_cq_event_armed(const struct rvt_cq *cq);
 /* Does this thread run a QP's send engine (holds an s_sched token)? */
 bool rvt_engine_on_thread(void);
 void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn); /* drop qpn's completions */
