@@ -202,10 +202,12 @@ struct urvt_context {
 };
 
 /* Is qpn in this process's range (a QP of this device may have it)? Other
- * processes sharing the GID own the other ranges. */
+ * processes sharing the GID own the other ranges, and range 0 (QP1 of each
+ * of them: the host's CM forwards it); range 0xff is nobody's. */
 static inline bool rvt_qpn_is_mine(const struct rvt_dev_info *rdi, uint32_t qpn)
 {
-	return rdi->qpn_table.range < 0 || (int)(qpn >> 16) == rdi->qpn_table.range;
+	return rdi->qpn_table.range < 0 || (int)(qpn >> 16) == rdi->qpn_table.range ||
+	       qpn >> 16 == 0xff;
 }
 
 static inline struct urvt_context *to_uctx(struct ibv_context *ibctx)

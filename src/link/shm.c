@@ -64,6 +64,7 @@
 #include <unistd.h>
 
 #include "base/compiler.h"
+#include "base/forkclose.h"
 #include "base/timer.h"
 #include "wire/hdr.h"
 
@@ -515,6 +516,11 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 
 	if (qpn_slot(qpn))
 		slots[nslots++] = qpn_slot(qpn);
+	else if (qpn == URVT_LINK_QPN_ANY && s->to_self && s->slot &&
+		 !memcmp(gid, &l->info.addr6, 16))
+		/* URVT_PATH=shm: an AH to our own GID carries our own QPs'
+		 * traffic first (others' WRs find their peers per WR) */
+		slots[nslots++] = s->slot;
 	slots[nslots++] = 0;
 	pthread_mutex_lock(&s->peers_lock);
 	p = peer_find(s, gid, qpn);
@@ -1219,7 +1225,9 @@ static void shm_close(struct urvt_link *l)
 		if (p->region)
 			munmap(p->region, sizeof(*p->region));
 	}
-	close(s->listen_fd);
+	urvt_close_in_child_del(&s->listen_fd);
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
 	close(s->epfd);
 	close(s->doorbell);
 	close(s->ask_fd);
@@ -1294,6 +1302,8 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 		ret = -errno;
 		goto err;
 	}
+	/* our (GID, slot) name: not a forked child's to keep */
+	(void)urvt_close_in_child(&s->listen_fd);
 	ev.data.ptr = NULL; /* the listener */
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev)) {
 		ret = -errno;
@@ -1312,6 +1322,7 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 	s->link.builds_in_place = true;
 	return &s->link;
 err:
+	urvt_close_in_child_del(&s->listen_fd);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->epfd >= 0)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/compiler.h"
+#include "base/forkclose.h"
 #include "base/hostreg.h"
 #include "base/progress.h"
 #include "base/timer.h"
@@ -58,15 +59,16 @@ static void count(struct urvt_udp_share *s, unsigned which)
 	__atomic_fetch_add(&s->ctrs[which], 1, __ATOMIC_RELAXED);
 }
 
-void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint64_t ino, uint8_t slot)
+void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint64_t ino, uint8_t slot,
+		       int32_t pid)
 {
 	int n;
 
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
 	/* abstract: per network namespace, as the registry is */
-	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-fwd-%u-%llx-%u",
-		     (unsigned)geteuid(), (unsigned long long)ino, (unsigned)slot);
+	n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "urvt-fwd-%u-%llx-%u-%d",
+		     (unsigned)geteuid(), (unsigned long long)ino, (unsigned)slot, (int)pid);
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -177,13 +179,15 @@ static int fwd_open(struct urvt_udp_share *s)
 	s->fwd_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (s->fwd_fd < 0)
 		return -errno;
-	urvt_udp_fwd_name(&sun, &len, s->host->ino, s->slot);
+	urvt_udp_fwd_name(&sun, &len, s->host->ino, s->slot, (int32_t)getpid());
 	/* a dead predecessor's name is gone with its socket */
 	if (bind(s->fwd_fd, (struct sockaddr *)&sun, len) ||
 	    setsockopt(s->fwd_fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)))
 		return -errno;
 	if (setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)))
 		(void)setsockopt(s->fwd_fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+	/* our name: not a forked child's to keep */
+	(void)urvt_close_in_child(&s->fwd_fd);
 	return 0;
 }
 
@@ -212,6 +216,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 	memcpy(s->key, addr6, 16);
 	fd = fwd_open(s);
 	if (fd) {
+		urvt_close_in_child_del(&s->fwd_fd);
 		if (s->fwd_fd >= 0)
 			close(s->fwd_fd);
 		free(s);
@@ -222,6 +227,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 	if (h->t->slot[s->slot].index >= 0) {
 		/* one device per process: a slot is one member of one group */
 		urvt_host_unlock(h);
+		urvt_close_in_child_del(&s->fwd_fd);
 		close(s->fwd_fd);
 		free(s);
 		return -EADDRINUSE;
@@ -233,6 +239,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 		urvt_host_group_join(h, s->key, index);
 	urvt_host_unlock(h);
 	if (fd < 0) {
+		urvt_close_in_child_del(&s->fwd_fd);
 		close(s->fwd_fd);
 		free(s);
 		return fd;
@@ -353,7 +360,8 @@ static void forward(struct urvt_udp_share *s, uint8_t slot, const uint8_t *p, ui
 	struct sockaddr_un sun;
 	struct msghdr m = { .msg_name = &sun, .msg_iov = iov, .msg_iovlen = 2 };
 
-	urvt_udp_fwd_name(&sun, &m.msg_namelen, s->host->ino, slot);
+	urvt_udp_fwd_name(&sun, &m.msg_namelen, s->host->ino, slot,
+			  atomic_load_explicit(&to->pid, memory_order_relaxed));
 	if (sendmsg(s->fwd_fd, &m, MSG_DONTWAIT) < 0) {
 		count(s, 2);
 		return;
@@ -486,6 +494,7 @@ void urvt_udp_share_close(struct urvt_udp_share *s, int fd)
 {
 	if (s->progress)
 		urvt_timer_del_sync(s->progress, &s->reap_timer);
+	urvt_close_in_child_del(&s->fwd_fd);
 	if (s->pid != getpid()) {
 		/* a forked child's copy: the parent is still the member */
 		close(fd);

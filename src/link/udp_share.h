@@ -28,9 +28,11 @@ struct urvt_udp_fwd_hdr {
 	uint32_t seg;                     /* a GRO train's segment size, or 0 */
 	struct urvt_ipinfo ip;            /* what the receiving socket saw */
 };
-/* The abstract socket the process in slot of registry file inode ino
- * receives forwards on. */
-void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint64_t ino, uint8_t slot);
+/* The abstract socket the process pid in slot of registry file inode ino
+ * receives forwards on (the pid: a forked child of a slot's last owner
+ * may still hold that owner's socket). */
+void urvt_udp_fwd_name(struct sockaddr_un *sun, socklen_t *len, uint64_t ino, uint8_t slot,
+		       int32_t pid);
 
 /* Bind port 4791 on addr6 (family) as a member of the host's group for
  * that address. Returns the socket, or a negative errno; *out is the

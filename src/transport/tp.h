@@ -326,7 +326,9 @@ void urvt_tp_ud_reroute(struct urvt_net *net, struct urvt_av *av, uint32_t qpn);
  * slots match). */
 static inline bool urvt_av_route_fits(const struct urvt_av *av, uint32_t qpn)
 {
-	return likely(av->route_slot == qpn >> 16) || av->route_slot == URVT_ROUTE_SLOT_ANY;
+	/* range 0xff is no process's (the multicast QPN's): any route will do */
+	return likely(av->route_slot == qpn >> 16) || av->route_slot == URVT_ROUTE_SLOT_ANY ||
+	       qpn >> 16 == 0xff;
 }
 /* core->mcast_join / mcast_leave: the groups of links[0]. */
 int urvt_tp_mcast_join(struct rvt_dev_info *rdi, const union ibv_gid *gid);

@@ -187,7 +187,7 @@ static void test_forwarding(void **state)
 	slot = l->info.slot;
 	h = urvt_host_get(&err);
 	assert_non_null(h);
-	urvt_udp_fwd_name(&sun, &sunlen, h->ino, slot);
+	urvt_udp_fwd_name(&sun, &sunlen, h->ino, slot, (int32_t)getpid());
 	assert_int_equal(h->my_slot, slot);
 
 	/* a BTH (UD SEND ONLY) to one of our QPNs */
