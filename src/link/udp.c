@@ -421,13 +421,24 @@ static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	 * others forwarded to us comes in the free slots' memory */
 	slots = got;
 	got = urvt_udp_share_filter(u->share, rx, got);
-	if (unlikely(urvt_udp_share_fwd_pending(u->share)))
+	if (unlikely(urvt_udp_share_fwd_pending(u->share))) {
+		unsigned kept = got;
 		while (got < cap && slots < RX_BATCH &&
 		       urvt_udp_share_fwd_recv(u->share, u->mem + (size_t)slots * RX_BUF_BYTES,
 					       RX_BUF_BYTES, &rx[got])) {
 			slots++;
 			got++;
 		}
+		/* forwarded datagrams reached the host before what the socket
+		 * holds now: they go first (a peer's REJ forwarded to us must
+		 * not follow our own answer to its retransmitted REQ) */
+		if (kept && got > kept) {
+			struct urvt_link_rx tmp[RX_BATCH];
+			memcpy(tmp, rx, kept * sizeof(*rx));
+			memmove(rx, rx + kept, (got - kept) * sizeof(*rx));
+			memcpy(rx + (got - kept), tmp, kept * sizeof(*rx));
+		}
+	}
 	return (int)got;
 }
 

@@ -362,11 +362,13 @@ static void forward(struct urvt_udp_share *s, uint8_t slot, const uint8_t *p, ui
 
 	urvt_udp_fwd_name(&sun, &m.msg_namelen, s->host->ino, slot,
 			  atomic_load_explicit(&to->pid, memory_order_relaxed));
+	/* the hint first: a receiver woken by the datagram must see it (a
+	 * hint for a datagram that then fails costs it one empty read) */
+	atomic_fetch_add_explicit(&to->fwd_posted, 1, memory_order_seq_cst);
 	if (sendmsg(s->fwd_fd, &m, MSG_DONTWAIT) < 0) {
 		count(s, 2);
 		return;
 	}
-	atomic_fetch_add_explicit(&to->fwd_posted, 1, memory_order_release);
 	count(s, 0);
 }
 
