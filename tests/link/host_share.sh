@@ -14,6 +14,10 @@
 #               group (its member index 0) is killed with SIGKILL mid-run:
 #               the other three finish with their data checked (--chk),
 #               the victim's client fails (retries exhausted) or is killed
+#   CASE=rping  rping -s with no address (a listener on every address) and
+#               rping -c from another process: to 127.0.0.1 on the default
+#               identity, and in namespace A to A's interface address with
+#               both processes on that interface (URVT_NETDEV)
 #   CASE=scramble  three rc_pingpong pairs while a hostile process of the
 #               same user scribbles random member indexes into A's registry
 #               (the steering follows the lies): every pair still finishes
@@ -36,7 +40,7 @@ cleanup() {
 	rm -rf "$out"
 }
 
-for prog in ibv_rc_pingpong ibv_ud_pingpong ib_write_bw; do
+for prog in ibv_rc_pingpong ibv_ud_pingpong ib_write_bw rping; do
 	command -v $prog >/dev/null || { echo "SKIP: $prog not installed"; exit 77; }
 done
 netns_pair "$a" "$b" "ha$slot" "hb$slot" "10.$((100 + slot)).0"
@@ -133,6 +137,29 @@ kill)
 	kill -9 $vc 2>/dev/null
 	grep -q "iters in" "$out/v_s" && { echo "FAIL: the victim finished"; fail=1; }
 	counters s1 s2 s3 c1 c2 c3
+	;;
+rping)
+	# the default identity, on this host (no namespace): 127.0.0.1
+	timeout 60 "$run" rping -s -p $base -C 50 >"$out/rs_host" 2>&1 &
+	rs=$!
+	pids="$pids $rs"
+	sleep 0.5
+	for try in 1 2 3 4 5; do
+		timeout 30 "$run" rping -c -a 127.0.0.1 -p $base -C 50 -v >"$out/rc_host" 2>&1 && break
+		sleep 0.3
+	done
+	wait $rs
+	check rc_host "rdma-ping-49:"
+	# in namespace A, both on A's interface
+	in_a rs_ns rping -s -p $((base + 1)) -C 50
+	sleep 0.5
+	for try in 1 2 3 4 5; do
+		ip netns exec "$a" env URVT_NETDEV=ha$slot timeout 30 "$run" rping -c -a $saddr \
+			-p $((base + 1)) -C 50 -v >"$out/rc_ns" 2>&1 && break
+		sleep 0.3
+	done
+	wait $pid_rs_ns
+	check rc_ns "rdma-ping-49:"
 	;;
 scramble)
 	for k in 1 2 3; do
