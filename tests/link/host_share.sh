@@ -6,9 +6,10 @@
 # several urvt processes share the interface's address (URVT_NETDEV), so
 # all of a host's processes have one GID and the kernel steers each
 # datagram to the process owning its destination QPN.
-#   CASE=pairs  three server processes in A, three clients in B, all at
-#               once: ibv_rc_pingpong --chk, ibv_ud_pingpong --chk and
-#               ib_write_bw; every pair passes; each process's counters
+#   CASE=pairs  four server processes in A, four clients in B, all at
+#               once: ibv_rc_pingpong --chk, ibv_ud_pingpong --chk,
+#               ib_write_bw and rping (rdma_cm; the server listens on every
+#               address); every pair passes; each process's counters
 #               show its traffic on UDP and how much was forwarded
 #   CASE=kill   four rc_pingpong pairs; the first server to join A's
 #               group (its member index 0) is killed with SIGKILL mid-run:
@@ -93,6 +94,7 @@ pairs)
 	in_a rc_s ibv_rc_pingpong -g 0 --chk -n 3000 -p $base
 	in_a ud_s ibv_ud_pingpong -g 0 --chk -n 3000 -p $((base + 1))
 	in_a bw_s ib_write_bw -F -d urvt0 -x 0 -s 65536 -n 2000 -p $((base + 2))
+	in_a rp_s rping -s -p $((base + 3)) -C 200
 	sleep 0.5
 	client rc_c ibv_rc_pingpong -g 0 --chk -n 3000 -p $base $saddr &
 	c1=$!
@@ -100,14 +102,17 @@ pairs)
 	c2=$!
 	client bw_c ib_write_bw -F -d urvt0 -x 0 -s 65536 -n 2000 -p $((base + 2)) $saddr &
 	c3=$!
-	wait $c1 $c2 $c3
-	wait $pid_rc_s $pid_ud_s $pid_bw_s
+	client rp_c rping -c -a $saddr -p $((base + 3)) -C 200 -v &
+	c4=$!
+	wait $c1 $c2 $c3 $c4
+	wait $pid_rc_s $pid_ud_s $pid_bw_s $pid_rp_s
 	check rc_s "iters in"; check rc_c "iters in"
 	check ud_s "iters in"; check ud_c "iters in"
 	check bw_c "65536 *2000"
+	check rp_c "rdma-ping-199:"
 	# one GID per host: every process in A reports A's address
 	grep -h "local address" "$out/rc_s" "$out/ud_s" | grep -v "GID ::ffff:$saddr" && fail=1
-	counters rc_s ud_s bw_s rc_c ud_c bw_c
+	counters rc_s ud_s bw_s rp_s rc_c ud_c bw_c rp_c
 	;;
 kill)
 	# the victim joins first: member index 0, whose leaving moves the last member
