@@ -28,7 +28,7 @@ if [ "$flavor" = mpich ]; then
 else
 	# shellcheck disable=SC2086
 	timeout "${MPI_TEST_TIMEOUT:-120}" "$run" $mpirun $root --oversubscribe -np "$np" \
-		--mca pml ucx --mca osc ucx --mca btl self \
+		--mca pml ucx --mca osc ucx --mca btl "${MPI_BTL:-self}" \
 		-x UCX_NET_DEVICES -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS -x URVT_STATS_FILE \
 		"$prog" >"$out/log" 2>&1
 fi
