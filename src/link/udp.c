@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/compiler.h"
+#include "base/forkclose.h"
 #include "link/fault.h"
 #include "link/udp_share.h"
 #include "wire/hdr.h"
@@ -560,6 +561,7 @@ static void udp_close(struct urvt_link *l)
 
 	/* held packets leave through fault_release, on the socket */
 	urvt_fault_destroy(u->fault);
+	urvt_close_in_child_del(&u->fd);
 	if (u->share)
 		urvt_udp_share_close(u->share, u->fd);
 	else
@@ -685,6 +687,9 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 		if (ret)
 			goto err;
 		u->link.info.slot = urvt_udp_share_slot(u->share);
+		/* a forked child's copy would keep our socket in the group after
+		 * we leave it, a member nobody reads (docs/host-identity.md) */
+		(void)urvt_close_in_child(&u->fd);
 	}
 	u->gso = cfg->gso;
 	u->link.ops = &udp_ops;
@@ -697,6 +702,7 @@ struct urvt_link *urvt_udp_open(const struct urvt_udp_cfg *cfg, int *err)
 	return &u->link;
 err:
 	urvt_fault_destroy(u->fault);
+	urvt_close_in_child_del(&u->fd);
 	if (u->share)
 		urvt_udp_share_close(u->share, u->fd);
 	else if (u->fd >= 0)

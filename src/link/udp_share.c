@@ -498,8 +498,10 @@ void urvt_udp_share_close(struct urvt_udp_share *s, int fd)
 		urvt_timer_del_sync(s->progress, &s->reap_timer);
 	urvt_close_in_child_del(&s->fwd_fd);
 	if (s->pid != getpid()) {
-		/* a forked child's copy: the parent is still the member */
-		close(fd);
+		/* a forked child's copy: the parent is still the member (the
+		 * child closed its copy of the socket at fork: fd is -1) */
+		if (fd >= 0)
+			close(fd);
 		if (s->fwd_fd >= 0)
 			close(s->fwd_fd);
 		free(s);
