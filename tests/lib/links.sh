@@ -7,9 +7,9 @@
 #                        them, returns 1 if not. WANT=shm with LINKS_UD=1:
 #                        a UD sender's first datagrams to a process sharing
 #                        its GID go over UDP while the shm link connects to
-#                        that process (docs/shm.md): up to 4 of them, or 5 %
-#                        of the shm packets (a bandwidth test's first burst),
-#                        pass.
+#                        that process (docs/shm.md), its progress thread
+#                        connecting meanwhile: on a loaded machine a third of
+#                        a short stream; passes while shm carries the most.
 links_stat=${URVT_STAT:-$(dirname "${run:-}")/urvt-stat}
 
 links_env() {
@@ -30,9 +30,7 @@ links_check() {
 	st=$(links_ctr "$f" shm_tx_packets) sr=$(links_ctr "$f" shm_rx_packets)
 	echo "links: $2 udp tx $ut rx $ur, shm tx $st rx $sr (want $want)"
 	if [ "$want" = shm ] && [ "${LINKS_UD:-0}" = 1 ]; then
-		allow=$(((st + sr) / 20))
-		[ "$allow" -lt 4 ] && allow=4
-		[ $((st + sr)) -gt 0 ] && [ "$ut" -le "$allow" ] && [ "$ur" -le "$allow" ]
+		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -le $((st + sr)) ]
 	elif [ "$want" = shm ]; then
 		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -eq 0 ]
 	else
