@@ -8,8 +8,9 @@
 #                        a UD sender's first datagrams to a process sharing
 #                        its GID go over UDP while the shm link connects to
 #                        that process (docs/shm.md), its progress thread
-#                        connecting meanwhile: on a loaded machine a third of
-#                        a short stream; passes while shm carries the most.
+#                        connecting meanwhile: on a loaded machine (ASan) up to
+#                        44 % of a 1000-message stream; passes once shm carries
+#                        its share (at least a quarter).
 links_stat=${URVT_STAT:-$(dirname "${run:-}")/urvt-stat}
 
 links_env() {
@@ -30,7 +31,7 @@ links_check() {
 	st=$(links_ctr "$f" shm_tx_packets) sr=$(links_ctr "$f" shm_rx_packets)
 	echo "links: $2 udp tx $ut rx $ur, shm tx $st rx $sr (want $want)"
 	if [ "$want" = shm ] && [ "${LINKS_UD:-0}" = 1 ]; then
-		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -le $((st + sr)) ]
+		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -le $((3 * (st + sr))) ]
 	elif [ "$want" = shm ]; then
 		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -eq 0 ]
 	else
