@@ -3,60 +3,49 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #define FORKCLOSE_MAX 16
 
-static pthread_mutex_t fc_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Lock-free: a lock taken in a fork handler would order itself against
+ * every lock its callers hold (a device is made under the device lock,
+ * whose own fork handler takes it: TSan saw the cycle). */
 static pthread_once_t fc_once = PTHREAD_ONCE_INIT;
-static int *fc_fds[FORKCLOSE_MAX];
-
-static void fc_prepare(void)
-{
-	pthread_mutex_lock(&fc_lock);
-}
-
-static void fc_parent(void)
-{
-	pthread_mutex_unlock(&fc_lock);
-}
+static _Atomic(int *) fc_fds[FORKCLOSE_MAX];
 
 static void fc_child(void)
 {
-	for (unsigned i = 0; i < FORKCLOSE_MAX; i++)
-		if (fc_fds[i] && *fc_fds[i] >= 0) {
-			close(*fc_fds[i]);
-			*fc_fds[i] = -1;
+	for (unsigned i = 0; i < FORKCLOSE_MAX; i++) {
+		int *fd = atomic_load_explicit(&fc_fds[i], memory_order_acquire);
+		if (fd && *fd >= 0) {
+			close(*fd);
+			*fd = -1;
 		}
-	pthread_mutex_unlock(&fc_lock);
+	}
 }
 
 static void fc_init(void)
 {
-	pthread_atfork(fc_prepare, fc_parent, fc_child);
+	pthread_atfork(NULL, NULL, fc_child);
 }
 
 int urvt_close_in_child(int *fd)
 {
-	int ret = -ENOSPC;
-
 	pthread_once(&fc_once, fc_init);
-	pthread_mutex_lock(&fc_lock);
-	for (unsigned i = 0; i < FORKCLOSE_MAX; i++)
-		if (!fc_fds[i]) {
-			fc_fds[i] = fd;
-			ret = 0;
-			break;
-		}
-	pthread_mutex_unlock(&fc_lock);
-	return ret;
+	for (unsigned i = 0; i < FORKCLOSE_MAX; i++) {
+		int *none = NULL;
+		if (atomic_compare_exchange_strong(&fc_fds[i], &none, fd))
+			return 0;
+	}
+	return -ENOSPC;
 }
 
 void urvt_close_in_child_del(int *fd)
 {
-	pthread_mutex_lock(&fc_lock);
-	for (unsigned i = 0; i < FORKCLOSE_MAX; i++)
-		if (fc_fds[i] == fd)
-			fc_fds[i] = NULL;
-	pthread_mutex_unlock(&fc_lock);
+	for (unsigned i = 0; i < FORKCLOSE_MAX; i++) {
+		int *cur = fd;
+		atomic_compare_exchange_strong(&fc_fds[i], &cur, NULL);
+	}
 }
