@@ -36,7 +36,7 @@ pids=
 trap 'cleanup' EXIT INT TERM
 
 cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	for p in $pids $(jobs -p); do kill -9 "$p" 2>/dev/null; done
 	netns_del "$a" "$b"
 	rm -rf "$out"
 }
