@@ -124,7 +124,7 @@ static int host_map(struct urvt_host *h)
 
 static void slot_clear(struct urvt_host_slot *s)
 {
-	memset(s->group, 0, sizeof(s->group));
+	urvt_host_group_set(s, (const uint8_t[16]){ 0 });
 	s->index = URVT_HOST_NO_INDEX;
 	s->start = 0;
 	atomic_store(&s->pid, 0);
@@ -170,7 +170,7 @@ int urvt_host_group_size(struct urvt_host *h, const uint8_t key[16])
 
 	for (unsigned s = 1; s < URVT_HOST_SLOTS; s++) {
 		const struct urvt_host_slot *sl = &h->t->slot[s];
-		if (atomic_load(&sl->pid) && !memcmp(sl->group, key, 16))
+		if (atomic_load(&sl->pid) && urvt_host_group_is(sl, key))
 			n++;
 	}
 	return n;
@@ -180,7 +180,7 @@ void urvt_host_group_join(struct urvt_host *h, const uint8_t key[16], int32_t in
 {
 	struct urvt_host_slot *me = &h->t->slot[h->my_slot];
 
-	memcpy(me->group, key, 16);
+	urvt_host_group_set(me, key);
 	me->index = index;
 	atomic_fetch_add(&h->t->gen, 1);
 }
@@ -188,11 +188,13 @@ void urvt_host_group_join(struct urvt_host *h, const uint8_t key[16], int32_t in
 void urvt_host_group_leave(struct urvt_host *h, uint8_t slot)
 {
 	struct urvt_host_slot *gone = &h->t->slot[slot];
+	uint8_t gone_key[16];
 	int32_t last = -1;
 	unsigned last_slot = 0;
 
-	if (key_zero(gone->group))
+	if (urvt_host_group_is(gone, (const uint8_t[16]){ 0 }))
 		goto out;
+	memcpy(gone_key, gone->group, 16); /* under the lock: no writer */
 	if (gone->index < 0) {
 		/* where its hole is nobody knows: every member learns again */
 		atomic_fetch_add(&h->t->probe_gen, 1);
@@ -202,7 +204,7 @@ void urvt_host_group_leave(struct urvt_host *h, uint8_t slot)
 	for (unsigned s = 1; s < URVT_HOST_SLOTS; s++) {
 		struct urvt_host_slot *sl = &h->t->slot[s];
 		if (s == slot || !atomic_load(&sl->pid) || sl->index < 0 ||
-		    memcmp(sl->group, gone->group, 16))
+		    !urvt_host_group_is(sl, gone_key))
 			continue;
 		if (sl->index > last) {
 			last = sl->index;
@@ -213,7 +215,7 @@ void urvt_host_group_leave(struct urvt_host *h, uint8_t slot)
 		h->t->slot[last_slot].index = gone->index;
 out:
 	gone->index = URVT_HOST_NO_INDEX;
-	memset(gone->group, 0, sizeof(gone->group));
+	urvt_host_group_set(gone, (const uint8_t[16]){ 0 });
 	atomic_fetch_add(&h->t->gen, 1);
 }
 

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #define URVT_HOST_SLOTS 256
 /* slots handed out: 1..254 (QPN top byte 0 holds QP0/QP1, 0xff the
@@ -31,7 +32,8 @@
 struct urvt_host_slot {
 	_Atomic int32_t pid;              /* 0: free */
 	uint64_t start;                   /* the process's start time (/proc/PID/stat) */
-	uint8_t group[16];                /* the address its device's socket joined */
+	uint8_t group[16] __attribute__((aligned(8))); /* the address its socket joined
+					     (urvt_host_group_set / _is) */
 	int32_t index;                    /* its member index there, or URVT_HOST_NO_INDEX */
 	_Atomic uint32_t fwd_posted;      /* datagrams forwarded to it (a hint to look) */
 	uint32_t pad[7];
@@ -69,6 +71,27 @@ struct urvt_host {
 					     another registry's (tests' URVT_REGISTRY) */
 	uint8_t my_slot;
 };
+
+/* A slot's group is read without the lock on the receive path while this
+ * process's other threads (and other processes) write it under the lock:
+ * two relaxed 64-bit atomics, so a reader sees each half whole. */
+static inline void urvt_host_group_set(struct urvt_host_slot *sl, const uint8_t key[16])
+{
+	uint64_t w[2];
+
+	memcpy(w, key, 16);
+	__atomic_store_n((uint64_t *)(void *)sl->group, w[0], __ATOMIC_RELAXED);
+	__atomic_store_n((uint64_t *)(void *)(sl->group + 8), w[1], __ATOMIC_RELAXED);
+}
+
+static inline bool urvt_host_group_is(const struct urvt_host_slot *sl, const uint8_t key[16])
+{
+	uint64_t w[2] = { __atomic_load_n((const uint64_t *)(const void *)sl->group, __ATOMIC_RELAXED),
+			  __atomic_load_n((const uint64_t *)(const void *)(sl->group + 8),
+					  __ATOMIC_RELAXED) };
+
+	return !memcmp(w, key, 16);
+}
 
 /* This process's registry, opened and a slot claimed on first use; NULL
  * and *err (negative errno) when there is none to be had (URVT_SHARE=0,

@@ -96,7 +96,7 @@ static int steer_attach(struct urvt_udp_share *s)
 	for (unsigned slot = 1; slot <= URVT_HOST_LAST_SLOT; slot++) {
 		const struct urvt_host_slot *sl = &s->host->t->slot[slot];
 		if (!atomic_load(&sl->pid) || sl->index < 0 || sl->index >= URVT_HOST_SLOTS ||
-		    memcmp(sl->group, s->key, 16))
+		    !urvt_host_group_is(sl, s->key))
 			continue;
 		prog[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, slot, 0, 1);
 		prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (uint32_t)sl->index);
@@ -145,7 +145,7 @@ static void reap_tick(struct urvt_timer *t)
 		/* whoever the registry had there is wrong too: it learns anew */
 		for (unsigned k = 1; k <= URVT_HOST_LAST_SLOT; k++) {
 			struct urvt_host_slot *o = &tb->slot[k];
-			if (k != s->slot && o->index == learned && !memcmp(o->group, s->key, 16))
+			if (k != s->slot && o->index == learned && urvt_host_group_is(o, s->key))
 				o->index = URVT_HOST_NO_INDEX;
 		}
 		me->index = learned;
@@ -321,7 +321,7 @@ static bool slot_in_group(struct urvt_udp_share *s, uint8_t slot)
 {
 	const struct urvt_host_slot *sl = &s->host->t->slot[slot];
 
-	return atomic_load_explicit(&sl->pid, memory_order_relaxed) && !memcmp(sl->group, s->key, 16);
+	return atomic_load_explicit(&sl->pid, memory_order_relaxed) && urvt_host_group_is(sl, s->key);
 }
 
 /* The slot whose process a datagram is for; 0 or ours: ours to process
