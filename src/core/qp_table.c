@@ -66,32 +66,18 @@ static bool test_and_set(struct rvt_qpn_table *t, uint32_t qpn)
  */
 int rvt_alloc_qpn(struct rvt_qpn_table *t, uint32_t *qpn)
 {
-	uint32_t cand = t->last;
+	uint32_t cand, lo, end;
 	int ret = -ENOMEM;
 
 	pthread_mutex_lock(&t->lock);
+	/* the whole space (QPN 0 and 1 reserved), or the slot's 65536 */
+	lo = t->range >= 0 ? (uint32_t)t->range << 16 : 2;
+	end = t->range >= 0 ? lo + 0x10000 : QPN_SPACE;
 	cand = t->last;
-	if (t->range >= 0) {
-		/* the slot's 65536 numbers, round-robin as below */
-		uint32_t base = (uint32_t)t->range << 16;
-		for (uint32_t n = 0; n < 0x10000; n++) {
-			cand = base | ((cand + 1) & 0xffff);
-			if (cand < 2)
-				continue;
-			if (!test_and_set(t, cand)) {
-				t->last = cand;
-				*qpn = cand;
-				ret = 0;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&t->lock);
-		return ret;
-	}
-	for (uint32_t n = 0; n < QPN_SPACE; n++) {
+	for (uint32_t n = 0; n < end - lo; n++) {
 		cand++;
-		if (cand >= QPN_SPACE)
-			cand = 2;
+		if (cand >= end || cand < lo)
+			cand = lo;
 		/* Skip whole full words quickly. */
 		if (t->map[cand / BITS_PER_MAP] &&
 		    t->map[cand / BITS_PER_MAP][(cand % BITS_PER_MAP) / 64] == ~0ull &&

@@ -48,27 +48,24 @@ netns_pair "$a" "$b" "ha$slot" "hb$slot" "10.$((100 + slot)).0"
 saddr=10.$((100 + slot)).0.1
 base=$((21000 + 10 * slot))
 
-# in A / in B: NAME PROG ARGS... (background; pid appended to $pids)
+# one program in namespace NS on interface DEV: NS DEV NAME PROG ARGS...
+# (output and counters under NAME)
+run_in() {
+	ns=$1 dev=$2 name=$3; shift 3
+	ip netns exec "$ns" env URVT_NETDEV=$dev URVT_STATS_FILE=$out/stats.$name \
+		timeout 60 "$run" "$@" >"$out/$name" 2>&1
+}
+# a server in A: NAME PROG ARGS... (background; pid in $pids and pid_NAME)
 in_a() {
-	name=$1; shift
-	ip netns exec "$a" env URVT_NETDEV=ha$slot URVT_STATS_FILE=$out/stats.$name \
-		timeout 60 "$run" "$@" >"$out/$name" 2>&1 &
+	run_in "$a" ha$slot "$@" &
 	pids="$pids $!"
-	eval "pid_$name=$!"
+	eval "pid_$1=$!"
 }
-in_b() {
-	name=$1; shift
-	ip netns exec "$b" env URVT_NETDEV=hb$slot URVT_STATS_FILE=$out/stats.$name \
-		timeout 60 "$run" "$@" >"$out/$name" 2>&1 &
-	pids="$pids $!"
-	eval "pid_$name=$!"
-}
-# a client, retried while its server is not listening yet
+# a client in B, retried while its server is not listening yet
 client() {
-	name=$1; shift
+	name=$1
 	for try in 1 2 3 4 5 6 7 8 9 10; do
-		ip netns exec "$b" env URVT_NETDEV=hb$slot URVT_STATS_FILE=$out/stats.$name \
-			timeout 60 "$run" "$@" >"$out/$name" 2>&1
+		run_in "$b" hb$slot "$@"
 		rc=$?
 		grep -q "Couldn't connect\|Unable to open file descriptor" "$out/$name" || break
 		sleep 0.3
@@ -130,10 +127,12 @@ kill)
 	done
 	sleep 1
 	# the program itself, under timeout(1)
-	victim=$(pgrep -P "$pid_v_s")
+	victim=$(pgrep -x -f "ibv_rc_pingpong -g 0 --chk -n 400000 -p $base")
 	[ -n "$victim" ] || { echo "FAIL: no victim process"; cat "$out/v_s"; exit 1; }
 	kill -9 $victim
 	echo "killed the first member of A's group (pid $victim) mid-run"
+	sleep 0.2
+	kill -0 "$victim" 2>/dev/null && { echo "FAIL: the victim still runs"; fail=1; }
 	wait $cc1 $cc2 $cc3
 	for k in 1 2 3; do
 		eval "wait \$pid_s$k"
