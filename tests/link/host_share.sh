@@ -53,7 +53,7 @@ base=$((21000 + 10 * slot))
 run_in() {
 	ns=$1 dev=$2 name=$3; shift 3
 	ip netns exec "$ns" env URVT_NETDEV=$dev URVT_STATS_FILE=$out/stats.$name \
-		timeout 60 "$run" "$@" >"$out/$name" 2>&1
+		timeout 120 "$run" "$@" >"$out/$name" 2>&1
 }
 # a server in A: NAME PROG ARGS... (background; pid in $pids and pid_NAME)
 in_a() {
@@ -116,13 +116,13 @@ kill)
 	in_a v_s ibv_rc_pingpong -g 0 --chk -n 400000 -p $base
 	sleep 0.3
 	for k in 1 2 3; do
-		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k))
+		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 10000 -p $((base + k))
 	done
 	sleep 0.5
 	client v_c ibv_rc_pingpong -g 0 --chk -n 400000 -p $base $saddr &
 	vc=$!
 	for k in 1 2 3; do
-		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k)) $saddr &
+		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 10000 -p $((base + k)) $saddr &
 		eval "cc$k=\$!"
 	done
 	sleep 1
@@ -167,11 +167,11 @@ rping)
 	;;
 scramble)
 	for k in 1 2 3; do
-		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k))
+		in_a s$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 10000 -p $((base + k))
 	done
 	sleep 0.5
 	for k in 1 2 3; do
-		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 20000 -p $((base + k)) $saddr &
+		client c$k ibv_rc_pingpong -g 0 --chk -s 4096 -n 10000 -p $((base + k)) $saddr &
 		eval "cc$k=\$!"
 	done
 	sleep 0.3
