@@ -14,8 +14,10 @@ stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 # MPI_FLAVOR=mpich: Debian's MPICH 4 (ch4:ucx) instead, its shared memory
 # off (MPIR_CVAR_NOLOCAL=1) so that UCX carries every byte between ranks
 flavor=${MPI_FLAVOR:-openmpi}
-mpirun=mpirun
+mpirun=mpirun tag=mpi_check unit=ranks spml=
 [ "$flavor" = mpich ] && mpirun=mpirun.mpich
+# MPI_FLAVOR=oshmem: Open MPI's OpenSHMEM (oshrun, spml ucx) runs shmem_check
+[ "$flavor" = oshmem ] && mpirun=oshrun tag=shmem_check unit=PEs spml="--mca spml ucx"
 command -v $mpirun >/dev/null || { echo "SKIP: $mpirun ($flavor) missing"; exit 77; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -28,7 +30,7 @@ if [ "$flavor" = mpich ]; then
 else
 	# shellcheck disable=SC2086
 	timeout "${MPI_TEST_TIMEOUT:-120}" "$run" $mpirun $root --oversubscribe -np "$np" \
-		--mca pml ucx --mca osc ucx --mca btl "${MPI_BTL:-self}" \
+		$spml --mca pml ucx --mca osc ucx --mca btl "${MPI_BTL:-self}" \
 		-x UCX_NET_DEVICES -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS -x URVT_STATS_FILE \
 		"$prog" >"$out/log" 2>&1
 fi
@@ -36,7 +38,7 @@ rc=$?
 cat "$out/log"
 fail=0
 [ $rc = 0 ] || { echo "FAIL: mpirun exited $rc"; fail=1; }
-grep -q "^mpi_check: $np ranks, 0 errors$" "$out/log" || { echo "FAIL: no clean mpi_check line"; fail=1; }
+grep -q "^$tag: $np $unit, 0 errors$" "$out/log" || { echo "FAIL: no clean $tag line"; fail=1; }
 n=0 big=0
 for f in "$out"/stats.*; do
 	[ -f "$f" ] || continue
@@ -55,5 +57,5 @@ done
 [ $n = "$np" ] || { echo "FAIL: $n counter files for $np ranks"; fail=1; }
 # ranks 0 and 1 sent 10 MiB of 1 MiB ping-pongs each, over urvt
 [ $big -ge 2 ] || { echo "FAIL: the ping-pong did not go over urvt ($big ranks sent > 10 MB)"; fail=1; }
-[ $fail = 0 ] && echo "PASS: mpi_check ($flavor), $np ranks, UCX_TLS=$tls"
+[ $fail = 0 ] && echo "PASS: $tag ($flavor), $np ranks, UCX_TLS=$tls"
 exit $fail

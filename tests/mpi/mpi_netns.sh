@@ -32,8 +32,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 flavor=${MPI_FLAVOR:-openmpi}
-mpirun=mpirun
+mpirun=mpirun tag=mpi_check unit=ranks spml=
 [ "$flavor" = mpich ] && mpirun=mpirun.mpich
+# MPI_FLAVOR=oshmem: Open MPI's OpenSHMEM (oshrun, spml ucx) runs shmem_check
+[ "$flavor" = oshmem ] && mpirun=oshrun tag=shmem_check unit=PEs spml="--mca spml ucx"
 command -v $mpirun >/dev/null || { echo "SKIP: $mpirun ($flavor) missing"; exit 77; }
 . "$here/../lib/netns.sh"
 a=urvt-mpa$slot b=urvt-mpb$slot va=mpa$slot vb=mpb$slot
@@ -62,11 +64,12 @@ if [ "$flavor" = mpich ]; then
 		-genvlist UCX_NET_DEVICES,UCX_TLS,UCX_WARN_UNUSED_ENV_VARS,URVT_STATS_FILE,MPIR_CVAR_NOLOCAL \
 		"$prog" >"$out/log" 2>&1
 else
+	# shellcheck disable=SC2086
 	timeout "${MPI_TEST_TIMEOUT:-120}" ip netns exec "$a" env URVT_NETDEV="$va" "$run" \
-		mpirun --allow-run-as-root --oversubscribe --hostfile "$out/hosts" -np 4 --map-by node \
+		$mpirun --allow-run-as-root --oversubscribe --hostfile "$out/hosts" -np 4 --map-by node \
 		--mca plm rsh --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
 		--mca oob_tcp_if_include "$net.0/24" \
-		--mca pml ucx --mca osc ucx --mca btl self \
+		$spml --mca pml ucx --mca osc ucx --mca btl self \
 		-x UCX_NET_DEVICES -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS -x URVT_STATS_FILE \
 		"$prog" >"$out/log" 2>&1
 fi
@@ -76,12 +79,12 @@ cat "$out/log"
 echo "mpirun took $(echo "$end - $start" | bc) s"
 fail=0
 [ $rc = 0 ] || { echo "FAIL: mpirun exited $rc"; fail=1; }
-grep -q "^mpi_check: 4 ranks, 0 errors$" "$out/log" || { echo "FAIL: no clean mpi_check line"; fail=1; }
+grep -q "^$tag: 4 $unit, 0 errors$" "$out/log" || { echo "FAIL: no clean $tag line"; fail=1; }
 grep -q "in use" "$out/log" && { echo "FAIL: an address or port in use"; fail=1; }
 # two ranks in each namespace, as placed
 ia=$(stat -L -c %i "/run/netns/$a") ib=$(stat -L -c %i "/run/netns/$b")
-for r in 0 2; do grep -q "^mpi_check: rank $r netns $ia$" "$out/log" || { echo "FAIL: rank $r not in $a"; fail=1; }; done
-for r in 1 3; do grep -q "^mpi_check: rank $r netns $ib$" "$out/log" || { echo "FAIL: rank $r not in $b"; fail=1; }; done
+for r in 0 2; do grep -q "^$tag: rank $r netns $ia$" "$out/log" || { echo "FAIL: rank $r not in $a"; fail=1; }; done
+for r in 1 3; do grep -q "^$tag: rank $r netns $ib$" "$out/log" || { echo "FAIL: rank $r not in $b"; fail=1; }; done
 n=0 big=0 na=0 nb=0
 for f in "$out"/stats.*; do
 	[ -f "$f" ] || continue
@@ -114,5 +117,5 @@ if [ $na != 2 ] || [ $nb != 2 ]; then
 fi
 # ranks 0 and 1 sent 10 MiB of 1 MiB ping-pongs each, across the veth
 [ $big -ge 2 ] || { echo "FAIL: the ping-pong did not go over urvt ($big ranks sent > 10 MB)"; fail=1; }
-[ $fail = 0 ] && echo "PASS: mpi_check ($flavor), 4 ranks in two namespaces, two per address, UCX_TLS=$tls"
+[ $fail = 0 ] && echo "PASS: $tag ($flavor), 4 ranks in two namespaces, two per address, UCX_TLS=$tls"
 exit $fail
