@@ -1,4 +1,5 @@
 #include "base/progress.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -546,7 +547,7 @@ struct urvt_progress *urvt_progress_create(int *err)
 	epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->doorbell, &ev);
 	ev.data.u32 = 1;
 	epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->tfd, &ev);
-	ret = -pthread_create(&p->thread, NULL, progress_main, p);
+	ret = -urvt_thread_start(&p->thread, progress_main, p);
 	if (ret)
 		goto err;
 	/* A new thread's start-up may allocate (a sanitizer's runtime does,

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "rdmacm/rsocket_priv.h"
 
 static uint16_t def_inline = 64, def_sqsize = 384, def_rqsize = 384;
@@ -499,7 +500,7 @@ static int svc_notify(struct rsocket *rs, bool add)
 			ret = -1;
 			goto out;
 		}
-		if (pthread_create(&svc_thread, NULL, svc_run, NULL)) {
+		if (urvt_thread_start(&svc_thread, svc_run, NULL)) {
 			close(svc_pipe[0]);
 			close(svc_pipe[1]);
 			svc_pipe[0] = svc_pipe[1] = -1;

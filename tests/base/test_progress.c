@@ -2,14 +2,19 @@
  * The progress engine on its own (base/progress.h, base/timer.h): timers
  * fire once, not early, in deadline order; re-arming moves them; deleting
  * stops them; del_sync waits out a running handler; deferred work runs
- * once per queueing; fd callbacks run on the progress thread.
+ * once per queueing; fd callbacks run on the progress thread; a signal the
+ * application blocks in its threads and reads from a signalfd is not taken
+ * by the progress thread.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -295,6 +300,38 @@ static void test_pollable_timers(void **state)
 	urvt_progress_destroy(p);
 }
 
+/*
+ * tgtd's pattern: its threads block SIGUSR2 and its main loop reads it from
+ * a signalfd; a worker sends it to the process. The progress thread, started
+ * while SIGUSR2 was still open, must not take it (its default action ends
+ * the process, and this test with it).
+ */
+static void test_signals_stay_with_the_application(void **state)
+{
+	(void)state;
+	int err;
+	sigset_t usr2, saved;
+	struct signalfd_siginfo si;
+	struct pollfd pfd;
+
+	sigemptyset(&usr2);
+	sigaddset(&usr2, SIGUSR2);
+	pthread_sigmask(SIG_UNBLOCK, &usr2, &saved);
+	struct urvt_progress *p = urvt_progress_create(&err);
+	assert_non_null(p);
+	pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+	pfd.fd = signalfd(-1, &usr2, SFD_CLOEXEC);
+	pfd.events = POLLIN;
+	assert_true(pfd.fd >= 0);
+	assert_int_equal(kill(getpid(), SIGUSR2), 0);
+	assert_int_equal(poll(&pfd, 1, 2000), 1);
+	assert_int_equal(read(pfd.fd, &si, sizeof(si)), (ssize_t)sizeof(si));
+	assert_int_equal(si.ssi_signo, SIGUSR2);
+	close(pfd.fd);
+	urvt_progress_destroy(p);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -305,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_work_runs_once_per_queue),
 		cmocka_unit_test(test_fd_callback),
 		cmocka_unit_test(test_pollable_timers),
+		cmocka_unit_test(test_signals_stay_with_the_application),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
