@@ -33,9 +33,32 @@
  * take the peer's tx_lock, which lives in local memory, out of the peer's
  * reach. The consumer side runs under the transport's rx_lock (one thread).
  * Peers are added by resolve (any thread) and service (progress thread)
- * under peers_lock and published with a release store of npeers; the hot
- * paths read them without a lock. A peer slot is never reused while the
- * link is open, so a stale index only finds a dead peer.
+ * under peers_lock; npeers (release store) only grows, and the hot paths
+ * read the slots below it without a lock.
+ *
+ * Slots are reused, so that a long-lived device keeps meeting new peers.
+ * A slot's memory (struct shm_peer, its region's address range) lasts as
+ * long as the link; what a departed peer held (socket, doorbell, the
+ * region's pages) is let go by peers_reap (peers_lock held) in two steps:
+ *   retire:  a DEAD peer, or a GONE one whose ring the receive loop found
+ *            drained, goes RETIRING (a CAS: the receive loop may be killing
+ *            it at the same time) and its gen moves on; then retire_req.
+ *   release: once the receive loop has acked that retire_req (it does at
+ *            the start of a batch: what it handed out before is done with,
+ *            and it looked at the states after the request, so it will not
+ *            touch the peer again) and no sender is inside (users == 0),
+ *            the fds are closed, the region is parked and the slot is FREE.
+ * A sender enters a peer by raising users, then checking that the peer is
+ * UP and of the generation its address names (seq_cst both sides: either
+ * the sender sees RETIRING, or the reaper sees it inside and waits); it
+ * leaves after its kick. Readers that neither write nor hold fds (pending,
+ * arm, lookup) are not waited for: a parked region is an anonymous mapping
+ * over the same range, never a hole, so a stale read finds zeros or the
+ * next occupant's ring, at worst a spurious "pending"; lookup rereads gen
+ * after the fields it matched (a seqlock). A peer address (and epoll's tag)
+ * carries the slot's gen, so an address kept from an earlier occupant never
+ * reaches the next one (8 bits of it in the address: see peer_new for how
+ * slots are picked to make that wrap rare).
  *
  * A peer is a (GID, host registry slot) pair: processes of one user share
  * a GID, and a QPN's top byte names the slot of the process that owns it
@@ -69,6 +92,13 @@
 #include "wire/hdr.h"
 
 #define SHM_MAX_PEERS 256
+/* A peer address: the slot in the low byte, its generation above. */
+#define SHM_ID_IDX(id) ((uint32_t)(id) & 0xffu)
+#define SHM_ID_GEN(id) ((uint32_t)(id) >> 8 & 0xffu)
+_Static_assert(SHM_MAX_PEERS == 256, "a slot index is one byte of a peer address");
+/* epoll's tags: the listener, ask_fd; a peer's is its gen << 32 | slot */
+#define SHM_TAG_LISTEN 0
+#define SHM_TAG_ASK UINT64_MAX
 /* A full ring: how long a sender waits for the consumer before the packets
  * are lost. A patient sender (outside the receive path) gives up when the
  * tail stalled for SHM_STALL_NS, or after SHM_PATIENT_MAX_NS in all. The
@@ -91,10 +121,15 @@
 /* GONE: the peer closed the connection (exited): what it sent before is
  * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
  * read or sent. */
-enum peer_state { PEER_FREE, PEER_HANDSHAKE, PEER_UP, PEER_GONE, PEER_DEAD };
+enum peer_state { PEER_FREE, PEER_HANDSHAKE, PEER_UP, PEER_GONE, PEER_DEAD, PEER_RETIRING };
 
 struct shm_peer {
 	_Atomic int state;
+	_Atomic uint32_t gen;             /* the occupant's: moves on at retire */
+	uint32_t retire_at;               /* the retire_req that retired it */
+	bool retired_dead;                /* it was DEAD, not GONE (stats) */
+	bool mapped;                      /* region holds a peer's memfd, not parked */
+	_Atomic bool rx_drained;          /* GONE and its ring read to the end */
 	bool connector;                   /* we made the region (we are A) */
 	uint8_t gid[16];
 	uint8_t slot;                     /* its host registry slot (0: none) */
@@ -105,6 +140,7 @@ struct shm_peer {
 	uint8_t *tx_ring, *rx_ring;
 	/* producers of this process */
 	urvt_spinlock_t tx_lock __cacheline_aligned;
+	_Atomic uint32_t users;           /* senders inside (tx_enter) */
 	uint32_t tx_head;
 	uint32_t tx_tail_seen;            /* the tail at our last look: at most the
 					     real one, so room by it is room */
@@ -140,15 +176,17 @@ struct urvt_shm {
 	} wants[SHM_WANTS];
 	pthread_mutex_t peers_lock;
 	_Atomic uint32_t npeers;
+	uint32_t reuse_next;              /* where peer_new looks for a FREE slot */
+	_Atomic uint32_t retire_req;      /* peers_reap's last retire (peers_lock) */
+	_Atomic uint32_t retired_gone, retired_dead; /* stats of retired peers */
+	_Atomic uint32_t retire_ack __cacheline_aligned; /* the receive loop's */
+	uint32_t rx_acked;                /* rx_lock: the last retire_ack stored */
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
 	_Atomic uint32_t refused;
 	struct shm_peer peers[SHM_MAX_PEERS];
 };
 
 enum { WANT_FREE, WANT_ASKED, WANT_CONNECTING, WANT_FAILED };
-
-/* epoll's tag of ask_fd (NULL is the listener, the rest are peers) */
-static char ask_tag;
 
 static struct urvt_shm *shm_of(struct urvt_link *l)
 {
@@ -200,25 +238,89 @@ static bool doorbell_take(struct urvt_shm *s, int fd)
 /* ------------------------------------------------------------------ */
 /* Peers                                                              */
 /* ------------------------------------------------------------------ */
-/* A free slot (peers_lock held), or NULL when all have been used. */
+static void peers_reap(struct urvt_shm *s);
+
+/* A FREE slot for a new peer (peers_lock held), or NULL when all are taken.
+ * It is visible to the readers already: FREE, they skip it; the caller
+ * fills it in and then stores its state. A slot never used comes first;
+ * then the FREE ones in turn from where the last reuse was, so that reuses
+ * spread over the free slots and a slot's 8-bit gen (in the addresses)
+ * comes round again as late as can be. */
 static struct shm_peer *peer_new(struct urvt_shm *s)
 {
 	uint32_t n = atomic_load_explicit(&s->npeers, memory_order_relaxed);
-	struct shm_peer *p;
+	struct shm_peer *p = NULL;
 
-	if (n == SHM_MAX_PEERS)
-		return NULL;
-	p = &s->peers[n];
-	memset(p, 0, sizeof(*p));
+	if (n < SHM_MAX_PEERS) {
+		p = &s->peers[n];
+		memset(p, 0, sizeof(*p));
+		atomic_store(&p->gen, 1); /* never 0: a peer's epoll tag is not the listener's */
+		urvt_spin_init(&p->tx_lock);
+		atomic_store_explicit(&s->npeers, n + 1, memory_order_release);
+	} else {
+		peers_reap(s);
+		for (uint32_t k = 0; k < SHM_MAX_PEERS && !p; k++) {
+			struct shm_peer *c = &s->peers[(s->reuse_next + k) % SHM_MAX_PEERS];
+			if (atomic_load(&c->state) == PEER_FREE)
+				p = c;
+		}
+		if (!p)
+			return NULL;
+		s->reuse_next = (uint32_t)(p - s->peers) + 1;
+		/* the seqlock's writer: gen moved on (peers_reap) before the
+		 * fields change */
+		atomic_thread_fence(memory_order_release);
+		/* not state, gen, users or tx_lock: a stale sender may be at
+		 * its gate (tx_enter), and turns back there */
+		p->connector = false;
+		memset(p->gid, 0, 16);
+		p->slot = 0;
+		p->tx_stalled = false;
+		p->rx_caught_up = false;
+		atomic_store(&p->rx_drained, false);
+	}
 	p->sock = -1;
 	atomic_store(&p->doorbell, -1);
 	return p;
 }
 
-/* Make p visible to the lock-free readers (peers_lock held). */
-static void peer_publish(struct urvt_shm *s, struct shm_peer *p)
+/* Let go of a region: an anonymous mapping takes its range (a stale
+ * lock-free reader finds zeros there, never a hole: see the top). If that
+ * fails, the old mapping stays: a leak, not a fault. */
+static void region_park(struct shm_peer *p)
 {
-	atomic_store_explicit(&s->npeers, (uint32_t)(p - s->peers) + 1, memory_order_release);
+	if (!p->region || !p->mapped)
+		return;
+	if (mmap(p->region, sizeof(*p->region), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED)
+		p->mapped = false;
+}
+
+/* Map fd as p's region: at its slot's range if it has one (replacing the
+ * parked mapping), else anywhere. false: p->region is unchanged. */
+static bool region_place(struct shm_peer *p, int fd)
+{
+	void *r = mmap(p->region, sizeof(struct shm_region), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | (p->region ? MAP_FIXED : 0), fd, 0);
+
+	if (r == MAP_FAILED) {
+		if (p->region) {
+			/* a failed MAP_FIXED may have unmapped the range */
+			p->mapped = true;
+			region_park(p);
+		}
+		return false;
+	}
+	p->region = r;
+	p->mapped = true;
+	return true;
+}
+
+/* p's epoll tag: a stale event (the slot was reaped and reused since
+ * epoll_wait) names the old gen and is dropped. */
+static uint64_t peer_tag(struct urvt_shm *s, struct shm_peer *p)
+{
+	return (uint64_t)atomic_load(&p->gen) << 32 | (uint32_t)(p - s->peers);
 }
 
 /* Our ends of the two rings. The starting head of the ring we fill and
@@ -248,19 +350,66 @@ static bool peer_map_dirs(struct shm_peer *p)
 }
 
 /* The connection ends: to GONE (closed by the peer) or DEAD (it
- * misbehaved). Its memory stays mapped until close (a sender may be in it,
- * a GONE peer's last packets are still read). */
+ * misbehaved). Its memory stays mapped until peers_reap releases it (a
+ * sender may be in it, a GONE peer's last packets are still read). The
+ * progress thread and the receive loop may both end a peer: one CAS wins,
+ * and the fds are touched by the winner only, before the receive loop's
+ * next ack (the reaper closes them after it). */
 static void peer_end(struct urvt_shm *s, struct shm_peer *p, enum peer_state to)
 {
-	int was = atomic_load(&p->state);
+	int was = atomic_load(&p->state), now;
 
-	if (was == PEER_DEAD || (was == PEER_GONE && to == PEER_GONE))
-		return;
-	/* only an UP peer's ring was ever set up to be read */
-	atomic_store(&p->state, was == PEER_UP || was == PEER_GONE ? to : PEER_DEAD);
+	do {
+		if (was == PEER_DEAD || was == PEER_RETIRING || was == PEER_FREE ||
+		    (was == PEER_GONE && to == PEER_GONE))
+			return;
+		/* only an UP peer's ring was ever set up to be read */
+		now = was == PEER_UP || was == PEER_GONE ? (int)to : PEER_DEAD;
+	} while (!atomic_compare_exchange_weak(&p->state, &was, now));
 	if (was != PEER_GONE && p->sock >= 0) {
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->sock, NULL);
 		shutdown(p->sock, SHUT_RDWR);
+	}
+}
+
+/* Retire departed peers, release retired ones the receive loop and the
+ * senders are done with (peers_lock held; the rule is at the top). */
+static void peers_reap(struct urvt_shm *s)
+{
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_relaxed);
+	uint32_t req = atomic_load_explicit(&s->retire_req, memory_order_relaxed);
+	uint32_t ack = atomic_load_explicit(&s->retire_ack, memory_order_acquire);
+	bool retired = false;
+
+	for (uint32_t i = 0; i < npeers; i++) {
+		struct shm_peer *p = &s->peers[i];
+		int st = atomic_load(&p->state);
+
+		if (st == PEER_DEAD || (st == PEER_GONE && atomic_load(&p->rx_drained))) {
+			if (!atomic_compare_exchange_strong(&p->state, &st, PEER_RETIRING))
+				continue; /* the receive loop killed it: next time */
+			/* gen first: lookup's seqlock and stale epoll events see it */
+			atomic_store(&p->gen, atomic_load(&p->gen) + 1);
+			p->retire_at = req + 1;
+			p->retired_dead = st == PEER_DEAD;
+			atomic_fetch_add(p->retired_dead ? &s->retired_dead : &s->retired_gone, 1);
+			retired = true;
+		} else if (st == PEER_RETIRING && (int32_t)(ack - p->retire_at) >= 0 &&
+			   !atomic_load(&p->users)) {
+			if (p->sock >= 0)
+				close(p->sock); /* leaves the epoll set if still in */
+			p->sock = -1;
+			if (atomic_load(&p->doorbell) >= 0)
+				close(atomic_load(&p->doorbell));
+			atomic_store(&p->doorbell, -1);
+			region_park(p);
+			atomic_store_explicit(&p->state, PEER_FREE, memory_order_release);
+		}
+	}
+	if (retired) {
+		atomic_store_explicit(&s->retire_req, req + 1, memory_order_release);
+		/* the receive loop acks at its next batch: have it come by */
+		ring_doorbell(s->doorbell);
 	}
 }
 
@@ -332,8 +481,8 @@ static int recv_msg(int sock, struct shm_msg *m, int fds[2])
 }
 
 /* A region for a new connection: a sealed memfd (the peer can neither
- * shrink it under us nor grow it) mapped here. */
-static int region_create(struct shm_region **out)
+ * shrink it under us nor grow it) mapped as p's. */
+static int region_create(struct shm_peer *p)
 {
 	size_t len = sizeof(struct shm_region);
 	int fd = memfd_create("urvt-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -342,17 +491,13 @@ static int region_create(struct shm_region **out)
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)len) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		int e = -errno;
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ||
+	    !region_place(p, fd)) {
+		int e = errno ? -errno : -ENOMEM;
 		close(fd);
 		return e;
 	}
-	r = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (r == MAP_FAILED) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
+	r = p->region;
 	r->magic = SHM_MAGIC;
 	r->version = SHM_VERSION;
 	r->ring_bytes = SHM_RING_BYTES;
@@ -361,23 +506,20 @@ static int region_create(struct shm_region **out)
 	 * consumer drains and arms from then on */
 	atomic_store(&r->ctrl[0].need_wake, 1);
 	atomic_store(&r->ctrl[1].need_wake, 1);
-	*out = r;
 	return fd;
 }
 
-/* Map a region a peer sent: only a sealed memfd of exactly our size. */
-static struct shm_region *region_map(int fd)
+/* Map a region a peer sent as p's: only a sealed memfd of exactly our size. */
+static bool region_map(struct shm_peer *p, int fd)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 	struct stat st;
-	void *r;
 	int seals = fcntl(fd, F_GET_SEALS);
 
 	if (seals < 0 || (seals & need) != need || fstat(fd, &st) ||
 	    (size_t)st.st_size != sizeof(struct shm_region))
-		return NULL;
-	r = mmap(NULL, sizeof(struct shm_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	return r == MAP_FAILED ? NULL : r;
+		return false;
+	return region_place(p, fd);
 }
 
 static void msg_init(struct shm_msg *m, uint32_t type, const uint8_t from[16],
@@ -420,7 +562,7 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot,
 		ret = -EPERM;
 		goto err_sock;
 	}
-	rfd = region_create(&p->region);
+	rfd = region_create(p);
 	if (rfd < 0) {
 		ret = rfd;
 		goto err_sock;
@@ -442,17 +584,17 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot,
 		goto err_map;
 	/* UP before the progress thread can see the socket: the HELLO_ACK may
 	 * come at once, and shm_service kills a connection that is not UP */
+	ev.data.u64 = peer_tag(s, p);
 	atomic_store(&p->state, PEER_UP);
-	ev.data.ptr = p;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, p->sock, &ev)) {
+		/* senders may have seen it UP: peers_reap lets it go */
 		ret = -errno;
-		atomic_store(&p->state, PEER_FREE); /* never published */
-		goto err_map;
+		peer_kill(s, p);
+		return ret;
 	}
 	return 0;
 err_map:
-	munmap(p->region, sizeof(*p->region));
-	p->region = NULL;
+	region_park(p);
 err_sock:
 	close(p->sock);
 	p->sock = -1;
@@ -466,29 +608,42 @@ static uint8_t qpn_slot(uint32_t qpn)
 	return qpn == URVT_LINK_QPN_ANY ? 0 : (uint8_t)(qpn >> 16);
 }
 
-/* An UP peer that owns qpn of gid: the one in its slot, or a process
- * without a slot (it owns the whole GID). No lock: a published peer's gid
- * and slot are written before it is UP and never change after. */
-static struct shm_peer *peer_find(struct urvt_shm *s, const uint8_t gid[16], uint32_t qpn)
+/* resolve and lookup's answer for peer p of generation gen, whose slot
+ * (host registry) is pslot. */
+static int peer_addr(struct urvt_shm *s, struct shm_peer *p, uint32_t gen, uint8_t pslot,
+		     union urvt_link_addr *out)
+{
+	out->peer.family = URVT_LINK_AF_PEER;
+	out->peer.id = (uint16_t)((gen & 0xffu) << 8 | (uint32_t)(p - s->peers));
+	return pslot ? 0 : URVT_LINK_REACH_GID;
+}
+
+/* The address of an UP peer that owns qpn of gid (the one in its slot, or
+ * a process without a slot: it owns the whole GID), or -ENOENT. No lock: a
+ * peer's gid and slot are written before it is UP and change only when its
+ * slot is reused, after gen moved on: read between two looks at gen (a
+ * seqlock: the top). */
+static int peer_find(struct urvt_shm *s, const uint8_t gid[16], uint32_t qpn,
+		     union urvt_link_addr *out)
 {
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 	uint8_t slot = qpn_slot(qpn);
 
 	for (uint32_t i = 0; i < npeers; i++) {
 		struct shm_peer *p = &s->peers[i];
-		if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
-		    (p->slot == slot || !p->slot) && !memcmp(p->gid, gid, 16))
-			return p;
-	}
-	return NULL;
-}
+		uint32_t gen = atomic_load_explicit(&p->gen, memory_order_acquire);
+		uint8_t pslot;
+		bool match;
 
-/* resolve and lookup's answer for peer p. */
-static int peer_addr(struct urvt_shm *s, struct shm_peer *p, union urvt_link_addr *out)
-{
-	out->peer.family = URVT_LINK_AF_PEER;
-	out->peer.id = (uint16_t)(p - s->peers);
-	return p->slot ? 0 : URVT_LINK_REACH_GID;
+		if (atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
+			continue;
+		pslot = READ_ONCE(p->slot);
+		match = (pslot == slot || !pslot) && !memcmp(p->gid, gid, 16);
+		atomic_thread_fence(memory_order_acquire);
+		if (match && atomic_load_explicit(&p->gen, memory_order_relaxed) == gen)
+			return peer_addr(s, p, gen, pslot, out);
+	}
+	return -ENOENT;
 }
 
 /* (gid, slot) is this device: our GID, and our slot or any slot if we have
@@ -523,11 +678,10 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 		slots[nslots++] = s->slot;
 	slots[nslots++] = 0;
 	pthread_mutex_lock(&s->peers_lock);
-	p = peer_find(s, gid, qpn);
-	if (p) {
-		ret = peer_addr(s, p, out);
+	ret = peer_find(s, gid, qpn, out);
+	if (ret >= 0)
 		goto out;
-	}
+	ret = -ENOENT;
 	for (unsigned i = 0; i < nslots; i++) {
 		uint8_t slot = slots[i];
 		if (is_self(s, gid, slot)) {
@@ -542,14 +696,14 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 		}
 		ret = connect_peer(s, gid, slot, p);
 		if (!ret) {
-			peer_publish(s, p);
-			ret = peer_addr(s, p, out);
+			ret = peer_addr(s, p, atomic_load(&p->gen), p->slot, out);
 			break;
 		}
 		if (is_self(s, gid, slots[i]))
 			break;
 	}
 out:
+	peers_reap(s);
 	pthread_mutex_unlock(&s->peers_lock);
 	return ret;
 }
@@ -557,10 +711,7 @@ out:
 static int shm_lookup(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 		      union urvt_link_addr *out)
 {
-	struct urvt_shm *s = shm_of(l);
-	struct shm_peer *p = peer_find(s, gid, qpn);
-
-	return p ? peer_addr(s, p, out) : -ENOENT;
+	return peer_find(shm_of(l), gid, qpn, out);
 }
 
 /* Note (gid, the QPN's slot) for service to resolve, and ring it once. A
@@ -609,12 +760,12 @@ static void accept_peers(struct urvt_shm *s)
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
-		struct shm_peer *p;
+		struct shm_peer *p, *pf;
 
 		if (fd < 0)
 			return;
 		pthread_mutex_lock(&s->peers_lock);
-		p = peer_new(s);
+		p = pf = peer_new(s);
 		if (p) {
 			p->sock = fd;
 			if (!peer_is_us(p, s->uid)) {
@@ -623,15 +774,16 @@ static void accept_peers(struct urvt_shm *s)
 			}
 		}
 		if (p) {
-			ev.data.ptr = p;
+			ev.data.u64 = peer_tag(s, p);
 			if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev))
 				p = NULL;
 		}
 		if (p) {
 			atomic_store(&p->state, PEER_HANDSHAKE);
-			peer_publish(s, p);
 		} else {
 			close(fd);
+			if (pf)
+				pf->sock = -1; /* stays FREE */
 		}
 		pthread_mutex_unlock(&s->peers_lock);
 	}
@@ -642,14 +794,15 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 		       int fds[2], int nfds)
 {
 	struct shm_msg ack;
+	bool ok;
 
 	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16) ||
 	    m->to_slot != s->slot)
 		goto bad;
-	p->region = region_map(fds[0]);
+	ok = region_map(p, fds[0]);
 	close(fds[0]);
 	fds[0] = -1;
-	if (!p->region || memcmp(p->region->gid_a, m->from_gid, 16) ||
+	if (!ok || memcmp(p->region->gid_a, m->from_gid, 16) ||
 	    memcmp(p->region->gid_b, m->to_gid, 16) || p->region->slot_a != m->from_slot ||
 	    p->region->slot_b != m->to_slot)
 		goto bad;
@@ -732,18 +885,26 @@ static void shm_service(struct urvt_link *l)
 	int n = epoll_wait(s->epfd, ev, 16, 0);
 
 	for (int i = 0; i < n; i++) {
-		struct shm_peer *p = ev[i].data.ptr;
+		uint64_t tag = ev[i].data.u64;
+		uint32_t idx = (uint32_t)tag;
+		struct shm_peer *p;
 		struct shm_msg m;
 		int fds[2] = { -1, -1 }, nfds;
 
-		if (!p) {
+		if (tag == SHM_TAG_LISTEN) {
 			accept_peers(s);
 			continue;
 		}
-		if (ev[i].data.ptr == &ask_tag) {
+		if (tag == SHM_TAG_ASK) {
 			resolve_wanted(s);
 			continue;
 		}
+		/* an event of a slot's earlier occupant (reaped since): not
+		 * this one's (the slot's memory lasts: the read is safe) */
+		if (idx >= atomic_load(&s->npeers) ||
+		    atomic_load(&s->peers[idx].gen) != (uint32_t)(tag >> 32))
+			continue;
+		p = &s->peers[idx];
 		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
 			peer_end(s, p, PEER_GONE);
 			/* what it sent before it left is still read: look */
@@ -762,6 +923,12 @@ static void shm_service(struct urvt_link *l)
 				close(fds[k]);
 			peer_kill(s, p);
 		}
+	}
+	/* a resolve holding the lock reaps on its way out (and service may
+	 * run inside that resolve: test_hello_ack_before_resolve_returns) */
+	if (!pthread_mutex_trylock(&s->peers_lock)) {
+		peers_reap(s);
+		pthread_mutex_unlock(&s->peers_lock);
 	}
 }
 
@@ -978,47 +1145,69 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 	return n - sent;
 }
 
-/* The peer a packet goes to, if it is up (no lock: see the top). */
-static struct shm_peer *tx_peer_of(struct urvt_shm *s, const union urvt_link_addr *dst)
+/* Enter the peer a packet goes to, if it is up and the one dst names (no
+ * lock: the gate at the top); tx_leave once done with it, kick included. */
+static struct shm_peer *tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
-	struct shm_peer *p = dst->peer.id < npeers ? &s->peers[dst->peer.id] : NULL;
+	uint32_t idx = SHM_ID_IDX(dst->peer.id);
+	struct shm_peer *p;
 
-	return p && atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP ? p : NULL;
+	if (idx >= npeers)
+		return NULL;
+	p = &s->peers[idx];
+	atomic_fetch_add(&p->users, 1);
+	if (atomic_load(&p->state) == PEER_UP &&
+	    (atomic_load_explicit(&p->gen, memory_order_relaxed) & 0xffu) == SHM_ID_GEN(dst->peer.id))
+		return p;
+	atomic_fetch_sub_explicit(&p->users, 1, memory_order_release);
+	return NULL;
+}
+
+static void tx_leave(struct shm_peer *p)
+{
+	atomic_fetch_sub_explicit(&p->users, 1, memory_order_release);
 }
 
 static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *dst,
 			       uint32_t maxlen, bool patient)
 {
-	struct shm_peer *p = tx_peer_of(shm_of(l), dst);
+	struct shm_peer *p;
 
-	if (!p || maxlen > SHM_PKT_MAX)
+	if (maxlen > SHM_PKT_MAX)
+		return NULL;
+	p = tx_enter(shm_of(l), dst);
+	if (!p)
 		return NULL;
 	urvt_spin_lock(&p->tx_lock);
 	if (!tx_room_for(p, maxlen, patient)) {
 		urvt_spin_unlock(&p->tx_lock);
+		tx_leave(p);
 		return NULL;
 	}
 	return tx_head_rec(p)->data;
 }
 
-/* The peer is the one tx_reserve locked: its state may have changed since,
- * its slot has not (slots are never reused). */
+/* The peer is the one tx_reserve entered and locked: its state may have
+ * changed since, its slot cannot have been reused (users). */
 static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len)
 {
-	struct shm_peer *p = &shm_of(l)->peers[dst->peer.id];
+	struct shm_peer *p = &shm_of(l)->peers[SHM_ID_IDX(dst->peer.id)];
 
 	tx_end_rec(p, len);
 	tx_publish(p);
 	urvt_spin_unlock(&p->tx_lock);
+	tx_leave(p);
 }
 
 static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
 {
-	struct shm_peer *p = tx_peer_of(shm_of(l), dst);
+	struct shm_peer *p = tx_enter(shm_of(l), dst);
 
-	if (p)
+	if (p) {
 		tx_kick_peer(p);
+		tx_leave(p);
+	}
 }
 
 static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, unsigned n)
@@ -1038,8 +1227,13 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 			pk[j].fault = 0;
 			j++;
 		}
-		p = tx_peer_of(s, pk[i].dst);
-		lost += p ? tx_peer(p, pk + i, j - i) : j - i;
+		p = tx_enter(s, pk[i].dst);
+		if (p) {
+			lost += tx_peer(p, pk + i, j - i);
+			tx_leave(p);
+		} else {
+			lost += j - i;
+		}
 		i = j;
 	}
 	return lost;
@@ -1141,8 +1335,19 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
 {
 	struct urvt_shm *s = shm_of(l);
+	/* the reaper's request first (acquire: the RETIRING states stored
+	 * before it are seen below, so those peers are not touched) */
+	uint32_t req = atomic_load_explicit(&s->retire_req, memory_order_acquire);
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 	unsigned got = 0;
+	bool reap = false;
+
+	if (req != s->rx_acked) {
+		/* what the last batches handed out is done with */
+		s->rx_acked = req;
+		atomic_store_explicit(&s->retire_ack, req, memory_order_release);
+		reap = true;
+	}
 
 	/* SHM-C2: what the last batch handed out is done with: the producer may
 	 * reuse those bytes */
@@ -1162,12 +1367,26 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	for (uint32_t k = 0; k < npeers && got < max; k++) {
 		struct shm_peer *p = &s->peers[(s->rx_next + k) % npeers];
 		int st = atomic_load_explicit(&p->state, memory_order_acquire);
+		unsigned n;
+
 		if (st != PEER_UP && st != PEER_GONE)
 			continue;
-		got += rx_peer(s, p, rx + got, max - got);
+		n = rx_peer(s, p, rx + got, max - got);
+		got += n;
+		/* a peer killed here, or gone and read to the end: its slot
+		 * can be reaped (a departure's one system call, not a packet's) */
+		if (atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_DEAD)
+			reap = true;
+		else if (st == PEER_GONE && !n && p->rx_caught_up &&
+			 !atomic_load_explicit(&p->rx_drained, memory_order_relaxed)) {
+			atomic_store(&p->rx_drained, true);
+			reap = true;
+		}
 	}
 	if (npeers)
 		s->rx_next = (s->rx_next + 1) % npeers;
+	if (reap)
+		ring_doorbell(s->ask_fd); /* service runs peers_reap */
 	return (int)got;
 }
 
@@ -1222,7 +1441,7 @@ static void shm_close(struct urvt_link *l)
 			close(p->sock);
 		if (atomic_load(&p->doorbell) >= 0)
 			close(atomic_load(&p->doorbell));
-		if (p->region)
+		if (p->region) /* a peer's, or parked */
 			munmap(p->region, sizeof(*p->region));
 	}
 	urvt_close_in_child_del(&s->listen_fd);
@@ -1240,7 +1459,9 @@ void urvt_shm_get_stats(struct urvt_link *l, struct urvt_shm_stats *st)
 	struct urvt_shm *s = shm_of(l);
 	uint32_t npeers = atomic_load(&s->npeers);
 
-	*st = (struct urvt_shm_stats){ .refused = atomic_load(&s->refused) };
+	*st = (struct urvt_shm_stats){ .refused = atomic_load(&s->refused),
+				       .peers_gone = atomic_load(&s->retired_gone),
+				       .peers_dead = atomic_load(&s->retired_dead) };
 	for (uint32_t i = 0; i < npeers; i++) {
 		int state = atomic_load(&s->peers[i].state);
 		st->peers_up += state == PEER_UP;
@@ -1304,12 +1525,12 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 	}
 	/* our (GID, slot) name: not a forked child's to keep */
 	(void)urvt_close_in_child(&s->listen_fd);
-	ev.data.ptr = NULL; /* the listener */
+	ev.data.u64 = SHM_TAG_LISTEN;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev)) {
 		ret = -errno;
 		goto err;
 	}
-	ev.data.ptr = &ask_tag;
+	ev.data.u64 = SHM_TAG_ASK;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ask_fd, &ev)) {
 		ret = -errno;
 		goto err;
