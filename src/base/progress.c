@@ -178,6 +178,14 @@ static void rearm(struct urvt_progress *p)
 	}
 	if (want == p->armed_ns)
 		return;
+	/* Later than the timerfd's time, or no timer left: leave it set. It
+	 * fires early, run_timers finds nothing due and points it at the real
+	 * deadline. A retransmit timer is pushed back at every send and
+	 * deleted at every ACK: re-arming each time cost a timerfd_settime per
+	 * message (two per round trip of ib_send_lat -e) on the sender's path,
+	 * where an early firing costs one wake-up per timeout period. */
+	if (p->armed_ns && (!want || want > p->armed_ns))
+		return;
 	p->armed_ns = want;
 	if (want) {
 		its.it_value.tv_sec = (time_t)(want / 1000000000ull);
@@ -367,7 +375,11 @@ static void run_timers(struct urvt_progress *p)
 	pthread_mutex_lock(&p->lock);
 	run_heap(p, &p->strict, now);
 	run_heap(p, &p->poll, now);
-	p->armed_ns = 0; /* the timerfd fired or is stale: force a rearm */
+	/* past its time, the timerfd fired (or is about to): set it again.
+	 * Before, it is still set; every wake-up of this thread re-armed it,
+	 * a timerfd_settime each (two per round trip of ib_send_lat -e) */
+	if (p->armed_ns && now >= p->armed_ns)
+		p->armed_ns = 0;
 	rearm(p);
 	pthread_mutex_unlock(&p->lock);
 }

@@ -89,7 +89,8 @@ static int watch_add(struct urvt_net *net)
 		int ret;
 		if (!l || l->wake_fd < 0)
 			continue;
-		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, net);
+		net->wake[k] = (struct urvt_net_wake){ .net = net, .k = (unsigned)k };
+		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, &net->wake[k]);
 		if (ret) {
 			while (--k >= 0)
 				if (net->links[k] && net->links[k]->wake_fd >= 0)
@@ -153,22 +154,31 @@ static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 	pthread_mutex_unlock(&net->watch_lock);
 }
 
-static void net_rx_drain(struct urvt_net *net)
+static void net_rx_drain(struct urvt_net *net, bool all)
 {
 	pthread_mutex_lock(&net->rx_lock);
-	tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS, (uint64_t)urvt_net_rx_drain(net));
+	tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS,
+		 (uint64_t)urvt_net_rx_drain_links(net, all));
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
-/* Progress thread: a link's wake-up fd fired. */
+/*
+ * Progress thread: links[k]'s wake-up fd fired. A cheap_poll link's (the
+ * shared-memory rings) drains the cheap links only: asking the UDP socket
+ * as well cost a recvmmsg returning EAGAIN per wake-up, ahead of the rings
+ * (links[0] is read first), on the path of every shm message an
+ * event-driven application (-e) waits for. The socket's own fd fires when
+ * it has data (level-triggered), so nothing there waits.
+ */
 static void net_rx_cb(void *arg)
 {
-	struct urvt_net *net = arg;
+	struct urvt_net_wake *w = arg;
+	struct urvt_net *net = w->net;
 
 	for (int k = 0; k < URVT_LINKS; k++)
 		if (net->links[k] && net->links[k]->ops->ack_wake)
 			net->links[k]->ops->ack_wake(net->links[k]);
-	net_rx_drain(net);
+	net_rx_drain(net, !net->links[w->k]->cheap_poll);
 	/* armed again by net_sleep, when the thread stops spinning */
 }
 
@@ -230,7 +240,7 @@ static void watchdog_fn(struct urvt_timer *t)
 	if (give) {
 		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
 		rx_watch(net, URVT_CTR_RX_GIVE_WATCHDOG);
-		net_rx_drain(net);
+		net_rx_drain(net, true);
 	}
 }
 

@@ -92,11 +92,16 @@ int urvt_net_rx_batch(struct urvt_net *net)
 
 int urvt_net_rx_drain(struct urvt_net *net)
 {
+	return urvt_net_rx_drain_links(net, true);
+}
+
+int urvt_net_rx_drain_links(struct urvt_net *net, bool all)
+{
 	int got = 0;
 
 	/* bounded, so timers and work get their turn */
 	for (int i = 0; i < 64; i++) {
-		int n = urvt_net_rx_batch(net);
+		int n = urvt_net_rx_links(net, all, false);
 		got += n;
 		if (n < URVT_RX_BATCH)
 			break;

@@ -218,6 +218,10 @@ struct urvt_net {
 	uint32_t ud_qps;                  /* UD QPs (GSI included) that exist */
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching the link */
+	struct urvt_net_wake {            /* the progress thread's watch on links[k]'s wake_fd */
+		struct urvt_net *net;
+		unsigned k;
+	} wake[URVT_LINKS];
 	bool wd_armed;                    /* the watchdog is pending */
 	uint32_t wd_polls;                /* app_polls at the watchdog's last look */
 	uint64_t wd_period_ns;            /* the watchdog's next period (backs off) */
@@ -362,6 +366,8 @@ int urvt_net_rx_batch(struct urvt_net *net);
 int urvt_net_rx_links(struct urvt_net *net, bool all, bool app);
 /* Batches until the links are empty, at most 64; the datagrams read. */
 int urvt_net_rx_drain(struct urvt_net *net);
+/* The same, of all links or only the cheap_poll ones (urvt_net_rx_links). */
+int urvt_net_rx_drain_links(struct urvt_net *net, bool all);
 /* Any cheap_poll link has something waiting (no lock needed). */
 bool urvt_net_rx_pending(struct urvt_net *net);
 
