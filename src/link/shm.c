@@ -39,7 +39,8 @@
  * Slots are reused, so that a long-lived device keeps meeting new peers.
  * A slot's memory (struct shm_peer, its region's address range) lasts as
  * long as the link; what a departed peer held (socket, doorbell, the
- * region's pages) is let go by peers_reap (peers_lock held) in two steps:
+ * region's pages) is let go by shm_peers_reap (peers_lock held; the slots,
+ * regions and handshake messages are in link/shm_peer.c) in two steps:
  *   retire:  a DEAD peer, or a GONE one whose ring the receive loop found
  *            drained, goes RETIRING (a CAS: the receive loop may be killing
  *            it at the same time) and its gen moves on; then retire_req.
@@ -67,476 +68,7 @@
  * its address handle's route: lookup finds a connected peer without a
  * system call, resolve_later has the progress thread connect (service).
  */
-#include "link/shm.h"
-#include "link/shm_proto.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <sched.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include "base/compiler.h"
-#include "base/forkclose.h"
-#include "base/timer.h"
-#include "wire/hdr.h"
-
-#define SHM_MAX_PEERS 256
-/* A peer address: the slot in the low byte, its generation above. */
-#define SHM_ID_IDX(id) ((uint32_t)(id) & 0xffu)
-#define SHM_ID_GEN(id) ((uint32_t)(id) >> 8 & 0xffu)
-_Static_assert(SHM_MAX_PEERS == 256, "a slot index is one byte of a peer address");
-/* epoll's tags: the listener, ask_fd; a peer's is its gen << 32 | slot */
-#define SHM_TAG_LISTEN 0
-#define SHM_TAG_ASK UINT64_MAX
-/* A full ring: how long a sender waits for the consumer before the packets
- * are lost. A patient sender (outside the receive path) gives up when the
- * tail stalled for SHM_STALL_NS, or after SHM_PATIENT_MAX_NS in all. The
- * receive path (rx_lock held) gives up after SHM_FULL_WAIT_NS if the peer
- * may be waiting on us (its ring to us is full: each would wait for the
- * other), else when the tail stalled for SHM_RX_STALL_NS (longer than a
- * time slice or a kernel thread's burst, which a consumer may lose to
- * another thread on its CPU) or after SHM_RX_MAX_NS. */
-#define SHM_FULL_WAIT_NS 2000000
-#define SHM_RX_STALL_NS 20000000
-#define SHM_RX_MAX_NS 100000000
-#define SHM_STALL_NS 50000000
-#define SHM_PATIENT_MAX_NS 1000000000
-/* resolve_later: destinations asked for and not connected yet, and how
- * long one that could not be reached is not tried again (a UD peer on
- * another host costs the progress thread a failed connect per period). */
-#define SHM_WANTS 32
-#define SHM_RETRY_NS 1000000000
-
-/* GONE: the peer closed the connection (exited): what it sent before is
- * still read, nothing more goes to it. DEAD: it misbehaved: nothing is
- * read or sent. */
-enum peer_state { PEER_FREE, PEER_HANDSHAKE, PEER_UP, PEER_GONE, PEER_DEAD, PEER_RETIRING };
-
-struct shm_peer {
-	_Atomic int state;
-	_Atomic uint32_t gen;             /* the occupant's: moves on at retire */
-	uint32_t retire_at;               /* the retire_req that retired it */
-	bool retired_dead;                /* it was DEAD, not GONE (stats) */
-	bool mapped;                      /* region holds a peer's memfd, not parked */
-	_Atomic bool rx_drained;          /* GONE and its ring read to the end */
-	bool connector;                   /* we made the region (we are A) */
-	uint8_t gid[16];
-	uint8_t slot;                     /* its host registry slot (0: none) */
-	int sock;
-	_Atomic int doorbell;             /* the peer's eventfd, -1 until known */
-	struct shm_region *region;
-	struct shm_ctrl *tx_ctrl, *rx_ctrl;
-	uint8_t *tx_ring, *rx_ring;
-	/* producers of this process */
-	urvt_spinlock_t tx_lock __cacheline_aligned;
-	_Atomic uint32_t users;           /* senders inside (tx_enter) */
-	uint32_t tx_head;
-	uint32_t tx_tail_seen;            /* the tail at our last look: at most the
-					     real one, so room by it is room */
-	uint32_t tx_clear;                /* slots in [tx_head, tx_clear) have their
-					     mark cleared since the consumer freed
-					     them (tx_mark) */
-	uint32_t tx_rewind_look;          /* no rewind look before this head */
-	bool tx_stalled;                  /* the last wait for room timed out ... */
-	uint32_t tx_stalled_tail;         /* ... at this tail: no wait until it moves */
-	/* the consumer (rx_lock) */
-	uint32_t rx_tail __cacheline_aligned; /* consumed up to here */
-	uint32_t rx_released;             /* what tail says: packets up to rx_tail
-					     are in the caller's hands until the
-					     next recv_batch */
-	bool rx_caught_up;                /* the last look found no record */
-};
-
-struct urvt_shm {
-	struct urvt_link link;
-	int listen_fd;
-	int epfd;                         /* ctl_fd: the listener and every connection */
-	int doorbell;                     /* wake_fd: our eventfd, which peers write */
-	uid_t uid;
-	uint8_t slot;                     /* ours: the listener's name, the hellos */
-	bool to_self;                     /* our own GID resolves (URVT_PATH=shm) */
-	int ask_fd;                       /* resolve_later's doorbell to service */
-	urvt_spinlock_t wants_lock;
-	struct shm_want {
-		uint8_t gid[16];
-		uint8_t slot;
-		uint8_t state;            /* WANT_* */
-		uint64_t retry_ns;        /* WANT_FAILED: not tried before */
-	} wants[SHM_WANTS];
-	pthread_mutex_t peers_lock;
-	_Atomic uint32_t npeers;
-	uint32_t reuse_next;              /* where peer_new looks for a FREE slot */
-	_Atomic uint32_t retire_req;      /* peers_reap's last retire (peers_lock) */
-	_Atomic uint32_t retired_gone, retired_dead; /* stats of retired peers */
-	_Atomic uint32_t retire_ack __cacheline_aligned; /* the receive loop's */
-	uint32_t rx_acked;                /* rx_lock: the last retire_ack stored */
-	unsigned rx_next;                 /* round robin over peers (rx_lock) */
-	_Atomic uint32_t refused;
-	struct shm_peer peers[SHM_MAX_PEERS];
-};
-
-enum { WANT_FREE, WANT_ASKED, WANT_CONNECTING, WANT_FAILED };
-
-static struct urvt_shm *shm_of(struct urvt_link *l)
-{
-	return container_of(l, struct urvt_shm, link);
-}
-
-static bool peer_is_us(struct shm_peer *p, uid_t uid)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-
-	return !getsockopt(p->sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) && cr.uid == uid;
-}
-
-static void ring_doorbell(int fd)
-{
-	uint64_t one = 1;
-
-	if (fd >= 0)
-		(void)!write(fd, &one, sizeof(one));
-}
-
-/* A peer's doorbell, which our senders write: only an eventfd (a pipe
- * nobody reads or a file on a stalled filesystem would block them), made
- * non-blocking (the peer could have made it blocking and filled its
- * counter). It shares the file description with the peer, which could set
- * it blocking again: docs/shm.md "A hostile or broken peer". */
-static bool doorbell_take(struct urvt_shm *s, int fd)
-{
-	char path[40], link[32];
-	struct stat a, b;
-	ssize_t n;
-	int fl;
-
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n >= 0) {
-		link[n] = 0;
-		if (strcmp(link, "anon_inode:[eventfd]"))
-			return false;
-	} else if (fstat(fd, &a) || fstat(s->doorbell, &b) || a.st_dev != b.st_dev ||
-		   a.st_ino != b.st_ino) {
-		return false; /* no /proc: at least an anonymous inode like ours */
-	}
-	fl = fcntl(fd, F_GETFL);
-	return fl >= 0 && !fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* ------------------------------------------------------------------ */
-/* Peers                                                              */
-/* ------------------------------------------------------------------ */
-static void peers_reap(struct urvt_shm *s);
-
-/* A FREE slot for a new peer (peers_lock held), or NULL when all are taken.
- * It is visible to the readers already: FREE, they skip it; the caller
- * fills it in and then stores its state. A slot never used comes first;
- * then the FREE ones in turn from where the last reuse was, so that reuses
- * spread over the free slots and a slot's 8-bit gen (in the addresses)
- * comes round again as late as can be. */
-static struct shm_peer *peer_new(struct urvt_shm *s)
-{
-	uint32_t n = atomic_load_explicit(&s->npeers, memory_order_relaxed);
-	struct shm_peer *p = NULL;
-
-	if (n < SHM_MAX_PEERS) {
-		p = &s->peers[n];
-		memset(p, 0, sizeof(*p));
-		atomic_store(&p->gen, 1); /* never 0: a peer's epoll tag is not the listener's */
-		urvt_spin_init(&p->tx_lock);
-		atomic_store_explicit(&s->npeers, n + 1, memory_order_release);
-	} else {
-		peers_reap(s);
-		for (uint32_t k = 0; k < SHM_MAX_PEERS && !p; k++) {
-			struct shm_peer *c = &s->peers[(s->reuse_next + k) % SHM_MAX_PEERS];
-			if (atomic_load(&c->state) == PEER_FREE)
-				p = c;
-		}
-		if (!p)
-			return NULL;
-		s->reuse_next = (uint32_t)(p - s->peers) + 1;
-		/* the seqlock's writer: gen moved on (peers_reap) before the
-		 * fields change */
-		atomic_thread_fence(memory_order_release);
-		/* not state, gen, users or tx_lock: a stale sender may be at
-		 * its gate (tx_enter), and turns back there */
-		p->connector = false;
-		memset(p->gid, 0, 16);
-		p->slot = 0;
-		p->tx_stalled = false;
-		p->rx_caught_up = false;
-		atomic_store(&p->rx_drained, false);
-	}
-	p->sock = -1;
-	atomic_store(&p->doorbell, -1);
-	return p;
-}
-
-/* Let go of a region: an anonymous mapping takes its range (a stale
- * lock-free reader finds zeros there, never a hole: see the top). If that
- * fails, the old mapping stays: a leak, not a fault. */
-static void region_park(struct shm_peer *p)
-{
-	if (!p->region || !p->mapped)
-		return;
-	if (mmap(p->region, sizeof(*p->region), PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED)
-		p->mapped = false;
-}
-
-/* Map fd as p's region: at its slot's range if it has one (replacing the
- * parked mapping), else anywhere. false: p->region is unchanged. */
-static bool region_place(struct shm_peer *p, int fd)
-{
-	void *r = mmap(p->region, sizeof(struct shm_region), PROT_READ | PROT_WRITE,
-		       MAP_SHARED | (p->region ? MAP_FIXED : 0), fd, 0);
-
-	if (r == MAP_FAILED) {
-		if (p->region) {
-			/* a failed MAP_FIXED may have unmapped the range */
-			p->mapped = true;
-			region_park(p);
-		}
-		return false;
-	}
-	p->region = r;
-	p->mapped = true;
-	return true;
-}
-
-/* p's epoll tag: a stale event (the slot was reaped and reused since
- * epoll_wait) names the old gen and is dropped. */
-static uint64_t peer_tag(struct urvt_shm *s, struct shm_peer *p)
-{
-	return (uint64_t)atomic_load(&p->gen) << 32 | (uint32_t)(p - s->peers);
-}
-
-/* Our ends of the two rings. The starting head of the ring we fill and
- * tail of the ring we read come from the region; in a region the peer made
- * they must be those of a fresh connection: the ring we fill empty, both on
- * record boundaries (every later offset is one, so a WRAP header is never
- * written across the end of the mapping). false: refuse the region. */
-static bool peer_map_dirs(struct shm_peer *p)
-{
-	int tx = p->connector ? 0 : 1;
-	uint32_t head, tail;
-
-	p->tx_ctrl = &p->region->ctrl[tx];
-	p->rx_ctrl = &p->region->ctrl[!tx];
-	p->tx_ring = p->region->ring[tx];
-	p->rx_ring = p->region->ring[!tx];
-	/* each read once: the peer may be changing them */
-	head = atomic_load_explicit(&p->tx_ctrl->head, memory_order_relaxed);
-	tail = atomic_load_explicit(&p->tx_ctrl->tail, memory_order_relaxed);
-	p->tx_head = head;
-	p->tx_clear = head;
-	p->tx_tail_seen = tail;
-	p->tx_rewind_look = head;
-	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
-	p->rx_released = p->rx_tail;
-	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;
-}
-
-/* The connection ends: to GONE (closed by the peer) or DEAD (it
- * misbehaved). Its memory stays mapped until peers_reap releases it (a
- * sender may be in it, a GONE peer's last packets are still read). The
- * progress thread and the receive loop may both end a peer: one CAS wins,
- * and the fds are touched by the winner only, before the receive loop's
- * next ack (the reaper closes them after it). */
-static void peer_end(struct urvt_shm *s, struct shm_peer *p, enum peer_state to)
-{
-	int was = atomic_load(&p->state), now;
-
-	do {
-		if (was == PEER_DEAD || was == PEER_RETIRING || was == PEER_FREE ||
-		    (was == PEER_GONE && to == PEER_GONE))
-			return;
-		/* only an UP peer's ring was ever set up to be read */
-		now = was == PEER_UP || was == PEER_GONE ? (int)to : PEER_DEAD;
-	} while (!atomic_compare_exchange_weak(&p->state, &was, now));
-	if (was != PEER_GONE && p->sock >= 0) {
-		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->sock, NULL);
-		shutdown(p->sock, SHUT_RDWR);
-	}
-}
-
-/* Retire departed peers, release retired ones the receive loop and the
- * senders are done with (peers_lock held; the rule is at the top). */
-static void peers_reap(struct urvt_shm *s)
-{
-	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_relaxed);
-	uint32_t req = atomic_load_explicit(&s->retire_req, memory_order_relaxed);
-	uint32_t ack = atomic_load_explicit(&s->retire_ack, memory_order_acquire);
-	bool retired = false;
-
-	for (uint32_t i = 0; i < npeers; i++) {
-		struct shm_peer *p = &s->peers[i];
-		int st = atomic_load(&p->state);
-
-		if (st == PEER_DEAD || (st == PEER_GONE && atomic_load(&p->rx_drained))) {
-			if (!atomic_compare_exchange_strong(&p->state, &st, PEER_RETIRING))
-				continue; /* the receive loop killed it: next time */
-			/* gen first: lookup's seqlock and stale epoll events see it */
-			atomic_store(&p->gen, atomic_load(&p->gen) + 1);
-			p->retire_at = req + 1;
-			p->retired_dead = st == PEER_DEAD;
-			atomic_fetch_add(p->retired_dead ? &s->retired_dead : &s->retired_gone, 1);
-			retired = true;
-		} else if (st == PEER_RETIRING && (int32_t)(ack - p->retire_at) >= 0 &&
-			   !atomic_load(&p->users)) {
-			if (p->sock >= 0)
-				close(p->sock); /* leaves the epoll set if still in */
-			p->sock = -1;
-			if (atomic_load(&p->doorbell) >= 0)
-				close(atomic_load(&p->doorbell));
-			atomic_store(&p->doorbell, -1);
-			region_park(p);
-			atomic_store_explicit(&p->state, PEER_FREE, memory_order_release);
-		}
-	}
-	if (retired) {
-		atomic_store_explicit(&s->retire_req, req + 1, memory_order_release);
-		/* the receive loop acks at its next batch: have it come by */
-		ring_doorbell(s->doorbell);
-	}
-}
-
-static void peer_kill(struct urvt_shm *s, struct shm_peer *p)
-{
-	peer_end(s, p, PEER_DEAD);
-}
-
-static int send_msg(int sock, const struct shm_msg *m, const int *fds, int nfds)
-{
-	struct iovec iov = { .iov_base = (void *)m, .iov_len = sizeof(*m) };
-	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (nfds) {
-		struct cmsghdr *c;
-		memset(&ctl, 0, sizeof(ctl)); /* the padding goes to the kernel too */
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-	}
-	return sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*m) ? 0 : -EIO;
-}
-
-/* One message and up to two fds; fds beyond that are closed. Returns the
- * number of fds (>= 0), or -1 on EOF, error or a malformed message. */
-static int recv_msg(int sock, struct shm_msg *m, int fds[2])
-{
-	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
-	ssize_t r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	int n = 0;
-
-	if (r <= 0)
-		return -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (n < 2)
-				fds[n++] = fd;
-			else
-				close(fd);
-		}
-	}
-	if (r != (ssize_t)sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    m->magic != SHM_MAGIC || m->version != SHM_VERSION || m->ring_bytes != SHM_RING_BYTES ||
-	    m->pkt_max != SHM_PKT_MAX || m->region_bytes != sizeof(struct shm_region)) {
-		for (int i = 0; i < n; i++)
-			close(fds[i]);
-		return -1;
-	}
-	return n;
-}
-
-/* A region for a new connection: a sealed memfd (the peer can neither
- * shrink it under us nor grow it) mapped as p's. */
-static int region_create(struct shm_peer *p)
-{
-	size_t len = sizeof(struct shm_region);
-	int fd = memfd_create("urvt-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	struct shm_region *r;
-
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)len) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ||
-	    !region_place(p, fd)) {
-		int e = errno ? -errno : -ENOMEM;
-		close(fd);
-		return e;
-	}
-	r = p->region;
-	r->magic = SHM_MAGIC;
-	r->version = SHM_VERSION;
-	r->ring_bytes = SHM_RING_BYTES;
-	r->pkt_max = SHM_PKT_MAX;
-	/* both consumers start asleep: the first packet each way rings, the
-	 * consumer drains and arms from then on */
-	atomic_store(&r->ctrl[0].need_wake, 1);
-	atomic_store(&r->ctrl[1].need_wake, 1);
-	return fd;
-}
-
-/* Map a region a peer sent as p's: only a sealed memfd of exactly our size. */
-static bool region_map(struct shm_peer *p, int fd)
-{
-	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-	struct stat st;
-	int seals = fcntl(fd, F_GET_SEALS);
-
-	if (seals < 0 || (seals & need) != need || fstat(fd, &st) ||
-	    (size_t)st.st_size != sizeof(struct shm_region))
-		return false;
-	return region_place(p, fd);
-}
-
-static void msg_init(struct shm_msg *m, uint32_t type, const uint8_t from[16],
-		     uint8_t from_slot, const uint8_t to[16], uint8_t to_slot)
-{
-	memset(m, 0, sizeof(*m)); /* the holes too: they leave the process */
-	m->magic = SHM_MAGIC;
-	m->version = SHM_VERSION;
-	m->type = type;
-	m->ring_bytes = SHM_RING_BYTES;
-	m->pkt_max = SHM_PKT_MAX;
-	m->region_bytes = sizeof(struct shm_region);
-	memcpy(m->from_gid, from, 16);
-	memcpy(m->to_gid, to, 16);
-	m->from_slot = from_slot;
-	m->to_slot = to_slot;
-}
+#include "link/shm_priv.h"
 
 /* ------------------------------------------------------------------ */
 /* resolve: connect to the device with this GID and slot if it is here */
@@ -562,7 +94,7 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot,
 		ret = -EPERM;
 		goto err_sock;
 	}
-	rfd = region_create(p);
+	rfd = shm_region_create(p);
 	if (rfd < 0) {
 		ret = rfd;
 		goto err_sock;
@@ -574,27 +106,27 @@ static int connect_peer(struct urvt_shm *s, const uint8_t gid[16], uint8_t slot,
 	p->connector = true;
 	memcpy(p->gid, gid, 16);
 	p->slot = slot;
-	(void)peer_map_dirs(p); /* our own fresh region */
-	msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, s->slot, gid, slot);
+	(void)shm_peer_map_dirs(p); /* our own fresh region */
+	shm_msg_init(&m, SHM_MSG_HELLO, p->region->gid_a, s->slot, gid, slot);
 	fds[0] = rfd;
 	fds[1] = s->doorbell;
-	ret = send_msg(p->sock, &m, fds, 2);
+	ret = shm_send_msg(p->sock, &m, fds, 2);
 	close(rfd);
 	if (ret)
 		goto err_map;
 	/* UP before the progress thread can see the socket: the HELLO_ACK may
 	 * come at once, and shm_service kills a connection that is not UP */
-	ev.data.u64 = peer_tag(s, p);
+	ev.data.u64 = shm_peer_tag(s, p);
 	atomic_store(&p->state, PEER_UP);
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, p->sock, &ev)) {
 		/* senders may have seen it UP: peers_reap lets it go */
 		ret = -errno;
-		peer_kill(s, p);
+		shm_peer_kill(s, p);
 		return ret;
 	}
 	return 0;
 err_map:
-	region_park(p);
+	shm_region_park(p);
 err_sock:
 	close(p->sock);
 	p->sock = -1;
@@ -689,7 +221,7 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 				break; /* the in-process path */
 			slot = s->slot;
 		}
-		p = peer_new(s);
+		p = shm_peer_new(s);
 		if (!p) {
 			ret = -ENOSPC;
 			break;
@@ -703,7 +235,7 @@ static int shm_resolve(struct urvt_link *l, const uint8_t gid[16], uint32_t qpn,
 			break;
 	}
 out:
-	peers_reap(s);
+	shm_peers_reap(s);
 	pthread_mutex_unlock(&s->peers_lock);
 	return ret;
 }
@@ -765,7 +297,7 @@ static void accept_peers(struct urvt_shm *s)
 		if (fd < 0)
 			return;
 		pthread_mutex_lock(&s->peers_lock);
-		p = pf = peer_new(s);
+		p = pf = shm_peer_new(s);
 		if (p) {
 			p->sock = fd;
 			if (!peer_is_us(p, s->uid)) {
@@ -774,7 +306,7 @@ static void accept_peers(struct urvt_shm *s)
 			}
 		}
 		if (p) {
-			ev.data.u64 = peer_tag(s, p);
+			ev.data.u64 = shm_peer_tag(s, p);
 			if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev))
 				p = NULL;
 		}
@@ -799,7 +331,7 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16) ||
 	    m->to_slot != s->slot)
 		goto bad;
-	ok = region_map(p, fds[0]);
+	ok = shm_region_map(p, fds[0]);
 	close(fds[0]);
 	fds[0] = -1;
 	if (!ok || memcmp(p->region->gid_a, m->from_gid, 16) ||
@@ -809,12 +341,12 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 	memcpy(p->gid, m->from_gid, 16);
 	p->slot = m->from_slot;
 	p->connector = false;
-	if (!peer_map_dirs(p) || !doorbell_take(s, fds[1]))
+	if (!shm_peer_map_dirs(p) || !doorbell_take(s, fds[1]))
 		goto bad;
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
-	msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->to_slot, m->from_gid, m->from_slot);
-	if (send_msg(p->sock, &ack, &s->doorbell, 1))
+	shm_msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->to_slot, m->from_gid, m->from_slot);
+	if (shm_send_msg(p->sock, &ack, &s->doorbell, 1))
 		goto bad;
 	atomic_store(&p->state, PEER_UP);
 	/* packets may be in the ring already: look at it */
@@ -825,7 +357,7 @@ bad:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	atomic_fetch_add(&s->refused, 1);
-	peer_kill(s, p);
+	shm_peer_kill(s, p);
 }
 
 /* A's side: B's doorbell. A packet sent before it came may wait for it. */
@@ -838,7 +370,7 @@ static void peer_hello_ack(struct urvt_shm *s, struct shm_peer *p, const struct 
 	    !doorbell_take(s, fds[0])) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		peer_kill(s, p);
+		shm_peer_kill(s, p);
 		return;
 	}
 	atomic_store(&p->doorbell, fds[0]);
@@ -906,14 +438,14 @@ static void shm_service(struct urvt_link *l)
 			continue;
 		p = &s->peers[idx];
 		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
-			peer_end(s, p, PEER_GONE);
+			shm_peer_end(s, p, PEER_GONE);
 			/* what it sent before it left is still read: look */
 			ring_doorbell(s->doorbell);
 			continue;
 		}
-		nfds = recv_msg(p->sock, &m, fds);
+		nfds = shm_recv_msg(p->sock, &m, fds);
 		if (nfds < 0)
-			peer_kill(s, p);
+			shm_peer_kill(s, p);
 		else if (atomic_load(&p->state) == PEER_HANDSHAKE)
 			peer_hello(s, p, &m, fds, nfds);
 		else if (atomic_load(&p->state) == PEER_UP && p->connector)
@@ -921,13 +453,13 @@ static void shm_service(struct urvt_link *l)
 		else {
 			for (int k = 0; k < nfds; k++)
 				close(fds[k]);
-			peer_kill(s, p);
+			shm_peer_kill(s, p);
 		}
 	}
 	/* a resolve holding the lock reaps on its way out (and service may
 	 * run inside that resolve: test_hello_ack_before_resolve_returns) */
 	if (!pthread_mutex_trylock(&s->peers_lock)) {
-		peers_reap(s);
+		shm_peers_reap(s);
 		pthread_mutex_unlock(&s->peers_lock);
 	}
 }
@@ -1294,7 +826,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 
 		if (!rx_marked(p, tail)) {
 			if (!got && rx_head_broken(p, tail))
-				peer_kill(s, p);
+				shm_peer_kill(s, p);
 			caught_up = true;
 			break;
 		}
@@ -1303,7 +835,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 			/* at 0 it would skip a whole ring: no producer needs
 			 * that, and a run of them would keep us here */
 			if (!off) {
-				peer_kill(s, p);
+				shm_peer_kill(s, p);
 				break;
 			}
 			tail += SHM_RING_BYTES - off;
@@ -1312,7 +844,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		need = len && len <= SHM_PKT_MAX ? shm_rec_bytes(len) : 0;
 		if (!need || need > SHM_RING_BYTES - off) {
 			/* a record we cannot delimit: nothing after it can be trusted */
-			peer_kill(s, p);
+			shm_peer_kill(s, p);
 			break;
 		}
 		r = &rx[got];
