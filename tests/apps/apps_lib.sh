@@ -51,3 +51,19 @@ check_gid() {
 	echo "urvt $1: $l"
 	case " $l " in *" $3 "*) ;; *) bad "$1's device is not $3's identity: $l" ;; esac
 }
+
+# tgt_setup IQN LUN_FILE INITIATOR: with the caller's adm() (tgtadm on its
+# tgtd's control socket, --lld iser), wait up to 10 s for tgtd, then make
+# target 1, IQN, with LUN 1 on LUN_FILE, bound to every address and to the
+# initiator's name (tgt 1.0.85's iSER login needs both: docs/ecosystem.md,
+# the tgtd section). Fails if tgtadm does.
+tgt_setup() {
+	i=0
+	until adm --mode target --op show >/dev/null 2>&1 || [ $i -ge 100 ]; do
+		sleep 0.1; i=$((i + 1))
+	done
+	adm --mode target --op new --tid 1 --targetname "$1" &&
+		adm --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$2" &&
+		adm --mode target --op bind --tid 1 --initiator-address ALL &&
+		adm --mode target --op bind --tid 1 --initiator-name "$3"
+}

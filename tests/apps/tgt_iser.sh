@@ -42,14 +42,7 @@ adm() { timeout 10 tgtadm -C $ctl --lld iser "$@"; }
 URVT_STATS_FILE=$out/stats.tgtd timeout -k 5 "$tmo" "$run" \
 	tgtd -f -d 1 -C $ctl --iscsi portal=127.0.0.1:3260 >"$out/tgtd.log" 2>&1 &
 tpid=$!
-i=0
-until adm --mode target --op show >/dev/null 2>&1 || [ $i -ge 50 ]; do
-	sleep 0.1; i=$((i + 1))
-done
-if ! { adm --mode target --op new --tid 1 --targetname "$iqn" &&
-	adm --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$out/lun.img" &&
-	adm --mode target --op bind --tid 1 --initiator-address ALL &&
-	adm --mode target --op bind --tid 1 --initiator-name "$ini"; }; then
+if ! tgt_setup "$iqn" "$out/lun.img" "$ini"; then
 	bad "tgtadm could not set up the iSER target"
 	# the rdma_cm port space is the host's: another iSER target has 3260
 	grep "driver iser is in state" "$out/tgtd.log" | head -1

@@ -32,8 +32,6 @@
 set -u
 slot=${1:-23}
 here=$(cd "$(dirname "$0")" && pwd)
-run=${URVT_RUN:-$here/../../build/bin/urvt-run}
-stat=${URVT_STAT:-$(dirname "$run")/urvt-stat}
 rxevm=${RXEVM_DIR:-$here/../../../shared/rxe-vm}
 export RXEVM_NS=${RXEVM_NS:-urvtkiser} RXEVM_BR=${RXEVM_BR:-urvtkibr0}
 export RXEVM_NET=${RXEVM_NET:-10.79.0}
@@ -45,8 +43,9 @@ portal=$uaddr:3260
 ctl=$((6100 + slot))
 iqn=iqn.2026-01.org.urvt:kiser$slot ini=iqn.2026-01.org.urvt:kiser$slot.vm
 cache=${KISER_CACHE:-/var/tmp/urvt-open-iscsi}
-out=$(mktemp -d)
-booted='' tpid='' fail=0
+# run, stat, out (a scratch directory), fail, bad, tgt_setup
+. "$here/apps_lib.sh"
+booted='' tpid=''
 
 if [ "$(id -u)" != 0 ] || [ ! -x "$rxevm/run-in" ]; then
 	echo "SKIP: needs root and the rxe-vm harness at $rxevm"
@@ -57,7 +56,6 @@ for p in tgtd tgtadm; do
 done
 
 vm() { "$rxevm/run-in" "$@"; }
-bad() { echo "FAIL: $*"; fail=1; }
 
 cleanup() {
 	if [ -z "$booted" ] && [ -n "${vm_ok:-}" ]; then
@@ -74,11 +72,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-vm_up() {
-	[ -S "$RXEVM_RUN/vm1.agent.sock" ] && [ -f "$RXEVM_RUN/vm1.pid" ] &&
-		kill -0 "$(cat "$RXEVM_RUN/vm1.pid")" 2>/dev/null &&
-		ip netns list | awk '{print $1}' | grep -qx "$uns"
-}
+. "$here/../lib/rxevm.sh"
+vm_up() { rxevm_up "$uns"; }
 
 # open-iscsi's user space for the image: sets iscsi_bins, iscsi_libdir
 find_open_iscsi() {
@@ -142,16 +137,7 @@ ip netns exec "$uns" env URVT_NETDEV=eth0 URVT_STATS_FILE="$out/stats.tgtd" \
 	timeout -k 5 300 "$run" tgtd -f -d 1 -C $ctl --iscsi portal=$portal >"$out/tgtd.log" 2>&1 &
 tpid=$!
 adm() { timeout 10 ip netns exec "$uns" tgtadm -C $ctl --lld iser "$@"; }
-i=0
-until adm --mode target --op show >/dev/null 2>&1 || [ $i -ge 100 ]; do
-	sleep 0.1; i=$((i + 1))
-done
-# tgt 1.0.85's iSER login needs the initiator's name bound as well as its
-# address (docs/ecosystem.md, the tgtd section)
-if ! { adm --mode target --op new --tid 1 --targetname "$iqn" &&
-	adm --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$lun" &&
-	adm --mode target --op bind --tid 1 --initiator-address ALL &&
-	adm --mode target --op bind --tid 1 --initiator-name "$ini"; }; then
+if ! tgt_setup "$iqn" "$lun" "$ini"; then
 	tail -5 "$out/tgtd.log"
 	echo "FAIL: tgtadm could not set up the iSER target"
 	exit 1
@@ -233,9 +219,8 @@ echo "--- tgtd"
 grep -E "login|established|closing|non-login|rror" "$out/tgtd.log" | grep -v Flushed | tail -8
 if [ -s "$out/stats.tgtd" ]; then
 	"$stat" -a "$out/stats.tgtd" | head -1
-	c() { "$stat" -a "$out/stats.tgtd" | awk -v c="$1" '/^  qp /{exit} $1 == c {print $2; exit}'; }
 	for k in tx_packets tx_bytes rx_packets rx_bytes tx_errors retransmits retry_exceeded sequence_errors; do
-		eval "s_$k=\$(c $k)"
+		eval "s_$k=\$(counter \"\$out/stats.tgtd\" $k)"
 		eval "echo \"urvt tgtd: $k \${s_$k:-?}\""
 	done
 	# the host's MiB and the VM's MiB read back went out as RDMA WRITEs

@@ -50,12 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# up: its qemu alive (a VM that died leaves its socket and namespace behind)
-vm_up() {
-	[ -S "$RXEVM_RUN/vm1.agent.sock" ] && [ -f "$RXEVM_RUN/vm1.pid" ] &&
-		kill -0 "$(cat "$RXEVM_RUN/vm1.pid")" 2>/dev/null &&
-		ip netns list | awk '{print $1}' | grep -qx "$uns"
-}
+. "$here/../lib/rxevm.sh"
+vm_up() { rxevm_up "$uns"; }
 if ! vm_up; then
 	if [ "${RXEVM_BOOT:-0}" != 1 ]; then
 		echo "SKIP: no rxe VM up at $RXEVM_RUN (RXEVM_BOOT=1 boots one)"
