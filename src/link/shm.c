@@ -1051,7 +1051,21 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 		goto err;
 	}
 	len = shm_sock_name_slot(&sun, s->uid, gid->s6_addr, slot);
-	if (bind(s->listen_fd, (struct sockaddr *)&sun, len) || listen(s->listen_fd, 64)) {
+	/* The name is our registry slot's; its previous owner is gone, but a
+	 * child of it may hold the socket a moment longer (forked before it
+	 * closes it, or spawned and not yet exec'd): a busy name is tried
+	 * again for up to SHM_BIND_WAIT_NS. Once in five full test runs a
+	 * fresh process met it busy. */
+	for (uint64_t end = urvt_now_ns() + SHM_BIND_WAIT_NS;;) {
+		if (!bind(s->listen_fd, (struct sockaddr *)&sun, len))
+			break;
+		if (errno != EADDRINUSE || urvt_now_ns() >= end) {
+			ret = -errno;
+			goto err;
+		}
+		usleep(5000);
+	}
+	if (listen(s->listen_fd, 64)) {
 		ret = -errno;
 		goto err;
 	}

@@ -54,6 +54,8 @@ _Static_assert(SHM_MAX_PEERS == 256, "a slot index is one byte of a peer address
 /* resolve_later: destinations asked for and not connected yet, and how
  * long one that could not be reached is not tried again (a UD peer on
  * another host costs the progress thread a failed connect per period). */
+/* How long a device open waits for its (GID, slot) name to come free. */
+#define SHM_BIND_WAIT_NS 250000000ull
 #define SHM_WANTS 32
 #define SHM_RETRY_NS 1000000000
 
