@@ -89,7 +89,6 @@ static int watch_add(struct urvt_net *net)
 		int ret;
 		if (!l || l->wake_fd < 0)
 			continue;
-		net->wake[k] = (struct urvt_net_wake){ .net = net, .k = (unsigned)k };
 		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, &net->wake[k]);
 		if (ret) {
 			while (--k >= 0)
@@ -591,6 +590,9 @@ int urvt_net_watch_start(struct urvt_net *net)
 	net->quiet_cyc = urvt_cycles_from_ns(APP_QUIET_NS);
 	net->ask_gap_cyc = urvt_cycles_from_ns(APP_ASK_GAP_NS);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
+	/* what each link's wake-up callback is told (watch_add) */
+	for (int k = 0; k < URVT_LINKS; k++)
+		net->wake[k] = (struct urvt_net_wake){ .net = net, .k = (unsigned)k };
 	/* control fds are watched always, whoever receives */
 	for (int k = 0; k < URVT_LINKS; k++) {
 		struct urvt_link *l = net->links[k];
