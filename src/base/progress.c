@@ -309,6 +309,12 @@ void urvt_progress_cancel_work_sync(struct urvt_progress *p, struct urvt_work *w
 
 int urvt_progress_add_fd(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg)
 {
+	return urvt_progress_add_fd_flags(p, fd, cb, arg, 0);
+}
+
+int urvt_progress_add_fd_flags(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg,
+			       uint32_t flags)
+{
 	struct epoll_event ev = { .events = EPOLLIN };
 	int slot = -1, ret;
 
@@ -325,7 +331,14 @@ int urvt_progress_add_fd(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *a
 	}
 	p->fds[slot] = (struct fd_watch){ .fd = fd, .cb = cb, .arg = arg };
 	ev.data.u32 = (uint32_t)slot + 2;
+	if (flags & URVT_FD_EXCLUSIVE)
+		ev.events |= EPOLLEXCLUSIVE;
 	ret = epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+	/* an epoll instance cannot be watched exclusively */
+	if (ret == -EINVAL && (flags & URVT_FD_EXCLUSIVE)) {
+		ev.events = EPOLLIN;
+		ret = epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+	}
 	if (ret)
 		p->fds[slot].cb = NULL;
 	pthread_mutex_unlock(&p->lock);

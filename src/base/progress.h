@@ -27,6 +27,14 @@ void urvt_progress_cancel_work_sync(struct urvt_progress *p, struct urvt_work *w
 typedef void (*urvt_fd_cb)(void *arg);
 int urvt_progress_add_fd(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg);
 int urvt_progress_del_fd(struct urvt_progress *p, int fd);
+/* As urvt_progress_add_fd; URVT_FD_EXCLUSIVE: an exclusive watch
+ * (EPOLLEXCLUSIVE), so that a thread sleeping in an exclusive watch of
+ * its own that was added earlier takes the wake-up instead (poll.c
+ * urvt_net_wait_event). Falls back to a plain watch where the kernel has
+ * none (fd is an epoll instance). */
+#define URVT_FD_EXCLUSIVE 1u
+int urvt_progress_add_fd_flags(struct urvt_progress *p, int fd, urvt_fd_cb cb, void *arg,
+			       uint32_t flags);
 
 /* True when called on the progress thread itself. */
 int urvt_progress_on_thread(struct urvt_progress *p);

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -33,6 +34,9 @@ struct urvt_evq {
 	int efd;                          /* read end, handed to the application */
 	int wfd;                          /* write end, O_NONBLOCK */
 	int drain_fd;                     /* read end again, O_NONBLOCK, ours */
+	int wait_fd;                      /* the transport's, for wait_event; -1: none yet */
+	_Atomic bool wait_busy;           /* a thread waits through wait_event */
+	uint32_t own_bytes;               /* bytes the waiter kept for itself (under lock) */
 	uint32_t head, tail;
 	struct evrec rec[EVQ_SIZE];
 };
@@ -54,6 +58,7 @@ static struct urvt_evq *evq_create(int *err)
 	}
 	q->efd = fds[0];
 	q->wfd = fds[1];
+	q->wait_fd = -1;
 	fcntl(q->wfd, F_SETFL, fcntl(q->wfd, F_GETFL) | O_NONBLOCK);
 	/* A second open file description of the read end: its O_NONBLOCK is
 	 * ours, whatever the application sets on efd. */
@@ -69,9 +74,15 @@ static void evq_destroy(struct urvt_evq *q)
 	close(q->wfd);
 	if (q->drain_fd >= 0)
 		close(q->drain_fd);
+	if (q->wait_fd >= 0)
+		close(q->wait_fd);
 	pthread_mutex_destroy(&q->lock);
 	free(q);
 }
+
+/* The queue this thread waits on in evq_take_byte: what it pushes there
+ * itself (it received while it waited) skips the pipe. */
+static _Thread_local struct urvt_evq *tls_waiting_q;
 
 static bool evq_push(struct urvt_evq *q, enum ibv_event_type type, void *obj)
 {
@@ -84,26 +95,105 @@ static bool evq_push(struct urvt_evq *q, enum ibv_event_type type, void *obj)
 	}
 	q->rec[q->head++ % EVQ_SIZE] = (struct evrec){ .type = type, .obj = obj };
 	/* under the lock: bytes and records move together */
-	if (write(q->wfd, &one, 1) != 1) {
+	if (tls_waiting_q == q)
+		q->own_bytes++;
+	else if (write(q->wfd, &one, 1) != 1) {
 		/* cannot happen: the pipe holds more bytes than EVQ_SIZE */
 	}
 	pthread_mutex_unlock(&q->lock);
 	return true;
 }
 
+static bool evq_has_record(struct urvt_evq *q)
+{
+	bool r;
+
+	pthread_mutex_lock(&q->lock);
+	r = q->head != q->tail;
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+/* A byte the waiter kept for itself, if any. */
+static bool evq_take_own(struct urvt_evq *q, bool all_to_pipe)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->own_bytes && !all_to_pipe) {
+		q->own_bytes--;
+		got = true;
+	}
+	/* leaving: the rest go to the pipe, where poll() sees them */
+	for (; all_to_pipe && q->own_bytes; q->own_bytes--) {
+		char one = 1;
+		if (write(q->wfd, &one, 1) != 1)
+			break; /* cannot happen, as in evq_push */
+	}
+	pthread_mutex_unlock(&q->lock);
+	return got;
+}
+
 /*
- * Take the next record: one byte (blocking unless the application set
- * O_NONBLOCK) then one record. A byte whose record was removed by a destroy
- * meanwhile finds the queue empty: wait for the next one.
+ * One byte of the pipe, blocking unless the application set O_NONBLOCK.
+ * On a completion channel (rdi given) that is empty and may block, the
+ * transport receives in this thread while it waits (transport.h
+ * wait_event): the byte is then there without a second thread's wake-up.
+ * One thread at a time (wait_busy): the wait state is the channel's.
  */
-static int evq_pop(struct urvt_evq *q, struct evrec *out, void (*count)(const struct evrec *))
+static int evq_take_byte(struct urvt_evq *q, struct rvt_dev_info *rdi)
+{
+	const struct urvt_transport_ops *t = rdi ? rdi->transport : NULL;
+	char b;
+
+	if (t && t->wait_event && q->drain_fd >= 0 &&
+	    !atomic_exchange_explicit(&q->wait_busy, true, memory_order_acquire)) {
+		bool got = false;
+		int ret = 0;
+		tls_waiting_q = q;
+		for (;;) {
+			if (evq_take_own(q, false))
+				got = true;
+			/* a record has its byte in the pipe (or a reader is
+			 * taking it): a read that would find it empty is not
+			 * worth its system call */
+			else if (evq_has_record(q) && read(q->drain_fd, &b, 1) == 1)
+				got = true;
+			if (got)
+				break;
+			/* only now, about to block: may it? */
+			if (fcntl(q->efd, F_GETFL) & O_NONBLOCK)
+				break;
+			ret = t->wait_event(rdi, q->efd, &q->wait_fd);
+			if (ret < 0)
+				break;
+		}
+		tls_waiting_q = NULL;
+		evq_take_own(q, true);
+		atomic_store_explicit(&q->wait_busy, false, memory_order_release);
+		if (got)
+			return 0;
+		/* interrupted, as the read would have been */
+		if (ret == -EINTR)
+			return ret;
+	}
+	return read(q->efd, &b, 1) < 0 ? -errno : 0;
+}
+
+/*
+ * Take the next record: one byte then one record. A byte whose record was
+ * removed by a destroy meanwhile finds the queue empty: wait for the next
+ * one.
+ */
+static int evq_pop(struct urvt_evq *q, struct evrec *out, void (*count)(const struct evrec *),
+		   struct rvt_dev_info *rdi)
 {
 	for (;;) {
-		char b;
 		bool got = false;
+		int ret = evq_take_byte(q, rdi);
 
-		if (read(q->efd, &b, 1) < 0)
-			return -errno;
+		if (ret)
+			return ret;
 		pthread_mutex_lock(&q->lock);
 		if (q->tail != q->head) {
 			*out = q->rec[q->tail++ % EVQ_SIZE];
@@ -132,6 +222,8 @@ static void evq_cancel(struct urvt_evq *q, const void *obj)
 			q->rec[keep++ % EVQ_SIZE] = r;
 	}
 	q->head = keep;
+	for (; removed && q->own_bytes; removed--)
+		q->own_bytes--;
 	while (removed && q->drain_fd >= 0) {
 		ssize_t n = read(q->drain_fd, sink, removed < sizeof(sink) ? removed : sizeof(sink));
 		if (n <= 0)
@@ -216,7 +308,7 @@ void urvt_cancel_async_events(struct urvt_context *uctx, const void *obj)
 int urvt_get_async_event(struct urvt_context *uctx, struct ibv_async_event *event)
 {
 	struct evrec rec = { 0 };
-	int ret = evq_pop(uctx->async_q, &rec, count_reported);
+	int ret = evq_pop(uctx->async_q, &rec, count_reported, NULL);
 
 	if (ret)
 		return ret;
@@ -322,7 +414,7 @@ static void count_comp(const struct evrec *r)
 int urvt_get_cq_event(struct urvt_comp_channel *ch, struct rvt_cq **cq)
 {
 	struct evrec rec = { 0 };
-	int ret = evq_pop(ch->q, &rec, count_comp);
+	int ret = evq_pop(ch->q, &rec, count_comp, to_uctx(ch->ibch.context)->rdi);
 
 	if (ret)
 		return ret;

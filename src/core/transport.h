@@ -42,6 +42,13 @@ struct urvt_transport_ops {
 	/* The application is about to block for a completion event
 	 * (rvt_req_notify_cq): someone else must receive. */
 	void (*app_blocks)(struct rvt_dev_info *rdi);
+	/* A thread is about to block in ibv_get_cq_event on fd (a channel's
+	 * pipe, empty, in blocking mode): wait until something may have
+	 * come, receiving meanwhile, so that what ends the wait takes one
+	 * wake-up, not two. *wait_fd: the channel's own state for it (-1
+	 * first; the core closes it with the channel). 0: look at fd again;
+	 * negative: not waited, block on fd as usual. Optional. */
+	int (*wait_event)(struct rvt_dev_info *rdi, int fd, int *wait_fd);
 	/* An address vector was made (create_ah, modify_qp with an AV), for a
 	 * destination other than ourselves: choose the link that carries it
 	 * and note it in av->route (0 is the default link). Slow path: may

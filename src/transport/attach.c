@@ -52,6 +52,7 @@ static const struct urvt_transport_ops urvt_roce_transport = {
 	.qp_reset = urvt_tp_qp_reset,
 	.poll_cq = urvt_net_poll_cq,
 	.app_blocks = urvt_net_app_blocks,
+	.wait_event = urvt_net_wait_event,
 	.av_resolve = urvt_tp_av_resolve,
 	.mcast_join = urvt_tp_mcast_join,
 	.mcast_leave = urvt_tp_mcast_leave,

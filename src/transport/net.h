@@ -45,6 +45,10 @@ void urvt_net_drain(struct rvt_dev_info *rdi);
  * event (req_notify_cq): the progress thread receives. */
 void urvt_net_app_blocks(struct rvt_dev_info *rdi);
 
+/* ops->wait_event: a thread blocks in ibv_get_cq_event on the channel's
+ * fd; it receives while it waits (poll.c). */
+int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd);
+
 /* ops->poll_cq: poll_cq that drives the network inline when the CQ is empty. */
 int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 

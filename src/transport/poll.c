@@ -3,6 +3,11 @@
  * "Who receives"), the application's poll_cq (transport->poll_cq) and the
  * progress thread's watch on the link's wake-up fd.
  */
+#include <errno.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include "base/cycles.h"
 #include "base/progress.h"
 #include "core/rvt_api.h"
@@ -89,7 +94,9 @@ static int watch_add(struct urvt_net *net)
 		int ret;
 		if (!l || l->wake_fd < 0)
 			continue;
-		ret = urvt_progress_add_fd(net->rdi->progress, l->wake_fd, net_rx_cb, &net->wake[k]);
+		/* exclusive: a thread in urvt_net_wait_event takes the wake-up */
+		ret = urvt_progress_add_fd_flags(net->rdi->progress, l->wake_fd, net_rx_cb,
+						 &net->wake[k], URVT_FD_EXCLUSIVE);
 		if (ret) {
 			while (--k >= 0)
 				if (net->links[k] && net->links[k]->wake_fd >= 0)
@@ -416,6 +423,141 @@ void urvt_net_app_blocks(struct rvt_dev_info *rdi)
 	urvt_net_acks_flush(net, false);
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed))
 		rx_watch(net, URVT_CTR_RX_GIVE_BLOCKS);
+}
+
+/*
+ * A thread blocks in ibv_get_cq_event with its channel empty. Left to the
+ * progress thread, what ends the wait takes two wake-ups in turn: the
+ * progress thread's, which receives the packet and writes the channel, then
+ * this thread's; tens of us each across CPUs on this kind of VM, where a
+ * blocking TCP reader is woken once. So this thread sleeps on the links'
+ * wake-up fds beside the channel and receives itself. Nothing moves between
+ * the two: both watch the links exclusively (EPOLLEXCLUSIVE), this
+ * channel's watch queued ahead of the progress thread's (re-added behind it
+ * when the channel's epoll instance is made), and the kernel wakes the
+ * first of them that sleeps: this thread while it waits here, the progress
+ * thread otherwise. rx_lock keeps one receiving at a time. A socket link
+ * whose wake-up fd is an epoll instance cannot be watched exclusively:
+ * both wake for it, in parallel rather than in turn. Not while a busy
+ * poller owns the links (aside): it receives for everyone.
+ */
+static int wait_setup(struct urvt_net *net, int fd, int *wait_fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 0 };
+	int epfd = epoll_create1(EPOLL_CLOEXEC), ret = 0;
+
+	if (epfd < 0)
+		return -errno;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev))
+		goto fail;
+	for (int k = 0; k < URVT_LINKS; k++) {
+		struct urvt_link *l = net->links[k];
+		if (!l || l->wake_fd < 0)
+			continue;
+		ev = (struct epoll_event){ .events = EPOLLIN | EPOLLEXCLUSIVE,
+					   .data.u32 = (uint32_t)k + 1 };
+		if (epoll_ctl(epfd, EPOLL_CTL_ADD, l->wake_fd, &ev)) {
+			ev.events = EPOLLIN;
+			if (errno != EINVAL || epoll_ctl(epfd, EPOLL_CTL_ADD, l->wake_fd, &ev))
+				goto fail;
+		}
+	}
+	pthread_mutex_lock(&net->watch_lock);
+	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
+		/* the progress thread's watch goes behind ours */
+		watch_del(net);
+		ret = watch_add(net);
+		if (ret) {
+			/* cannot happen: the slots were just freed */
+			atomic_store_explicit(&net->aside, true, memory_order_relaxed);
+		}
+	}
+	pthread_mutex_unlock(&net->watch_lock);
+	*wait_fd = epfd;
+	return ret;
+fail:
+	ret = -errno;
+	close(epfd);
+	return ret;
+}
+
+/* Receive what is there: the cheap links, all of them too if a socket's
+ * wake-up fired (its fd is level-triggered: what waits there wakes us at
+ * once). Waits for a thread that is at it: spinning on its trylock here
+ * starved it when both shared one CPU (a doorbell that arm rang for what it
+ * was about to receive woke this thread again and again). */
+static int wait_drain(struct urvt_net *net, bool all)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&net->rx_lock);
+	n = urvt_net_rx_drain_links(net, all);
+	if (n)
+		tp_count(net, NULL, URVT_CTR_RX_BY_WAITER, (uint64_t)n);
+	pthread_mutex_unlock(&net->rx_lock);
+	return n;
+}
+
+/*
+ * A signal handler ran while this thread slept in epoll_wait, which a
+ * handler's SA_RESTART never restarts; the blocking read it replaces
+ * would have been restarted, or failed with EINTR (qperf's timed tests
+ * end on that: SIGALRM interrupts ibv_get_cq_event). Which signal came is
+ * not known here: the wait goes on only if every handler the process
+ * installed restarts.
+ */
+static bool signal_restarts(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa))
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN &&
+		    !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
+int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd)
+{
+	struct urvt_net *net = rdi->transport_priv;
+	struct epoll_event evs[1 + URVT_LINKS];
+	bool all = false;
+	int n, ret;
+
+	if (!net || atomic_load_explicit(&net->aside, memory_order_relaxed))
+		return -EBUSY;
+	if (*wait_fd < 0) {
+		ret = wait_setup(net, fd, wait_fd);
+		if (ret)
+			return ret;
+	}
+	/* what came may be the event waited for: the caller looks (an
+	 * event this thread enters skips the pipe, event.c) */
+	if (wait_drain(net, false))
+		return 0;
+	/* as the progress thread before it sleeps (net_sleep): what comes
+	 * from here on, or came since the drain, rings */
+	links_arm(net);
+	n = epoll_wait(*wait_fd, evs, 1 + URVT_LINKS, -1);
+	if (n < 0)
+		return errno == EINTR && signal_restarts() ? 0 : -errno;
+	for (int i = 0; i < n; i++) {
+		uint32_t k = evs[i].data.u32;
+		struct urvt_link *l = k ? net->links[k - 1] : NULL;
+		if (!l)
+			continue;
+		if (l->ops->ack_wake)
+			l->ops->ack_wake(l);
+		all = all || !l->cheap_poll;
+	}
+	wait_drain(net, all);
+	/* leaving: what comes next rings whoever sleeps then (the progress
+	 * thread, or this thread back here) */
+	links_arm(net);
+	tp_count(net, NULL, URVT_CTR_RX_WAITS, 1);
+	return 0;
 }
 
 /* An empty poll: count the run; a busy poller takes the socket. */

@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 6
+#define URVT_STATS_VERSION 7
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 #define URVT_STATS_LINKS 2         /* per-link counter pairs (URVT_CTR_LINK_PKTS) */
 
@@ -78,6 +78,8 @@ enum urvt_ctr {
 	URVT_CTR_RX_GIVE_LEAVER,     /* ... gave it back: it waits elsewhere after its completions */
 	URVT_CTR_RX_GIVE_WATCHDOG,   /* ... taken back: no poll_cq for the watchdog's time */
 	URVT_CTR_RX_GIVE_BLOCKS,     /* ... gave it back: it will block (req_notify_cq) */
+	URVT_CTR_RX_WAITS,           /* sleeps of a thread in ibv_get_cq_event on the links */
+	URVT_CTR_RX_BY_WAITER,       /* packets that thread received (poll.c urvt_net_wait_event) */
 	URVT_CTR_ACKS_WAITED,        /* plain ACKs that waited for the application's next send (tx.c) */
 	URVT_CTR_ACKS_REPLACED,      /* ... and were replaced by a later one to the same QP */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams

@@ -30,6 +30,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -764,6 +765,98 @@ static void test_perftest_send_lat_events(void **state)
 	side_destroy(&resp);
 }
 
+/* ---- (f) a signal reaches a thread blocked in ibv_get_cq_event ---- */
+
+static void on_sigusr1(int sig)
+{
+	(void)sig;
+}
+
+struct sig_waiter {
+	struct ibv_comp_channel *ch;
+	atomic_int ret, err;
+	atomic_bool done;
+};
+
+static void *sig_waiter_main(void *arg)
+{
+	struct sig_waiter *w = arg;
+	struct ibv_cq *cq = NULL;
+	void *cq_ctx = NULL;
+	int r = ibv_get_cq_event(w->ch, &cq, &cq_ctx);
+
+	atomic_store(&w->err, errno);
+	atomic_store(&w->ret, r);
+	if (r == 0)
+		ibv_ack_cq_events(cq, 1);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/* As the blocking read it stands for: a handler without SA_RESTART ends
+ * the wait with EINTR (qperf's timed tests stop on SIGALRM this way); with
+ * SA_RESTART every handler restarts and the wait goes on to its event. */
+static void test_signal_interrupts_wait(void **state)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct sigaction sa = { .sa_handler = on_sigusr1 }, old;
+	struct ibv_cq *scq, *rcq;
+	struct end tx, rx;
+	pthread_t t;
+
+	(void)state;
+	assert_non_null(ch);
+	rcq = ibv_create_cq(ctx, 32, NULL, ch, 0);
+	scq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+	assert_non_null(rcq);
+	assert_non_null(scq);
+	end_create(&tx, scq, scq);
+	end_create(&rx, scq, rcq);
+	connect_pair(&tx, &rx);
+	assert_int_equal(post_recv_slot(&rx, 0, 64), 0);
+	assert_int_equal(ibv_req_notify_cq(rcq, 0), 0);
+
+	for (int restart = 0; restart < 2; restart++) {
+		struct sig_waiter w = { .ch = ch };
+		uint64_t end;
+
+		sa.sa_flags = restart ? SA_RESTART : 0;
+		assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+		assert_int_equal(pthread_create(&t, NULL, sig_waiter_main, &w), 0);
+		sleep_us(20000); /* asleep by now (if not, the signal comes early: still a test) */
+		assert_int_equal(pthread_kill(t, SIGUSR1), 0);
+		sleep_us(20000);
+		if (!restart) {
+			end = now_ms() + EVENT_TIMEOUT_MS;
+			while (!atomic_load(&w.done) && now_ms() < end)
+				sleep_us(1000);
+			assert_true(atomic_load(&w.done));
+			assert_int_equal(atomic_load(&w.ret), -1);
+			assert_int_equal(atomic_load(&w.err), EINTR);
+		} else {
+			struct ibv_wc wc;
+			assert_false(atomic_load(&w.done)); /* still waiting */
+			assert_int_equal(post_send_seq(&tx, 7, MSG_BYTES, 0), 0);
+			assert_int_equal(poll_n(scq, &wc, 1), 1);
+			assert_int_equal(wc.status, IBV_WC_SUCCESS);
+			end = now_ms() + EVENT_TIMEOUT_MS;
+			while (!atomic_load(&w.done) && now_ms() < end)
+				sleep_us(1000);
+			assert_true(atomic_load(&w.done));
+			assert_int_equal(atomic_load(&w.ret), 0);
+			assert_int_equal(poll_n(rcq, &wc, 1), 1);
+			assert_int_equal(slot_seq(&rx, 0), 7);
+		}
+		assert_true(join_within(t, EVENT_TIMEOUT_MS, NULL));
+		assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+	}
+	end_destroy(&tx);
+	end_destroy(&rx);
+	assert_int_equal(ibv_destroy_cq(rcq), 0);
+	assert_int_equal(ibv_destroy_cq(scq), 0);
+	assert_int_equal(ibv_destroy_comp_channel(ch), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -772,6 +865,7 @@ int main(void)
 		cmocka_unit_test(test_solicited_only),
 		cmocka_unit_test(test_several_cqs_one_channel),
 		cmocka_unit_test(test_perftest_send_lat_events),
+		cmocka_unit_test(test_signal_interrupts_wait),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
