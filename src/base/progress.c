@@ -245,12 +245,19 @@ bool urvt_timer_del(struct urvt_progress *p, struct urvt_timer *t)
 void urvt_timer_del_sync(struct urvt_progress *p, struct urvt_timer *t)
 {
 	pthread_mutex_lock(&p->lock);
-	if (t->heap_idx >= 0) {
-		heap_remove(heap_of(p, t), t);
-		rearm(p);
-	}
-	while (t->running)
+	/* a callback that re-arms itself (udp_share's reap_tick does) may do
+	 * so while we wait for it: take it out again once it has returned, or
+	 * it fires later on its freed owner (a 64-rank MPI job crashed so at
+	 * exit, tests/mpi mpi_np64_alltoall_mem) */
+	for (;;) {
+		if (t->heap_idx >= 0) {
+			heap_remove(heap_of(p, t), t);
+			rearm(p);
+		}
+		if (!t->running)
+			break;
 		pthread_cond_wait(&p->idle, &p->lock);
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 
