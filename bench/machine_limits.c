@@ -17,6 +17,12 @@
  *       UDP ping-pong between two processes (CPU 0, CPU 1), both
  *       busy-polling with MSG_DONTWAIT: RTT/2 in microseconds (the floor
  *       for a one-way small-message latency over UDP on this machine).
+ *   machine_limits wake-rtt ITERS
+ *       ping-pong between two processes that sleep: each blocks in
+ *       epoll_wait on an eventfd the other writes; both on CPU 0, then on
+ *       CPUs 0 and 1: RTT/2 in microseconds, the better one and both (the
+ *       floor for one wake-up per message: what an event-driven receiver
+ *       pays at least, TCP's blocking reader included).
  *
  * Prints one line: RESULT <what> key=value ...
  */
@@ -34,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -284,6 +292,62 @@ static int do_udp_rtt(size_t payload, long iters)
 	return 0;
 }
 
+/* One side of wake-rtt: sleep in epoll_wait on rx, answer on tx. */
+static void wake_side(int rx, int tx, long iters, bool first)
+{
+	struct epoll_event ev = { .events = EPOLLIN }, got;
+	int ep = epoll_create1(0);
+	uint64_t v = 1;
+
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev))
+		die("epoll");
+	for (long i = 0; i < iters; i++) {
+		if (first && write(tx, &v, sizeof(v)) != sizeof(v))
+			die("write");
+		if (epoll_wait(ep, &got, 1, -1) != 1 || read(rx, &v, sizeof(v)) != sizeof(v))
+			die("wait");
+		if (!first && write(tx, &v, sizeof(v)) != sizeof(v))
+			die("write");
+	}
+	close(ep);
+}
+
+static double wake_once(long iters, int cpu_b)
+{
+	int a = eventfd(0, EFD_CLOEXEC), b = eventfd(0, EFD_CLOEXEC);
+	pid_t child;
+	double t0, t;
+
+	if (a < 0 || b < 0)
+		die("eventfd");
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (!child) {
+		pin(cpu_b);
+		wake_side(a, b, iters, false);
+		_exit(0);
+	}
+	pin(0);
+	usleep(10000);
+	t0 = now_s();
+	wake_side(b, a, iters, true);
+	t = now_s();
+	waitpid(child, NULL, 0);
+	close(a);
+	close(b);
+	return (t - t0) / (double)iters / 2 * 1e6;
+}
+
+static int do_wake_rtt(long iters)
+{
+	double one = wake_once(iters, 0), two = wake_once(iters, 1);
+
+	printf("RESULT wake_rtt half_rtt_us=%.3f one_cpu_us=%.3f two_cpus_us=%.3f\n",
+	       one < two ? one : two, one, two);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "memcpy"))
@@ -293,7 +357,9 @@ int main(int argc, char **argv)
 				  argc >= 5 && !strcmp(argv[4], "gso"));
 	if (argc >= 4 && !strcmp(argv[1], "udp-rtt"))
 		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
+	if (argc >= 3 && !strcmp(argv[1], "wake-rtt"))
+		return do_wake_rtt(strtol(argv[2], NULL, 0));
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
-			" | udp-rtt PAYLOAD ITERS\n");
+			" | udp-rtt PAYLOAD ITERS | wake-rtt ITERS\n");
 	return 2;
 }
