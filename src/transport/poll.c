@@ -94,9 +94,15 @@ static int watch_add(struct urvt_net *net)
 		int ret;
 		if (!l || l->wake_fd < 0)
 			continue;
-		/* exclusive: a thread in urvt_net_wait_event takes the wake-up */
+		/* exclusive once a thread waits in urvt_net_wait_event: it
+		 * takes the wake-up. Only then: with the exclusive watch and no
+		 * such thread, UCX ud_verbs' tag_lat over shm (a busy poller
+		 * that hands the links back and forth) took 15-30 us instead of
+		 * 0.8 in half the runs (not understood; 4 of 4 runs fine
+		 * without it) */
 		ret = urvt_progress_add_fd_flags(net->rdi->progress, l->wake_fd, net_rx_cb,
-						 &net->wake[k], URVT_FD_EXCLUSIVE);
+						 &net->wake[k],
+						 atomic_load(&net->wait_excl) ? URVT_FD_EXCLUSIVE : 0);
 		if (ret) {
 			while (--k >= 0)
 				if (net->links[k] && net->links[k]->wake_fd >= 0)
@@ -463,8 +469,9 @@ static int wait_setup(struct urvt_net *net, int fd, int *wait_fd)
 		}
 	}
 	pthread_mutex_lock(&net->watch_lock);
+	atomic_store(&net->wait_excl, true);
 	if (!atomic_load_explicit(&net->aside, memory_order_relaxed)) {
-		/* the progress thread's watch goes behind ours */
+		/* the progress thread's watch goes behind ours, exclusive */
 		watch_del(net);
 		ret = watch_add(net);
 		if (ret) {
