@@ -494,9 +494,19 @@ static void tx_kick_peer(struct shm_peer *p)
 static bool peer_waits_on_us(struct shm_peer *p)
 {
 	uint32_t head = atomic_load_explicit(&p->rx_ctrl->head, memory_order_relaxed);
-	uint32_t used = head - atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed);
+	uint32_t tail = atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed);
+	uint32_t win = atomic_load_explicit(&p->rx_ctrl->win, memory_order_relaxed);
+	uint32_t used = head - tail;
 
-	return used > SHM_RING_BYTES || SHM_RING_BYTES - used < 2 * shm_rec_bytes(SHM_PKT_MAX);
+	if (!win || win > SHM_RING_BYTES)
+		win = SHM_RING_BYTES;
+	if (used > SHM_RING_BYTES)
+		return true;
+	/* a head a lap ahead skipped the ring's end past its WRAP: at least
+	 * the part beyond the window, which holds nothing */
+	if ((head ^ tail) & ~(SHM_RING_BYTES - 1) && used >= SHM_RING_BYTES - win)
+		used -= SHM_RING_BYTES - win;
+	return used > win || win - used < 2 * shm_rec_bytes(SHM_PKT_MAX);
 }
 
 /* Free bytes in p's ring if the consumer is at tail (tx_lock held). */
@@ -589,9 +599,11 @@ static void tx_mark(struct shm_peer *p, uint32_t bytes)
 	atomic_store_explicit(&rec_at(p->tx_ring, p->tx_head)->mark, shm_rec_mark(p->tx_head),
 			      memory_order_release);
 	p->tx_head = next;
-	/* only slots the consumer has freed (by the tail we last saw) */
+	/* only slots the consumer has freed (by the tail we last saw), and
+	 * inside the window: a page past it is never touched */
 	while ((int32_t)(p->tx_clear - next) < (int32_t)SHM_CLEAR_AHEAD &&
-	       p->tx_clear + SHM_REC_ALIGN - p->tx_tail_seen <= SHM_RING_BYTES) {
+	       p->tx_clear + SHM_REC_ALIGN - p->tx_tail_seen <= SHM_RING_BYTES &&
+	       (p->tx_clear & (SHM_RING_BYTES - 1)) + SHM_REC_ALIGN <= p->tx_win) {
 		atomic_store_explicit(&rec_at(p->tx_ring, p->tx_clear)->mark, 0,
 				      memory_order_relaxed);
 		p->tx_clear += SHM_REC_ALIGN;
@@ -628,15 +640,49 @@ static bool tx_rewind_due(struct shm_peer *p, uint32_t off, uint32_t maxlen)
 	return false;
 }
 
+/*
+ * The window of a device with n peers' regions mapped:
+ * SHM_WIN_BUDGET split among them, whole pages, at least SHM_WIN_MIN. A
+ * ring's real memory is the pages it ever touched; walking the whole ring,
+ * 64 peers each way cost a process 250 MiB. With one or two peers the
+ * window is the ring: a single pair streams as before (docs/shm.md
+ * "Memory", docs/performance.md "Same-host memory per process").
+ */
+static uint32_t tx_win_for(uint32_t n)
+{
+	uint32_t w = n > 1 ? (SHM_WIN_BUDGET / n) & ~4095u : SHM_RING_BYTES;
+
+	return w < SHM_WIN_MIN ? SHM_WIN_MIN : w > SHM_RING_BYTES ? SHM_RING_BYTES : w;
+}
+
+/* p's window now (tx_lock held): one relaxed load of a line written at a
+ * connection's start and end; the consumer hears of a change through
+ * ctrl's win. A window that grows needs nothing more: beyond the slots
+ * cleared ahead, tx_mark clears the next slot before each mark. */
+static uint32_t tx_win(struct shm_peer *p)
+{
+	uint32_t n = atomic_load_explicit(p->nregions, memory_order_relaxed);
+
+	if (unlikely(n != p->tx_win_n)) {
+		p->tx_win_n = n;
+		p->tx_win = tx_win_for(n);
+		atomic_store_explicit(&p->tx_ctrl->win, p->tx_win, memory_order_relaxed);
+	}
+	return p->tx_win;
+}
+
 /* Room for a record of up to maxlen packet bytes at tx_head, after a WRAP
- * record where the end of the ring is too short or the ring rewinds
- * (tx_lock held); false if there is none in time. */
+ * record where the rest of the window is too short or the ring rewinds
+ * (tx_lock held); false if there is none in time. In a window shorter than
+ * the ring, the slot after the record (its mark is cleared, a WRAP may
+ * go there) is inside the window too. */
 static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, bool patient)
 {
-	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1);
+	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1), win = tx_win(p);
 	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_room(maxlen);
+	uint32_t end = off + shm_rec_bytes(maxlen) + (win < SHM_RING_BYTES ? SHM_REC_ALIGN : 0);
 
-	if (shm_rec_bytes(maxlen) <= left && !tx_rewind_due(p, off, maxlen))
+	if (end <= win && !tx_rewind_due(p, off, maxlen))
 		return tx_room(p, need, patient);
 	/* fill the end with a WRAP record, start again at 0 */
 	if (!tx_room(p, left + need, patient))

@@ -50,6 +50,7 @@ struct shm_peer *shm_peer_new(struct urvt_shm *s)
 		atomic_store(&p->rx_drained, false);
 	}
 	p->sock = -1;
+	p->nregions = &s->nregions;
 	atomic_store(&p->doorbell, -1);
 	return p;
 }
@@ -62,8 +63,10 @@ void shm_region_park(struct shm_peer *p)
 	if (!p->region || !p->mapped)
 		return;
 	if (mmap(p->region, sizeof(*p->region), PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED)
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
 		p->mapped = false;
+		atomic_fetch_sub_explicit(p->nregions, 1, memory_order_relaxed);
+	}
 }
 
 /* Map fd as p's region: at its slot's range if it has one (replacing the
@@ -75,12 +78,16 @@ bool shm_region_place(struct shm_peer *p, int fd)
 
 	if (r == MAP_FAILED) {
 		if (p->region) {
-			/* a failed MAP_FIXED may have unmapped the range */
+			/* a failed MAP_FIXED may have unmapped the range (it was
+			 * parked: not counted) */
 			p->mapped = true;
+			atomic_fetch_add_explicit(p->nregions, 1, memory_order_relaxed);
 			shm_region_park(p);
 		}
 		return false;
 	}
+	if (!p->mapped)
+		atomic_fetch_add_explicit(p->nregions, 1, memory_order_relaxed);
 	p->region = r;
 	p->mapped = true;
 	return true;
@@ -114,6 +121,8 @@ bool shm_peer_map_dirs(struct shm_peer *p)
 	p->tx_clear = head;
 	p->tx_tail_seen = tail;
 	p->tx_rewind_look = head;
+	p->tx_win = SHM_RING_BYTES;
+	p->tx_win_n = 0;
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
 	p->rx_released = p->rx_tail;
 	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;

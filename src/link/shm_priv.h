@@ -89,6 +89,9 @@ struct shm_peer {
 					     mark cleared since the consumer freed
 					     them (tx_mark) */
 	uint32_t tx_rewind_look;          /* no rewind look before this head */
+	uint32_t tx_win;                  /* records end within this much of the ring ... */
+	uint32_t tx_win_n;                /* ... chosen for this many regions */
+	_Atomic uint32_t *nregions;       /* the link's (shm_region_place, _park) */
 	bool tx_stalled;                  /* the last wait for room timed out ... */
 	uint32_t tx_stalled_tail;         /* ... at this tail: no wait until it moves */
 	/* the consumer (rx_lock) */
@@ -117,6 +120,7 @@ struct urvt_shm {
 	} wants[SHM_WANTS];
 	pthread_mutex_t peers_lock;
 	_Atomic uint32_t npeers;
+	_Atomic uint32_t nregions;        /* peers' regions mapped: the windows' divisor */
 	uint32_t reuse_next;              /* where peer_new looks for a FREE slot */
 	_Atomic uint32_t retire_req;      /* peers_reap's last retire (peers_lock) */
 	_Atomic uint32_t retired_gone, retired_dead; /* stats of retired peers */

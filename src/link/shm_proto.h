@@ -25,8 +25,8 @@
 #define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 4                     /* 2: 2 MiB rings; 3: ready marks;
-					     4: peers are (GID, slot) */
+#define SHM_VERSION 5                     /* 2: 2 MiB rings; 3: ready marks;
+					     4: peers are (GID, slot); 5: win */
 
 /* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
  * follows a WRAP record from any offset but 0), here for the tests. Past
@@ -39,8 +39,17 @@
 #define SHM_REWIND_MAX_PKT 256
 #define SHM_REWIND_EVERY (64u << 10)
 
+/* The producer's window (shm.c tx_win_for): it wraps at or before win
+ * bytes into the ring, so that a device with many peers touches few pages
+ * of each ring (docs/shm.md "Memory"). Not protocol either: the consumer
+ * follows the WRAP records; it reads win only to judge whether the
+ * producer is stuck on a full window (peer_waits_on_us). */
+#define SHM_WIN_BUDGET (3u << 20)         /* ring bytes per device, split over its peers */
+#define SHM_WIN_MIN (16u << 10)
+
 struct shm_ctrl {
 	_Atomic uint32_t head __cacheline_aligned;      /* producer */
+	_Atomic uint32_t win;                           /* producer: 0 is SHM_RING_BYTES */
 	_Atomic uint32_t tail __cacheline_aligned;      /* consumer */
 	_Atomic uint32_t need_wake __cacheline_aligned; /* consumer sets, producer clears */
 } __cacheline_aligned;

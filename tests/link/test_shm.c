@@ -317,6 +317,62 @@ static void test_stale_payload_is_no_mark(void **state)
 
 /* l sends numbered 4096-byte packets from buf through tx until one is lost
  * (nobody reads): the count sent. */
+/* The window (shm.c tx_win_for): a device with 16 peers writes each ring
+ * only within SHM_WIN_BUDGET / 16 bytes of its start, wrapping there, and
+ * a stream many windows long arrives whole and in order; the window is
+ * used to its end. */
+static void test_window_with_many_peers(void **state)
+{
+	enum { NPEERS = 16 };
+	struct urvt_link *a = open_shm("127.0.97.1"), *b[NPEERS];
+	union urvt_link_addr to;
+	static uint8_t buf[16][4160];
+	struct urvt_link_tx tx[16];
+	struct urvt_link_rx rx[32];
+	uint32_t next_tx = 0, next_rx = 0, total = 3000, win, top = 0;
+	const uint8_t *first = NULL;
+
+	(void)state;
+	for (int i = 0; i < NPEERS; i++) {
+		char v4[32];
+		snprintf(v4, sizeof(v4), "127.0.97.%d", i + 2);
+		b[i] = open_shm(v4);
+		to = connect_pair(a, b[i]);
+	}
+	win = (SHM_WIN_BUDGET / NPEERS) & ~4095u;
+	assert_true(win >= SHM_WIN_MIN && win < SHM_RING_BYTES);
+	while (next_rx < total) {
+		unsigned n = 0;
+		while (n < 16 && next_tx < total) {
+			uint32_t len = 8 + (next_tx * 2654435761u) % 4150;
+			fill(buf[n], len, next_tx);
+			tx[n] = (struct urvt_link_tx){ .buf = buf[n], .len = len, .dst = &to };
+			n++;
+			next_tx++;
+		}
+		if (n)
+			assert_int_equal(urvt_link_send(a, tx, n), 0);
+		for (int k; (k = urvt_link_recv(b[NPEERS - 1], rx, 32)) > 0;)
+			for (int i = 0; i < k; i++, next_rx++) {
+				uint32_t len = 8 + (next_rx * 2654435761u) % 4150, end;
+				if (!first)
+					first = rx[i].data;
+				if (!check(&rx[i], len, next_rx))
+					fail_msg("packet %u damaged or out of order", next_rx);
+				/* the record and the slot after it, inside the window */
+				end = ring_off(&rx[i], first) + shm_rec_bytes(len) + SHM_REC_ALIGN;
+				if (end > win)
+					fail_msg("packet %u ends at %u, past the window %u", next_rx,
+						 end, win);
+				top = end > top ? end : top;
+			}
+	}
+	assert_true(top > win - shm_rec_room(SHM_PKT_MAX));
+	for (int i = 0; i < NPEERS; i++)
+		urvt_link_close(b[i]);
+	urvt_link_close(a);
+}
+
 static uint32_t send_until_full(struct urvt_link *l, struct urvt_link_tx *tx, uint8_t *buf)
 {
 	uint32_t sent = 0;
@@ -1214,6 +1270,7 @@ int main(void)
 		cmocka_unit_test(test_slot0_owns_the_gid),
 		cmocka_unit_test(test_resolve_later),
 		cmocka_unit_test(test_wrap_in_order),
+		cmocka_unit_test(test_window_with_many_peers),
 		cmocka_unit_test(test_stale_payload_is_no_mark),
 		cmocka_unit_test(test_small_packets_rewind),
 		cmocka_unit_test(test_full_ring),
