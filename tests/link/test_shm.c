@@ -150,35 +150,56 @@ static void test_resolve_and_send(void **state)
 	urvt_link_close(b);
 }
 
-/* Far more bytes than the ring holds, in varied sizes, received as they
- * come: every packet arrives once, whole, in order, across wrap-arounds. */
-static void test_wrap_in_order(void **state)
+/* Packet i of a varied stream: 8 + (i * 2654435761 mod 4150) bytes. */
+static uint32_t varied_len(uint32_t i)
 {
-	struct urvt_link *a = open_shm("127.0.96.3"), *b = open_shm("127.0.96.4");
-	union urvt_link_addr to = connect_pair(a, b);
+	return 8 + (i * 2654435761u) % 4150;
+}
+
+/* What a varied stream's receiver is told of each packet (may be NULL). */
+typedef void (*stream_seen_fn)(const struct urvt_link_rx *r, uint32_t i, void *arg);
+
+/* total packets of varied sizes from a to 'to', received at b as they
+ * come: each arrives once, whole, in order. */
+static void stream_varied(struct urvt_link *a, struct urvt_link *b, const union urvt_link_addr *to,
+			  uint32_t total, stream_seen_fn seen, void *arg)
+{
 	static uint8_t buf[16][4160];
 	struct urvt_link_tx tx[16];
 	struct urvt_link_rx rx[32];
-	uint32_t next_tx = 0, next_rx = 0, total = 20000;
+	uint32_t next_tx = 0, next_rx = 0;
 
-	(void)state;
 	while (next_rx < total) {
 		unsigned n = 0;
 		while (n < 16 && next_tx < total) {
-			uint32_t len = 8 + (next_tx * 2654435761u) % 4150;
+			uint32_t len = varied_len(next_tx);
 			fill(buf[n], len, next_tx);
-			tx[n] = (struct urvt_link_tx){ .buf = buf[n], .len = len, .dst = &to };
+			tx[n] = (struct urvt_link_tx){ .buf = buf[n], .len = len, .dst = to };
 			n++;
 			next_tx++;
 		}
 		if (n)
 			assert_int_equal(urvt_link_send(a, tx, n), 0);
 		for (int k; (k = urvt_link_recv(b, rx, 32)) > 0;)
-			for (int i = 0; i < k; i++, next_rx++)
-				if (!check(&rx[i], 8 + (next_rx * 2654435761u) % 4150, next_rx))
+			for (int i = 0; i < k; i++, next_rx++) {
+				if (!check(&rx[i], varied_len(next_rx), next_rx))
 					fail_msg("packet %u damaged or out of order", next_rx);
+				if (seen)
+					seen(&rx[i], next_rx, arg);
+			}
 	}
 	assert_int_equal(next_rx, total);
+}
+
+/* Far more bytes than the ring holds, in varied sizes, received as they
+ * come: every packet arrives once, whole, in order, across wrap-arounds. */
+static void test_wrap_in_order(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.3"), *b = open_shm("127.0.96.4");
+	union urvt_link_addr to = connect_pair(a, b);
+
+	(void)state;
+	stream_varied(a, b, &to, 20000, NULL, NULL);
 	urvt_link_close(a);
 	urvt_link_close(b);
 }
@@ -317,6 +338,25 @@ static void test_stale_payload_is_no_mark(void **state)
 
 /* l sends numbered 4096-byte packets from buf through tx until one is lost
  * (nobody reads): the count sent. */
+struct window_seen {
+	const uint8_t *first;             /* the first packet's data: the ring's start */
+	uint32_t win, top;
+};
+
+/* The record and the slot after it end inside the window. */
+static void window_seen(const struct urvt_link_rx *r, uint32_t i, void *arg)
+{
+	struct window_seen *w = arg;
+	uint32_t end;
+
+	if (!w->first)
+		w->first = r->data;
+	end = ring_off(r, w->first) + shm_rec_bytes(varied_len(i)) + SHM_REC_ALIGN;
+	if (end > w->win)
+		fail_msg("packet %u ends at %u, past the window %u", i, end, w->win);
+	w->top = end > w->top ? end : w->top;
+}
+
 /* The window (shm.c tx_win_for): a device with 16 peers writes each ring
  * only within SHM_WIN_BUDGET / 16 bytes of its start, wrapping there, and
  * a stream many windows long arrives whole and in order; the window is
@@ -326,11 +366,7 @@ static void test_window_with_many_peers(void **state)
 	enum { NPEERS = 16 };
 	struct urvt_link *a = open_shm("127.0.97.1"), *b[NPEERS];
 	union urvt_link_addr to;
-	static uint8_t buf[16][4160];
-	struct urvt_link_tx tx[16];
-	struct urvt_link_rx rx[32];
-	uint32_t next_tx = 0, next_rx = 0, total = 3000, win, top = 0;
-	const uint8_t *first = NULL;
+	struct window_seen w = { .win = (SHM_WIN_BUDGET / NPEERS) & ~4095u };
 
 	(void)state;
 	for (int i = 0; i < NPEERS; i++) {
@@ -339,35 +375,9 @@ static void test_window_with_many_peers(void **state)
 		b[i] = open_shm(v4);
 		to = connect_pair(a, b[i]);
 	}
-	win = (SHM_WIN_BUDGET / NPEERS) & ~4095u;
-	assert_true(win >= SHM_WIN_MIN && win < SHM_RING_BYTES);
-	while (next_rx < total) {
-		unsigned n = 0;
-		while (n < 16 && next_tx < total) {
-			uint32_t len = 8 + (next_tx * 2654435761u) % 4150;
-			fill(buf[n], len, next_tx);
-			tx[n] = (struct urvt_link_tx){ .buf = buf[n], .len = len, .dst = &to };
-			n++;
-			next_tx++;
-		}
-		if (n)
-			assert_int_equal(urvt_link_send(a, tx, n), 0);
-		for (int k; (k = urvt_link_recv(b[NPEERS - 1], rx, 32)) > 0;)
-			for (int i = 0; i < k; i++, next_rx++) {
-				uint32_t len = 8 + (next_rx * 2654435761u) % 4150, end;
-				if (!first)
-					first = rx[i].data;
-				if (!check(&rx[i], len, next_rx))
-					fail_msg("packet %u damaged or out of order", next_rx);
-				/* the record and the slot after it, inside the window */
-				end = ring_off(&rx[i], first) + shm_rec_bytes(len) + SHM_REC_ALIGN;
-				if (end > win)
-					fail_msg("packet %u ends at %u, past the window %u", next_rx,
-						 end, win);
-				top = end > top ? end : top;
-			}
-	}
-	assert_true(top > win - shm_rec_room(SHM_PKT_MAX));
+	assert_true(w.win >= SHM_WIN_MIN && w.win < SHM_RING_BYTES);
+	stream_varied(a, b[NPEERS - 1], &to, 3000, window_seen, &w);
+	assert_true(w.top > w.win - shm_rec_room(SHM_PKT_MAX));
 	for (int i = 0; i < NPEERS; i++)
 		urvt_link_close(b[i]);
 	urvt_link_close(a);

@@ -242,6 +242,21 @@ static void connect_pair(struct end *a, struct end *b)
 	connect_rc(b->qp, a->qp->qp_num);
 }
 
+/* A pair tx -> rx whose receive CQ (cqe entries, context rcq_ctx) reports
+ * to ch; the send CQ, shared by both, to none. */
+static void channel_pair(struct ibv_comp_channel *ch, int cqe, void *rcq_ctx, struct ibv_cq **scq,
+			 struct ibv_cq **rcq, struct end *tx, struct end *rx)
+{
+	assert_non_null(ch);
+	*rcq = ibv_create_cq(ctx, cqe, rcq_ctx, ch, 0);
+	*scq = ibv_create_cq(ctx, cqe, NULL, NULL, 0);
+	assert_non_null(*rcq);
+	assert_non_null(*scq);
+	end_create(tx, *scq, *scq);
+	end_create(rx, *scq, *rcq);
+	connect_pair(tx, rx);
+}
+
 /* Receive slot i is buf[64 * (i + 1)], 64 bytes; buf[0..63] is the send buffer. */
 static int post_recv_slot(struct end *e, uint32_t slot, uint32_t len)
 {
@@ -463,14 +478,7 @@ static void test_solicited_only(void **state)
 	struct ibv_wc wc;
 
 	(void)state;
-	assert_non_null(ch);
-	rcq = ibv_create_cq(ctx, 16, rcq_ctx, ch, 0);
-	scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	assert_non_null(rcq);
-	assert_non_null(scq);
-	end_create(&tx, scq, scq);
-	end_create(&rx, scq, rcq);
-	connect_pair(&tx, &rx);
+	channel_pair(ch, 16, rcq_ctx, &scq, &rcq, &tx, &rx);
 	assert_int_equal(post_recv_slot(&rx, 0, 64), 0);
 	assert_int_equal(post_recv_slot(&rx, 1, 64), 0);
 	/* slot 2 takes 4 bytes: the 8-byte SEND into it is an error */
@@ -805,14 +813,7 @@ static void test_signal_interrupts_wait(void **state)
 	pthread_t t;
 
 	(void)state;
-	assert_non_null(ch);
-	rcq = ibv_create_cq(ctx, 32, NULL, ch, 0);
-	scq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
-	assert_non_null(rcq);
-	assert_non_null(scq);
-	end_create(&tx, scq, scq);
-	end_create(&rx, scq, rcq);
-	connect_pair(&tx, &rx);
+	channel_pair(ch, 32, NULL, &scq, &rcq, &tx, &rx);
 	assert_int_equal(post_recv_slot(&rx, 0, 64), 0);
 	assert_int_equal(ibv_req_notify_cq(rcq, 0), 0);
 
