@@ -817,7 +817,14 @@ static void test_signal_interrupts_wait(void **state)
 	assert_int_equal(post_recv_slot(&rx, 0, 64), 0);
 	assert_int_equal(ibv_req_notify_cq(rcq, 0), 0);
 
+	/* ThreadSanitizer runs an asynchronous signal's handler at its own
+	 * points, not in the interrupted call: the EINTR case is not seen
+	 * there (the plain and ASan builds test it) */
+#ifdef __SANITIZE_THREAD__
+	for (int restart = 1; restart < 2; restart++) {
+#else
 	for (int restart = 0; restart < 2; restart++) {
+#endif
 		struct sig_waiter w = { .ch = ch };
 		uint64_t end;
 
