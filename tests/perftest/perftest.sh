@@ -59,9 +59,14 @@ done
 # shellcheck disable=SC2086
 URVT_SHM=$shm URVT_STATS_FILE=$out/stats.server URVT_ADDR=$saddr timeout "$tmo" "$run" "$prog" $common "$@" -p "$port" >"$out/server" 2>&1 &
 spid=$!
-# The server listens on its TCP port once its resources are ready; give it a
-# moment, then retry the client while the connection is refused.
-sleep 0.3
+# The server listens on its TCP port once its resources are ready: wait
+# for that (up to 3 s; a fixed 0.3 s was most of a short run), then retry
+# the client while the connection is refused.
+for i in $(seq 1 60); do
+	ss -Hlnt "sport = :$port" 2>/dev/null | grep -q . && break
+	kill -0 "$spid" 2>/dev/null || break
+	sleep 0.05
+done
 rc=1
 for try in 1 2 3 4 5 6 7 8; do
 	# shellcheck disable=SC2086
