@@ -23,6 +23,14 @@
  *       CPUs 0 and 1: RTT/2 in microseconds, the better one and both (the
  *       floor for one wake-up per message: what an event-driven receiver
  *       pays at least, TCP's blocking reader included).
+ *   machine_limits cma SIZE SECONDS
+ *       single-copy bandwidth between two processes (CPUs 0 and 1): one
+ *       process reads SIZE bytes out of the other's malloc'd buffer into
+ *       its own with process_vm_readv (cross-memory attach, what Open MPI's
+ *       vader and UCX's cma use for large messages), as one call and as
+ *       calls of 64 KiB and 128 KiB: GB/s of each, and the best (the
+ *       most a single-copy transport can move per core; a transport that
+ *       copies twice moves each byte through memcpy once on each side).
  *
  * Prints one line: RESULT <what> key=value ...
  */
@@ -43,6 +51,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -348,6 +357,72 @@ static int do_wake_rtt(long iters)
 	return 0;
 }
 
+/* GB/s of reading size bytes at src in process pid in calls of chunk bytes. */
+static double cma_rate(pid_t pid, uint8_t *src, uint8_t *dst, size_t size, size_t chunk,
+		       double secs)
+{
+	uint64_t n = 0;
+	double t0 = now_s(), t;
+
+	do {
+		for (int r = 0; r < 8; r++, n++) {
+			for (size_t off = 0; off < size; off += chunk) {
+				size_t len = size - off < chunk ? size - off : chunk;
+				struct iovec l = { dst + off, len }, rv = { src + off, len };
+
+				if (process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)len)
+					die("process_vm_readv");
+			}
+		}
+		t = now_s();
+	} while (t - t0 < secs);
+	return (double)n * (double)size / (t - t0) / 1e9;
+}
+
+static int do_cma(size_t size, double secs)
+{
+	uint8_t *src = malloc(size), *dst = malloc(size);
+	int go[2], done[2];
+	pid_t child;
+	char c = 0;
+
+	if (!src || !dst || size < 1 || pipe(go) || pipe(done))
+		die("cma setup");
+	/* the child owns src (the sender's buffer): touched, then idle in read */
+	memset(src, 0x5a, size);
+	memset(dst, 0, size);
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (!child) {
+		pin(0);
+		memset(src, 0xa5, size); /* its own copy of the pages */
+		if (write(go[1], &c, 1) != 1 || read(done[0], &c, 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	pin(1);
+	if (read(go[0], &c, 1) != 1)
+		die("cma child");
+	cma_rate(child, src, dst, size, size, 0.05); /* warm-up */
+	if (dst[0] != 0xa5 || dst[size - 1] != 0xa5) {
+		fprintf(stderr, "cma: read the wrong bytes\n");
+		return 1;
+	}
+	double whole = cma_rate(child, src, dst, size, size, secs / 3);
+	/* a chunk as big as the buffer is the whole call again */
+	double c64 = size > 65536 ? cma_rate(child, src, dst, size, 65536, secs / 3) : whole;
+	double c128 = size > 131072 ? cma_rate(child, src, dst, size, 131072, secs / 3) : whole;
+	if (write(done[1], &c, 1) != 1)
+		die("write");
+	waitpid(child, NULL, 0);
+	double best = whole > c64 ? whole : c64;
+	best = best > c128 ? best : c128;
+	printf("RESULT cma size=%zu gbytes_per_s=%.3f whole=%.3f chunk64k=%.3f chunk128k=%.3f\n",
+	       size, best, whole, c64, c128);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "memcpy"))
@@ -359,7 +434,9 @@ int main(int argc, char **argv)
 		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
 	if (argc >= 3 && !strcmp(argv[1], "wake-rtt"))
 		return do_wake_rtt(strtol(argv[2], NULL, 0));
+	if (argc >= 4 && !strcmp(argv[1], "cma"))
+		return do_cma(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL));
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
-			" | udp-rtt PAYLOAD ITERS | wake-rtt ITERS\n");
+			" | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
 	return 2;
 }
