@@ -33,7 +33,13 @@ links_check() {
 	if [ "$want" = shm ] && [ "${LINKS_UD:-0}" = 1 ]; then
 		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -le $((3 * (st + sr))) ]
 	elif [ "$want" = shm ]; then
-		[ $((st + sr)) -gt 0 ] && [ $((ut + ur)) -eq 0 ]
+		# nothing sent over UDP; what it received there may be another
+		# process's: every urvt process of the host shares its RoCE port
+		# (docs/host-identity.md), and a datagram for a QPN that a process
+		# gone since had lands at whoever has its slot now (seen once: a
+		# full suite's vt_wr_api_memcheck_path_shm, beside tgtd's tests)
+		[ "$ur" -gt 0 ] && echo "links: $2 received $ur datagram(s) over UDP, sent none"
+		[ $((st + sr)) -gt 0 ] && [ "$ut" -eq 0 ]
 	else
 		[ $((ut + ur)) -gt 0 ] && [ $((st + sr)) -eq 0 ]
 	fi
