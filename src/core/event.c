@@ -104,34 +104,29 @@ static bool evq_push(struct urvt_evq *q, enum ibv_event_type type, void *obj)
 	return true;
 }
 
-static bool evq_has_record(struct urvt_evq *q)
-{
-	bool r;
+enum evq_ready { EVQ_NONE, EVQ_OWN, EVQ_IN_PIPE };
 
-	pthread_mutex_lock(&q->lock);
-	r = q->head != q->tail;
-	pthread_mutex_unlock(&q->lock);
-	return r;
-}
-
-/* A byte the waiter kept for itself, if any. */
-static bool evq_take_own(struct urvt_evq *q, bool all_to_pipe)
+/* Under one lock: a byte the waiter kept for itself (taken), else whether
+ * a record's byte is in the pipe (or a reader is taking it); leaving
+ * (all_to_pipe), the kept bytes go to the pipe, where poll() sees them. */
+static enum evq_ready evq_take_own(struct urvt_evq *q, bool all_to_pipe)
 {
-	bool got = false;
+	enum evq_ready r = EVQ_NONE;
 
 	pthread_mutex_lock(&q->lock);
 	if (q->own_bytes && !all_to_pipe) {
 		q->own_bytes--;
-		got = true;
+		r = EVQ_OWN;
+	} else if (q->head != q->tail) {
+		r = EVQ_IN_PIPE;
 	}
-	/* leaving: the rest go to the pipe, where poll() sees them */
 	for (; all_to_pipe && q->own_bytes; q->own_bytes--) {
 		char one = 1;
 		if (write(q->wfd, &one, 1) != 1)
 			break; /* cannot happen, as in evq_push */
 	}
 	pthread_mutex_unlock(&q->lock);
-	return got;
+	return r;
 }
 
 /*
@@ -152,13 +147,11 @@ static int evq_take_byte(struct urvt_evq *q, struct rvt_dev_info *rdi)
 		int ret = 0;
 		tls_waiting_q = q;
 		for (;;) {
-			if (evq_take_own(q, false))
-				got = true;
-			/* a record has its byte in the pipe (or a reader is
-			 * taking it): a read that would find it empty is not
-			 * worth its system call */
-			else if (evq_has_record(q) && read(q->drain_fd, &b, 1) == 1)
-				got = true;
+			enum evq_ready r = evq_take_own(q, false);
+			/* no record, no byte: a read that would find the pipe
+			 * empty is not worth its system call */
+			got = r == EVQ_OWN ||
+			      (r == EVQ_IN_PIPE && read(q->drain_fd, &b, 1) == 1);
 			if (got)
 				break;
 			/* only now, about to block: may it? */

@@ -166,12 +166,18 @@ static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 	pthread_mutex_unlock(&net->watch_lock);
 }
 
-static void net_rx_drain(struct urvt_net *net, bool all)
+/* Receive what the links hold (all of them, or the cheap ones), waiting
+ * for whoever is at it; the packets count as ctr's (who received). */
+static int net_rx_drain(struct urvt_net *net, bool all, enum urvt_ctr ctr)
 {
+	int n;
+
 	pthread_mutex_lock(&net->rx_lock);
-	tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS,
-		 (uint64_t)urvt_net_rx_drain_links(net, all));
+	n = urvt_net_rx_drain_links(net, all);
+	if (n)
+		tp_count(net, NULL, ctr, (uint64_t)n);
 	pthread_mutex_unlock(&net->rx_lock);
+	return n;
 }
 
 /*
@@ -190,7 +196,7 @@ static void net_rx_cb(void *arg)
 	for (int k = 0; k < URVT_LINKS; k++)
 		if (net->links[k] && net->links[k]->ops->ack_wake)
 			net->links[k]->ops->ack_wake(net->links[k]);
-	net_rx_drain(net, !net->links[w->k]->cheap_poll);
+	net_rx_drain(net, !net->links[w->k]->cheap_poll, URVT_CTR_RX_BY_PROGRESS);
 	/* armed again by net_sleep, when the thread stops spinning */
 }
 
@@ -252,7 +258,7 @@ static void watchdog_fn(struct urvt_timer *t)
 	if (give) {
 		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
 		rx_watch(net, URVT_CTR_RX_GIVE_WATCHDOG);
-		net_rx_drain(net, true);
+		net_rx_drain(net, true, URVT_CTR_RX_BY_PROGRESS);
 	}
 }
 
@@ -488,23 +494,6 @@ fail:
 	return ret;
 }
 
-/* Receive what is there: the cheap links, all of them too if a socket's
- * wake-up fired (its fd is level-triggered: what waits there wakes us at
- * once). Waits for a thread that is at it: spinning on its trylock here
- * starved it when both shared one CPU (a doorbell that arm rang for what it
- * was about to receive woke this thread again and again). */
-static int wait_drain(struct urvt_net *net, bool all)
-{
-	int n = 0;
-
-	pthread_mutex_lock(&net->rx_lock);
-	n = urvt_net_rx_drain_links(net, all);
-	if (n)
-		tp_count(net, NULL, URVT_CTR_RX_BY_WAITER, (uint64_t)n);
-	pthread_mutex_unlock(&net->rx_lock);
-	return n;
-}
-
 /*
  * epoll_wait failed with EINTR: a signal handler ran (epoll_wait is never
  * restarted, whatever SA_RESTART says), or the process was stopped and
@@ -548,7 +537,9 @@ int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd)
 	}
 	/* what came may be the event waited for: the caller looks (an
 	 * event this thread enters skips the pipe, event.c) */
-	if (wait_drain(net, false))
+	/* waits for rx_lock: spinning on a trylock starved its holder when
+	 * both shared one CPU */
+	if (net_rx_drain(net, false, URVT_CTR_RX_BY_WAITER))
 		return 0;
 	/* as the progress thread before it sleeps (net_sleep): what comes
 	 * from here on, or came since the drain, rings */
@@ -565,7 +556,7 @@ int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd)
 			l->ops->ack_wake(l);
 		all = all || !l->cheap_poll;
 	}
-	wait_drain(net, all);
+	net_rx_drain(net, all, URVT_CTR_RX_BY_WAITER);
 	/* leaving: what comes next rings whoever sleeps then (the progress
 	 * thread, or this thread back here) */
 	links_arm(net);
