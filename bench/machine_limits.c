@@ -13,6 +13,29 @@
  *       gso: the sender hands the kernel 64 KiB super-datagrams cut into
  *       PAYLOAD-byte segments (UDP_SEGMENT) and the receiver takes them
  *       back coalesced (UDP_GRO): the per-packet kernel cost urvt could save.
+ *   machine_limits udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME]
+ *                  [--ns-rx NAME] [--dst ADDR]
+ *       the floor of a RoCEv2 stream over UDP (issue 34, the two-namespace
+ *       rows): a sender process (CPU 1) hands the kernel GSO super-datagrams
+ *       (UDP_SEGMENT) of PAYLOAD-byte segments, a receiver process (CPU 0)
+ *       takes them back coalesced (UDP_GRO), busy-polling recvmmsg
+ *       (MSG_DONTWAIT). --ns-rx / --ns-tx: the receiver / sender enter the
+ *       network namespace /run/netns/NAME (setns) before making its socket;
+ *       --dst: the receiver's address, in its namespace (default 127.233.0.1;
+ *       the sender binds 127.233.0.2, or the wildcard address in a namespace).
+ *       Each segment is a RoCE packet: 12 B BTH + data + 4 B ICRC, so
+ *       PAYLOAD = 1040 is an RC WRITE middle packet at RoCE MTU 1024.
+ *       Without copy/crc the segments are sent as they are (the kernel alone).
+ *       crc: the sender builds every segment as a RoCE sender builds a packet
+ *       from an MR: the BTH, then one fused copy + CRC pass (urvt_crc32_copy)
+ *       of the data out of a 1 MiB source buffer, the CRC stored as the ICRC;
+ *       the receiver makes one fused copy + CRC pass per segment out of the
+ *       GRO buffer into a 1 MiB destination buffer and checks the ICRC.
+ *       copy: the same copies with memcpy, no CRC.
+ *       Prints Mpps (segments), gbytes_per_s = GB/s of RDMA data
+ *       (PAYLOAD - 16 B per segment), udp_gbytes_per_s = GB/s of UDP
+ *       payload, segs_per_recv (how much GRO coalesced), bad = segments
+ *       whose ICRC did not match (exit 1 if any).
  *   machine_limits udp-rtt PAYLOAD ITERS
  *       UDP ping-pong between two processes (CPU 0, CPU 1), both
  *       busy-polling with MSG_DONTWAIT: RTT/2 in microseconds (the floor
@@ -39,6 +62,8 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sched.h>
@@ -55,6 +80,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "wire/crc32.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -251,6 +278,219 @@ static int do_udp_pps(size_t payload, double secs, bool gso)
 	return 0;
 }
 
+/* udp-stream: what the sender and the receiver do with each segment */
+enum stream_work { WORK_NONE, WORK_COPY, WORK_CRC };
+
+#define ROCE_BTH 12
+#define ROCE_ICRC 4
+#define MR_SIZE (1u << 20)
+
+/* Enter the network namespace /run/netns/name (ip netns's), if any. */
+static void enter_netns(const char *name)
+{
+	char path[4096];
+	int fd;
+
+	if (!name)
+		return;
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die(path);
+	if (setns(fd, CLONE_NEWNET))
+		die("setns");
+	close(fd);
+}
+
+static uint8_t *mr_alloc(void)
+{
+	uint8_t *mr = aligned_alloc(4096, MR_SIZE);
+
+	if (!mr)
+		die("aligned_alloc");
+	for (size_t i = 0; i < MR_SIZE; i++)
+		mr[i] = (uint8_t)(i * 131 + (i >> 12));
+	return mr;
+}
+
+/* Sender of udp-stream: GSO super-datagrams of nseg segments; each segment
+ * built from the source MR first (copy, crc). Runs until killed. */
+static void stream_sender(int fd, const struct sockaddr_in *dst, size_t payload,
+			  enum stream_work work)
+{
+	static uint8_t buf[65536];
+	size_t nseg = 65000 / payload, len, data = payload - ROCE_BTH - ROCE_ICRC, off = 0;
+	uint8_t *mr = mr_alloc();
+	int seg = (int)payload;
+	uint32_t psn = 0;
+
+	if (nseg > 64)
+		nseg = 64; /* UDP_MAX_SEGMENTS of older kernels */
+	len = nseg * payload;
+	memset(buf, 0x5a, sizeof(buf));
+	if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)))
+		die("setsockopt UDP_SEGMENT");
+	for (;;) {
+		for (size_t s = 0; work != WORK_NONE && s < nseg; s++) {
+			uint8_t *p = buf + s * payload;
+
+			/* BTH of an RDMA WRITE middle packet: opcode, flags, P_Key,
+			 * destination QP, PSN */
+			p[0] = 0x07;
+			p[1] = 0x40;
+			p[2] = p[3] = 0xff;
+			p[4] = 0;
+			p[5] = 0;
+			p[6] = 0;
+			p[7] = 0x11;
+			p[8] = 0;
+			p[9] = (uint8_t)(psn >> 16);
+			p[10] = (uint8_t)(psn >> 8);
+			p[11] = (uint8_t)psn;
+			psn = (psn + 1) & 0xffffff;
+			if (off + data > MR_SIZE)
+				off = 0;
+			if (work == WORK_CRC) {
+				uint32_t c = urvt_crc32(0, p, ROCE_BTH);
+
+				c = urvt_crc32_copy(c, p + ROCE_BTH, mr + off, data);
+				memcpy(p + ROCE_BTH + data, &c, ROCE_ICRC);
+			} else {
+				memcpy(p + ROCE_BTH, mr + off, data);
+			}
+			off += data;
+		}
+		/* the kernel's queue full: send the same bytes again */
+		while (sendto(fd, buf, len, 0, (const struct sockaddr *)dst, sizeof(*dst)) < 0) {
+			if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR)
+				die("sendto (gso)");
+		}
+	}
+}
+
+static int do_udp_stream(size_t payload, double secs, enum stream_work work, const char *ns_tx,
+			 const char *ns_rx, const char *dst)
+{
+	struct sockaddr_in rsin, ssin;
+	int rfd, on = 1;
+	pid_t child;
+
+	if (payload <= ROCE_BTH + ROCE_ICRC || payload > 8192 || secs <= 0)
+		return 2;
+	/* the receiver's socket in its namespace, then the sender's in its */
+	enter_netns(ns_rx);
+	rfd = udp_socket(dst ? dst : RCV_ADDR, &rsin);
+	if (setsockopt(rfd, SOL_UDP, UDP_GRO, &on, sizeof(on)))
+		die("setsockopt UDP_GRO");
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		close(rfd);
+		enter_netns(ns_tx);
+		int sfd = udp_socket(ns_tx ? "0.0.0.0" : SND_ADDR, &ssin);
+		pin(1);
+		stream_sender(sfd, &rsin, payload, work);
+		_exit(0);
+	}
+	pin(0);
+
+	static uint8_t bufs[BATCH][65536];
+	char cbuf[BATCH][CMSG_SPACE(sizeof(int))];
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov[BATCH];
+	uint8_t *mr = mr_alloc();
+	size_t data = payload - ROCE_BTH - ROCE_ICRC, off = 0;
+	uint64_t pkts = 0, bytes = 0, recvs = 0, bad = 0;
+	double t0 = 0, t = 0, start = now_s();
+	bool started = false;
+
+	for (;;) {
+		memset(msgs, 0, sizeof(msgs));
+		for (int i = 0; i < BATCH; i++) {
+			iov[i].iov_base = bufs[i];
+			iov[i].iov_len = sizeof(bufs[i]);
+			msgs[i].msg_hdr.msg_iov = &iov[i];
+			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_control = cbuf[i];
+			msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
+		}
+		int n = recvmmsg(rfd, msgs, BATCH, MSG_DONTWAIT, NULL);
+		t = now_s();
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			die("recvmmsg");
+		for (int i = 0; i < n; i++) {
+			size_t len = msgs[i].msg_len, seg = len;
+			struct cmsghdr *cm;
+
+			/* GRO: the segment size in a control message; none: one datagram */
+			for (cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
+			     cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+				if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+					int g;
+
+					memcpy(&g, CMSG_DATA(cm), sizeof(g));
+					if (g > 0)
+						seg = (size_t)g;
+				}
+			}
+			for (size_t o = 0; work != WORK_NONE && o < len; o += seg) {
+				const uint8_t *p = bufs[i] + o;
+				size_t sl = len - o < seg ? len - o : seg, d;
+
+				if (sl <= ROCE_BTH + ROCE_ICRC) {
+					bad++;
+					continue;
+				}
+				d = sl - ROCE_BTH - ROCE_ICRC;
+				if (off + d > MR_SIZE)
+					off = 0;
+				if (work == WORK_CRC) {
+					uint32_t c = urvt_crc32(0, p, ROCE_BTH), icrc;
+
+					c = urvt_crc32_copy(c, mr + off, p + ROCE_BTH, d);
+					memcpy(&icrc, p + ROCE_BTH + d, ROCE_ICRC);
+					bad += c != icrc;
+				} else {
+					memcpy(mr + off, p + ROCE_BTH, d);
+				}
+				off += d;
+			}
+			if (started) {
+				recvs++;
+				bytes += len;
+				pkts += (len + seg - 1) / seg;
+			}
+		}
+		if (!started) {
+			/* measure from the first datagram on, after a 0.1 s warm-up */
+			if (n > 0 && t - start > 0.1) {
+				started = true;
+				t0 = t;
+			} else if (t - start > 5) {
+				fprintf(stderr, "udp-stream: no datagrams\n");
+				break;
+			}
+			continue;
+		}
+		if (t - t0 >= secs)
+			break;
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	__asm__ volatile("" : : "r"(mr) : "memory");
+	free(mr);
+	if (!started)
+		return 1;
+	printf("RESULT udp_stream payload=%zu work=%s mpps=%.3f gbytes_per_s=%.3f"
+	       " udp_gbytes_per_s=%.3f segs_per_recv=%.1f bad=%" PRIu64 " crc=%s\n",
+	       payload, work == WORK_CRC ? "crc" : work == WORK_COPY ? "copy" : "none",
+	       (double)pkts / (t - t0) / 1e6, (double)pkts * (double)data / (t - t0) / 1e9,
+	       (double)bytes / (t - t0) / 1e9, recvs ? (double)pkts / (double)recvs : 0.0, bad,
+	       urvt_crc32_impl());
+	return bad ? 1 : 0;
+}
+
 static int do_udp_rtt(size_t payload, long iters)
 {
 	struct sockaddr_in asin, bsin;
@@ -430,13 +670,36 @@ int main(int argc, char **argv)
 	if (argc >= 4 && !strcmp(argv[1], "udp-pps"))
 		return do_udp_pps(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL),
 				  argc >= 5 && !strcmp(argv[4], "gso"));
+	if (argc >= 4 && !strcmp(argv[1], "udp-stream")) {
+		const char *ns_tx = NULL, *ns_rx = NULL, *dst = NULL;
+		enum stream_work work = WORK_NONE;
+
+		for (int i = 4; i < argc; i++) {
+			if (!strcmp(argv[i], "crc"))
+				work = WORK_CRC;
+			else if (!strcmp(argv[i], "copy"))
+				work = WORK_COPY;
+			else if (i + 1 < argc && !strcmp(argv[i], "--ns-tx"))
+				ns_tx = argv[++i];
+			else if (i + 1 < argc && !strcmp(argv[i], "--ns-rx"))
+				ns_rx = argv[++i];
+			else if (i + 1 < argc && !strcmp(argv[i], "--dst"))
+				dst = argv[++i];
+			else
+				goto usage;
+		}
+		return do_udp_stream(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL), work, ns_tx,
+				     ns_rx, dst);
+	}
 	if (argc >= 4 && !strcmp(argv[1], "udp-rtt"))
 		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
 	if (argc >= 3 && !strcmp(argv[1], "wake-rtt"))
 		return do_wake_rtt(strtol(argv[2], NULL, 0));
 	if (argc >= 4 && !strcmp(argv[1], "cma"))
 		return do_cma(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL));
+usage:
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
-			" | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
+			" | udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME] [--ns-rx NAME]"
+			" [--dst ADDR] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
 	return 2;
 }
