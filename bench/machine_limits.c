@@ -32,6 +32,9 @@
  *       the receiver makes one fused copy + CRC pass per segment out of the
  *       GRO buffer into a 1 MiB destination buffer and checks the ICRC.
  *       copy: the same copies with memcpy, no CRC.
+ *       Over a veth the super-datagram crosses whole (the receiving veth
+ *       counts one packet per super-datagram), so the veth's MTU does not
+ *       enter: the segments' size does (per-segment CRC, copy, GRO count).
  *       Prints Mpps (segments), gbytes_per_s = GB/s of RDMA data
  *       (PAYLOAD - 16 B per segment), udp_gbytes_per_s = GB/s of UDP
  *       payload, segs_per_recv (how much GRO coalesced), bad = segments
