@@ -63,7 +63,7 @@ static uint32_t icrc_deflate(const uint8_t *p, size_t n)
 int main(int argc, char **argv)
 {
 	static uint8_t src[8192], dst[8192], pkt[8192];
-	static const size_t sizes[] = { 64, 4096 };
+	static const size_t sizes[] = { 64, 1040, 4096 };
 	struct urvt_ipinfo ip;
 
 	if (argc > 1)

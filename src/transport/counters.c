@@ -17,7 +17,7 @@
 #include "base/report.h"
 #include "transport/tp.h"
 
-static struct urvt_stats_qp stats_overflow; /* QPs without a slot count here too */
+struct urvt_stats_qp urvt_stats_overflow; /* QPs without a slot count here too */
 
 /* Counter files of processes that died without closing the device. */
 static void stats_reap_stale(void)
@@ -127,7 +127,7 @@ void urvt_stats_fini(struct urvt_net *net)
 static struct urvt_stats_qp *stats_claim(struct rvt_qp *qp)
 {
 	struct urvt_net *net = qp_net(qp);
-	struct urvt_stats_qp *slot = &stats_overflow, *want = NULL;
+	struct urvt_stats_qp *slot = &urvt_stats_overflow, *want = NULL;
 
 	for (uint32_t i = 0; i < 8; i++) {
 		struct urvt_stats_qp *s = &net->stats->qp[(qp->qpn + i) % URVT_STATS_QP_SLOTS];
@@ -142,7 +142,7 @@ static struct urvt_stats_qp *stats_claim(struct rvt_qp *qp)
 		}
 	}
 	if (!atomic_compare_exchange_strong(&qp_tp(qp)->stats, &want, slot)) {
-		if (slot != &stats_overflow)
+		if (slot != &urvt_stats_overflow)
 			__atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
 		return want;
 	}
@@ -162,6 +162,6 @@ void urvt_stats_release(struct urvt_net *net, struct rvt_qp *qp)
 {
 	struct urvt_stats_qp *s = atomic_exchange(&qp_tp(qp)->stats, NULL);
 
-	if (s && s != &stats_overflow)
+	if (s && s != &urvt_stats_overflow)
 		__atomic_store_n(&s->in_use, 0, __ATOMIC_RELEASE);
 }

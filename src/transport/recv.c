@@ -40,8 +40,14 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 
 	{
 		struct urvt_stats_qp *qs = urvt_qp_stats(qp);
-		urvt_ctr_add(&qs->c, URVT_CTR_RX_PKTS, 1);
-		urvt_ctr_add(&qs->c, URVT_CTR_RX_BYTES, len);
+		/* the QP's own slot: we hold rx_lock, the only writer */
+		if (likely(qs != &urvt_stats_overflow)) {
+			urvt_ctr_add_rx(&qs->c, URVT_CTR_RX_PKTS, 1);
+			urvt_ctr_add_rx(&qs->c, URVT_CTR_RX_BYTES, len);
+		} else {
+			urvt_ctr_add(&qs->c, URVT_CTR_RX_PKTS, 1);
+			urvt_ctr_add(&qs->c, URVT_CTR_RX_BYTES, len);
+		}
 	}
 	ret = urvt_opcode_chk_transport(pkt->opcode, qp_transport(qp));
 	if (unlikely(ret))

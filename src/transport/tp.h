@@ -287,6 +287,8 @@ static inline struct urvt_link *urvt_net_link(const struct urvt_net *net, const 
 
 /* ---- counters ---- */
 struct urvt_stats_qp *urvt_qp_stats(struct rvt_qp *qp);
+/* Where QPs without a slot of their own count (of every device, any thread). */
+extern struct urvt_stats_qp urvt_stats_overflow;
 static inline void tp_count(struct urvt_net *net, struct urvt_stats_qp *qs, enum urvt_ctr c,
 			    uint64_t n)
 {
