@@ -12,7 +12,7 @@
  * has membarrier(2) run a full fence on every CPU running a thread of this
  * process, then waits until the owner is out of its section (busy 0).
  *
- * Why that excludes the owner (docs/performance.md "No locked RMW per WR"): the owner
+ * Why that excludes the owner (docs/performance-history.md "No locked RMW per WR"): the owner
  * stores busy, then loads owner; the revoker stores owner, then fences
  * every CPU, then loads busy. If the owner's load comes after the fence on
  * its CPU, it sees owner cleared and backs off; if it came before, so did
