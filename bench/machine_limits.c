@@ -170,6 +170,54 @@ static int do_memcpy(size_t size, double secs)
 	return 0;
 }
 
+/* Receive buffers of the two stream receivers: BATCH datagrams of up to
+ * 64 KiB (GRO) and room for UDP_GRO's segment size. */
+struct rx_bufs {
+	uint8_t buf[BATCH][65536];
+	char cbuf[BATCH][CMSG_SPACE(sizeof(int))];
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov[BATCH];
+};
+
+/* One busy-polling recvmmsg into b, each buffer offered len bytes (no
+ * wakeups to pay for on the sender's side): the datagrams read. */
+static int rx_poll(int fd, struct rx_bufs *b, size_t len)
+{
+	memset(b->msgs, 0, sizeof(b->msgs));
+	for (int i = 0; i < BATCH; i++) {
+		b->iov[i].iov_base = b->buf[i];
+		b->iov[i].iov_len = len;
+		b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+		b->msgs[i].msg_hdr.msg_iovlen = 1;
+		b->msgs[i].msg_hdr.msg_control = b->cbuf[i];
+		b->msgs[i].msg_hdr.msg_controllen = sizeof(b->cbuf[i]);
+	}
+	int n = recvmmsg(fd, b->msgs, BATCH, MSG_DONTWAIT, NULL);
+	if (n < 0 && errno != EAGAIN && errno != EINTR)
+		die("recvmmsg");
+	return n;
+}
+
+/* The receivers measure from the first datagram after a 0.1 s warm-up:
+ * 1 once measuring (*t0 set at the start), 0 while warming up, -1 when
+ * nothing came within 5 s. */
+static int rx_measuring(bool *started, double *t0, double t, double start, int n,
+			const char *who)
+{
+	if (*started)
+		return 1;
+	if (n > 0 && t - start > 0.1) {
+		*started = true;
+		*t0 = t;
+		return 1;
+	}
+	if (t - start > 5) {
+		fprintf(stderr, "%s: no datagrams\n", who);
+		return -1;
+	}
+	return 0;
+}
+
 /* Sender: plain sendmmsg batches, or GSO super-datagrams. Runs until killed. */
 static void pps_sender(int fd, const struct sockaddr_in *dst, size_t payload, bool gso)
 {
@@ -229,43 +277,24 @@ static int do_udp_pps(size_t payload, double secs, bool gso)
 	pin(0);
 
 	/* receive: count datagrams (GRO: bytes / payload) */
-	static uint8_t bufs[BATCH][65536];
-	char cbuf[BATCH][CMSG_SPACE(sizeof(int))];
-	struct mmsghdr msgs[BATCH];
-	struct iovec iov[BATCH];
+	static struct rx_bufs rb;
 	uint64_t pkts = 0, bytes = 0;
 	double t0 = 0, t = 0, start = now_s();
 	bool started = false;
 
 	for (;;) {
-		memset(msgs, 0, sizeof(msgs));
-		for (int i = 0; i < BATCH; i++) {
-			iov[i].iov_base = bufs[i];
-			/* GRO hands back up to 64 KiB at once; otherwise one packet */
-			iov[i].iov_len = gso ? sizeof(bufs[i]) : payload + 64;
-			msgs[i].msg_hdr.msg_iov = &iov[i];
-			msgs[i].msg_hdr.msg_iovlen = 1;
-			msgs[i].msg_hdr.msg_control = cbuf[i];
-			msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
-		}
-		/* busy-poll (no wakeups to pay for on the sender's side) */
-		int n = recvmmsg(rfd, msgs, BATCH, MSG_DONTWAIT, NULL);
+		/* GRO hands back up to 64 KiB at once; otherwise one packet */
+		int n = rx_poll(rfd, &rb, gso ? sizeof(rb.buf[0]) : payload + 64);
+
 		t = now_s();
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			die("recvmmsg");
+		/* the batch that starts the measurement is not counted */
 		if (!started) {
-			/* measure from the first datagram on, after a 0.1 s warm-up */
-			if (n > 0 && t - start > 0.1) {
-				started = true;
-				t0 = t;
-			} else if (t - start > 5) {
-				fprintf(stderr, "no datagrams\n");
+			if (rx_measuring(&started, &t0, t, start, n, "udp-pps") < 0)
 				break;
-			}
 			continue;
 		}
 		for (int i = 0; i < n; i++) {
-			uint32_t len = msgs[i].msg_len;
+			uint32_t len = rb.msgs[i].msg_len;
 			bytes += len;
 			pkts += (len + payload - 1) / payload;
 		}
@@ -398,10 +427,7 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 	}
 	pin(0);
 
-	static uint8_t bufs[BATCH][65536];
-	char cbuf[BATCH][CMSG_SPACE(sizeof(int))];
-	struct mmsghdr msgs[BATCH];
-	struct iovec iov[BATCH];
+	static struct rx_bufs rb;
 	uint8_t *mr = mr_alloc();
 	size_t data = payload - ROCE_BTH - ROCE_ICRC, off = 0;
 	uint64_t pkts = 0, bytes = 0, recvs = 0, bad = 0;
@@ -409,26 +435,16 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 	bool started = false;
 
 	for (;;) {
-		memset(msgs, 0, sizeof(msgs));
-		for (int i = 0; i < BATCH; i++) {
-			iov[i].iov_base = bufs[i];
-			iov[i].iov_len = sizeof(bufs[i]);
-			msgs[i].msg_hdr.msg_iov = &iov[i];
-			msgs[i].msg_hdr.msg_iovlen = 1;
-			msgs[i].msg_hdr.msg_control = cbuf[i];
-			msgs[i].msg_hdr.msg_controllen = sizeof(cbuf[i]);
-		}
-		int n = recvmmsg(rfd, msgs, BATCH, MSG_DONTWAIT, NULL);
+		int n = rx_poll(rfd, &rb, sizeof(rb.buf[0]));
+
 		t = now_s();
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			die("recvmmsg");
 		for (int i = 0; i < n; i++) {
-			size_t len = msgs[i].msg_len, seg = len;
+			struct msghdr *mh = &rb.msgs[i].msg_hdr;
+			size_t len = rb.msgs[i].msg_len, seg = len;
 			struct cmsghdr *cm;
 
 			/* GRO: the segment size in a control message; none: one datagram */
-			for (cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
-			     cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+			for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
 				if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
 					int g;
 
@@ -438,7 +454,7 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 				}
 			}
 			for (size_t o = 0; work != WORK_NONE && o < len; o += seg) {
-				const uint8_t *p = bufs[i] + o;
+				const uint8_t *p = rb.buf[i] + o;
 				size_t sl = len - o < seg ? len - o : seg, d;
 
 				if (sl <= ROCE_BTH + ROCE_ICRC) {
@@ -466,14 +482,8 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 			}
 		}
 		if (!started) {
-			/* measure from the first datagram on, after a 0.1 s warm-up */
-			if (n > 0 && t - start > 0.1) {
-				started = true;
-				t0 = t;
-			} else if (t - start > 5) {
-				fprintf(stderr, "udp-stream: no datagrams\n");
+			if (rx_measuring(&started, &t0, t, start, n, "udp-stream") < 0)
 				break;
-			}
 			continue;
 		}
 		if (t - t0 >= secs)

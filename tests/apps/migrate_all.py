@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """migrate_all.py SOCKET=URI...: start a migration on every QEMU monitor
-socket at once (HMP "migrate -d URI", one monitor after the other with the
-connections already open), then poll "info migrate" on all of them every
+socket at once (HMP "migrate -d URI" written to every monitor before any
+reply is read: a source's monitor answers only once its RDMA connection is
+up, which took ~750 ms on a loaded machine, longer than another migration
+lasted), then poll "info migrate" on all of them every
 50 ms until each has ended. Prints each one's final status, the times it
 was first and last seen active, and how many poll rounds saw all of them
 active at the same time; exits 0 when all completed."""
@@ -36,7 +38,9 @@ def main():
         mons.append((s, uri))
     t0 = time.monotonic()
     for s, uri in mons:
-        cmd(s, "migrate -d " + uri)
+        s.sendall(("migrate -d " + uri + "\n").encode())
+    for s, _ in mons:
+        until_prompt(s)
     first = [None] * len(mons)
     last = [None] * len(mons)
     final = [None] * len(mons)
