@@ -71,6 +71,8 @@ struct ucma_channel {
 	struct rdma_event_channel ch;
 	struct cma_event *head, *tail;
 	bool signalled;
+	unsigned waiters;                 /* threads in rdma_get_cm_event's wait (cma_lock) */
+	bool dead;                        /* destroyed under them: the last one frees it */
 };
 
 /* librdmacm's struct cma_event: what rdma_get_cm_event hands out (its

@@ -37,9 +37,19 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	return &ch->ch;
 }
 
+/*
+ * A thread may be in rdma_get_cm_event on the channel (rping of rdma-core
+ * 44 destroys it under its CM thread at exit): on the kernel's file that
+ * read stays blocked. Here the thread may have been woken by the last
+ * event and wait for cma_lock: the channel stays allocated until the last
+ * such thread has seen it dead; that thread frees it and then stays
+ * blocked, as the read would. (One still in poll() keeps the eventfd's
+ * file open and is not woken by the close: the channel is left to it.)
+ */
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct ucma_channel *ch = to_uch(channel);
+	bool in_use;
 
 	pthread_mutex_lock(&cma_lock);
 	while (ch->head) {
@@ -47,9 +57,13 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		ch->head = e->next;
 		cma_event_free(e);
 	}
-	pthread_mutex_unlock(&cma_lock);
+	ch->tail = NULL;
+	ch->dead = true;
+	in_use = ch->waiters != 0;
 	close(ch->ch.fd);
-	free(ch);
+	pthread_mutex_unlock(&cma_lock);
+	if (!in_use)
+		free(ch);
 }
 
 static void signal_set(struct ucma_channel *ch, bool on)
@@ -158,6 +172,17 @@ void cma_event_move(struct rdma_id_private *id_priv, struct ucma_channel *to)
 		signal_set(from, false);
 }
 
+/* The channel was destroyed while this thread waited on it (cma_lock
+ * held): the last waiter frees it; each stays blocked, holding nothing. */
+static _Noreturn void channel_gone(struct ucma_channel *ch)
+{
+	if (!ch->waiters)
+		free(ch);
+	pthread_mutex_unlock(&cma_lock);
+	for (;;)
+		pause();
+}
+
 int cma_event_get(struct ucma_channel *ch, struct cma_event **out)
 {
 	for (;;) {
@@ -179,9 +204,13 @@ int cma_event_get(struct ucma_channel *ch, struct cma_event **out)
 		if (fl >= 0 && (fl & O_NONBLOCK))
 			return -EAGAIN;
 		/* wait for the fd without the lock (as the kernel's read does) */
+		ch->waiters++;
 		pthread_mutex_unlock(&cma_lock);
 		n = poll(&p, 1, -1);
 		pthread_mutex_lock(&cma_lock);
+		ch->waiters--;
+		if (ch->dead)
+			channel_gone(ch); /* does not return */
 		if (n < 0 && errno == EINTR)
 			return -EINTR;
 	}

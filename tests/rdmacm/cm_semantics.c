@@ -18,7 +18,9 @@
  *                           (URVT_CM_RESPONSE_TIMEOUT / URVT_CM_RETRIES make
  *                           it quick)
  *   cm_semantics misc       options, multicast joins, ports, a second
- *                           address EADDRNOTAVAIL, getaddrinfo, migrate_id
+ *                           address EADDRNOTAVAIL, getaddrinfo, migrate_id,
+ *                           a channel destroyed under a thread blocked in
+ *                           rdma_get_cm_event (it stays blocked)
  *
  * Exit 0 pass, 1 fail (the failed check is printed). Every wait is bounded.
  */
@@ -26,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <signal.h>
@@ -623,6 +626,46 @@ static void test_unreach(void)
 /* ------------------------------------------------------------------ */
 /* misc                                                               */
 /* ------------------------------------------------------------------ */
+static void *blocked_get(void *arg)
+{
+	struct rdma_cm_event *ev;
+
+	if (rdma_get_cm_event(arg, &ev) == 0)
+		rdma_ack_cm_event(ev);
+	return arg;
+}
+
+/*
+ * rping of rdma-core 44 destroys its cm_id and event channel at exit while
+ * its CM thread is in rdma_get_cm_event on that channel; on the kernel's
+ * file that read stays blocked. Here the thread may have been woken by the
+ * id's last event and wait for the library's lock while both are
+ * destroyed: it must not touch the freed channel (rping crashed 1 run in
+ * ~150; under ASan a use after free). Each round: a thread waits, an event
+ * for a new id is queued, the id and the channel are destroyed at once.
+ * The thread either took the event or stays blocked for good.
+ */
+static void check_destroy_under_waiter(void)
+{
+	struct sockaddr_in s = sin_of(SERVER, 0);
+	struct timespec nap = { .tv_nsec = 2 * 1000 * 1000 };
+
+	for (int round = 0; round < 40; round++) {
+		struct rdma_event_channel *ch = rdma_create_event_channel();
+		struct rdma_cm_id *id;
+		pthread_t t;
+
+		CHECK(ch);
+		CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+		CHECK(pthread_create(&t, NULL, blocked_get, ch) == 0);
+		nanosleep(&nap, NULL);
+		CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&s, 2000) == 0);
+		CHECK(rdma_destroy_id(id) == 0);
+		rdma_destroy_event_channel(ch);
+		pthread_detach(t); /* done, or blocked until the process exits */
+	}
+}
+
 static void test_misc(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel(), *ch2;
@@ -717,6 +760,7 @@ static void test_misc(void)
 	rdma_freeaddrinfo(res);
 	CHECK(!strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT"));
 	CHECK(!strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT"));
+	check_destroy_under_waiter();
 }
 
 int main(int argc, char **argv)
