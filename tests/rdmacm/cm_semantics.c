@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -626,13 +627,38 @@ static void test_unreach(void)
 /* ------------------------------------------------------------------ */
 /* misc                                                               */
 /* ------------------------------------------------------------------ */
+static volatile pid_t waiter_tid;
+
 static void *blocked_get(void *arg)
 {
 	struct rdma_cm_event *ev;
 
+	waiter_tid = (pid_t)syscall(SYS_gettid);
 	if (rdma_get_cm_event(arg, &ev) == 0)
 		rdma_ack_cm_event(ev);
 	return arg;
+}
+
+/* Wait (up to 2 s) until thread tid sleeps: in rdma_get_cm_event's poll. */
+static void wait_asleep(pid_t tid)
+{
+	struct timespec nap = { .tv_nsec = 1000 * 1000 };
+	char path[64], buf[256], *p;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	for (int i = 0; i < 2000; i++) {
+		FILE *f = fopen(path, "r");
+		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+		if (f)
+			fclose(f);
+		buf[n] = 0;
+		p = strrchr(buf, ')'); /* "tid (comm) S ..." */
+		if (p && p[1] == ' ' && p[2] == 'S')
+			return;
+		nanosleep(&nap, NULL);
+	}
+	CHECK(!"the waiting thread went to sleep");
 }
 
 /*
@@ -641,14 +667,13 @@ static void *blocked_get(void *arg)
  * file that read stays blocked. Here the thread may have been woken by the
  * id's last event and wait for the library's lock while both are
  * destroyed: it must not touch the freed channel (rping crashed 1 run in
- * ~150; under ASan a use after free). Each round: a thread waits, an event
- * for a new id is queued, the id and the channel are destroyed at once.
- * The thread either took the event or stays blocked for good.
+ * ~150; under ASan a use after free). Each round: a thread asleep in the
+ * get, an event for a new id queued, the id and the channel destroyed at
+ * once. The thread either took the event or stays blocked for good.
  */
 static void check_destroy_under_waiter(void)
 {
 	struct sockaddr_in s = sin_of(SERVER, 0);
-	struct timespec nap = { .tv_nsec = 2 * 1000 * 1000 };
 
 	for (int round = 0; round < 40; round++) {
 		struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -657,8 +682,12 @@ static void check_destroy_under_waiter(void)
 
 		CHECK(ch);
 		CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+		waiter_tid = 0;
 		CHECK(pthread_create(&t, NULL, blocked_get, ch) == 0);
-		nanosleep(&nap, NULL);
+		for (int i = 0; i < 2000 && !waiter_tid; i++)
+			nanosleep(&(struct timespec){ .tv_nsec = 1000 * 1000 }, NULL);
+		CHECK(waiter_tid);
+		wait_asleep(waiter_tid);
 		CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&s, 2000) == 0);
 		CHECK(rdma_destroy_id(id) == 0);
 		rdma_destroy_event_channel(ch);
