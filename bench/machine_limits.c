@@ -170,6 +170,25 @@ static int do_memcpy(size_t size, double secs)
 	return 0;
 }
 
+/* The receiver's UDP_GRO: a GSO sender's super-datagrams arrive whole. */
+static void gro_on(int fd)
+{
+	int on = 1;
+
+	if (setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)))
+		die("setsockopt UDP_GRO");
+}
+
+/* A child process (0 in it); dies if there is none. */
+static pid_t fork_or_die(void)
+{
+	pid_t child = fork();
+
+	if (child < 0)
+		die("fork");
+	return child;
+}
+
 /* Receive buffers of the two stream receivers: BATCH datagrams of up to
  * 64 KiB (GRO) and room for UDP_GRO's segment size. */
 struct rx_bufs {
@@ -259,14 +278,9 @@ static int do_udp_pps(size_t payload, double secs, bool gso)
 
 	if (payload < 1 || payload > 8192)
 		return 2;
-	if (gso) {
-		int on = 1;
-		if (setsockopt(rfd, SOL_UDP, UDP_GRO, &on, sizeof(on)))
-			die("setsockopt UDP_GRO");
-	}
-	child = fork();
-	if (child < 0)
-		die("fork");
+	if (gso)
+		gro_on(rfd);
+	child = fork_or_die();
 	if (child == 0) {
 		close(rfd);
 		pin(1);
@@ -404,7 +418,7 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 			 const char *ns_rx, const char *dst)
 {
 	struct sockaddr_in rsin, ssin;
-	int rfd, on = 1;
+	int rfd;
 	pid_t child;
 
 	if (payload <= ROCE_BTH + ROCE_ICRC || payload > 8192 || secs <= 0)
@@ -412,11 +426,8 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 	/* the receiver's socket in its namespace, then the sender's in its */
 	enter_netns(ns_rx);
 	rfd = udp_socket(dst ? dst : RCV_ADDR, &rsin);
-	if (setsockopt(rfd, SOL_UDP, UDP_GRO, &on, sizeof(on)))
-		die("setsockopt UDP_GRO");
-	child = fork();
-	if (child < 0)
-		die("fork");
+	gro_on(rfd);
+	child = fork_or_die();
 	if (child == 0) {
 		close(rfd);
 		enter_netns(ns_tx);
@@ -513,9 +524,7 @@ static int do_udp_rtt(size_t payload, long iters)
 
 	if (payload < 1 || payload > 8192 || iters < 1)
 		return 2;
-	child = fork();
-	if (child < 0)
-		die("fork");
+	child = fork_or_die();
 	if (child == 0) {
 		/* echo side: CPU 0 */
 		pin(0);
@@ -582,9 +591,7 @@ static double wake_once(long iters, int cpu_b)
 
 	if (a < 0 || b < 0)
 		die("eventfd");
-	child = fork();
-	if (child < 0)
-		die("fork");
+	child = fork_or_die();
 	if (!child) {
 		pin(cpu_b);
 		wake_side(a, b, iters, false);
@@ -644,9 +651,7 @@ static int do_cma(size_t size, double secs)
 	/* the child owns src (the sender's buffer): touched, then idle in read */
 	memset(src, 0x5a, size);
 	memset(dst, 0, size);
-	child = fork();
-	if (child < 0)
-		die("fork");
+	child = fork_or_die();
 	if (!child) {
 		pin(0);
 		memset(src, 0xa5, size); /* its own copy of the pages */
