@@ -77,6 +77,8 @@ struct urvt_link_rx {
 	bool no_icrc;                     /* a lossless link's packet: no ICRC to check */
 	bool shared;                      /* data is memory the sender can still write:
 					     copy what is parsed, read it once */
+	bool spans;                       /* from a link whose sender may join a request's
+					     PMTUs into one packet (tx_span) */
 	struct urvt_ipinfo ip;            /* addresses as GIDs, ports, TOS/TTL; IPv4 ID unknown */
 };
 
@@ -138,6 +140,12 @@ struct urvt_link_ops {
 	 * urvt_link_tx. */
 	uint8_t *(*tx_reserve)(struct urvt_link *l, const union urvt_link_addr *dst,
 			       uint32_t maxlen, bool patient);
+	/* Optional, with tx_reserve: payload bytes one request packet to any
+	 * peer may carry now, several PMTUs of one message joined (a span,
+	 * docs/shm.md "Spans"); tx_reserve then takes up to that plus
+	 * URVT_HDR_MAX, pad and ICRC. 0 or less than a PMTU: one PMTU per
+	 * packet. No system call, no lock. */
+	uint32_t (*tx_span)(struct urvt_link *l);
 	/* The reserved packet is complete, len bytes: the receiver may take it. */
 	void (*tx_commit)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len);
 	/* After the commits of a batch: wake dst's receiver if it sleeps

@@ -506,7 +506,7 @@ static bool peer_waits_on_us(struct shm_peer *p)
 	 * the part beyond the window, which holds nothing */
 	if ((head ^ tail) & ~(SHM_RING_BYTES - 1) && used >= SHM_RING_BYTES - win)
 		used -= SHM_RING_BYTES - win;
-	return used > win || win - used < 2 * shm_rec_bytes(SHM_PKT_MAX);
+	return used > win || win - used < 2 * shm_rec_bytes(shm_pkt_max_for_win(win));
 }
 
 /* Free bytes in p's ring if the consumer is at tail (tx_lock held). */
@@ -855,16 +855,19 @@ static bool rx_pending(struct shm_peer *p)
  * slot's line was just written by the producer (it cleared the mark), and
  * its miss, which depends on this record's length, would otherwise delay
  * a ping-pong's every message; the next call reads on. */
+#define SHM_RX_BATCH_BYTES (256u << 10)
 static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link_rx *rx,
 			unsigned max)
 {
-	uint32_t tail = p->rx_tail;
+	uint32_t tail = p->rx_tail, taken = 0;
 	unsigned got = 0;
 	bool caught_up = false;
 
 	if (p->rx_caught_up && max > 1)
 		max = 1;
-	while (got < max) {
+	/* the producer gets the bytes back only at our next batch: a batch of
+	 * spans stops at SHM_RX_BATCH_BYTES, or it would hold half the ring */
+	while (got < max && taken < SHM_RX_BATCH_BYTES) {
 		uint32_t off = tail & (SHM_RING_BYTES - 1);
 		const struct shm_rec *rec = rec_at(p->rx_ring, tail);
 		uint32_t len, need;
@@ -895,9 +898,10 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		}
 		r = &rx[got];
 		tail += need;
+		taken += need;
 		/* len was read once, here: the peer may keep writing the record */
 		*r = (struct urvt_link_rx){ .data = rec->data, .len = len, .no_icrc = true,
-					    .shared = true };
+					    .shared = true, .spans = true };
 		memcpy(r->ip.sgid, p->gid, 16);
 		memcpy(r->ip.dgid, &s->link.info.addr6, 16);
 		r->ip.sport = r->ip.dport = URVT_ROCE_UDP_PORT;
@@ -908,6 +912,14 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 	p->rx_caught_up = caught_up;
 	WRITE_ONCE(p->rx_tail, tail); /* arm reads it from any thread */
 	return got;
+}
+
+/* Payload bytes a request to any peer may carry (link.h tx_span): by
+ * the window every ring of ours has now. */
+static uint32_t shm_tx_span(struct urvt_link *l)
+{
+	return shm_span_for_win(tx_win_for(atomic_load_explicit(&shm_of(l)->nregions,
+								memory_order_relaxed)));
 }
 
 static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned max)
@@ -1060,6 +1072,7 @@ static const struct urvt_link_ops shm_ops = {
 	.service = shm_service,
 	.pending = shm_pending,
 	.tx_reserve = shm_tx_reserve,
+	.tx_span = shm_tx_span,
 	.tx_commit = shm_tx_commit,
 	.tx_kick = shm_tx_kick,
 	.close = shm_close,

@@ -22,11 +22,16 @@
 #define SHM_RING_BYTES (2u << 20)
 #define SHM_REC_HDR 8
 #define SHM_REC_ALIGN 64
-#define SHM_PKT_MAX (4096 + 64)           /* PMTU 4096 + headers, pad, ICRC */
+/* a span (docs/shm.md "Spans"): one record carries up to this much
+ * payload of one request, several PMTUs, so per-packet costs are paid
+ * once per span; the largest record is a span with headers, pad and ICRC */
+#define SHM_SPAN_PAYLOAD (32u << 10)
+#define SHM_PKT_MAX (SHM_SPAN_PAYLOAD + 128)
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 5                     /* 2: 2 MiB rings; 3: ready marks;
-					     4: peers are (GID, slot); 5: win */
+#define SHM_VERSION 6                     /* 2: 2 MiB rings; 3: ready marks;
+					     4: peers are (GID, slot); 5: win;
+					     6: spans */
 
 /* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
  * follows a WRAP record from any offset but 0), here for the tests. Past
@@ -46,6 +51,24 @@
  * producer is stuck on a full window (peer_waits_on_us). */
 #define SHM_WIN_BUDGET (3u << 20)         /* ring bytes per device, split over its peers */
 #define SHM_WIN_MIN (16u << 10)
+
+/* A span's payload in a window of win bytes: at most an eighth of it, so
+ * that a window still holds a pipeline of them (with 64 peers, 48 KiB
+ * windows, spans shorter than a PMTU 4096: none). Not protocol: a
+ * consumer takes any record up to SHM_PKT_MAX. */
+static inline uint32_t shm_span_for_win(uint32_t win)
+{
+	return win / 8 < SHM_SPAN_PAYLOAD ? win / 8 : SHM_SPAN_PAYLOAD;
+}
+
+/* The largest record a producer with window win writes: a span, or one
+ * PMTU 4096 with its headers. */
+static inline uint32_t shm_pkt_max_for_win(uint32_t win)
+{
+	uint32_t span = shm_span_for_win(win) + 128;
+
+	return span > 4096 + 64 ? span : 4096 + 64;
+}
 
 struct shm_ctrl {
 	_Atomic uint32_t head __cacheline_aligned;      /* producer */

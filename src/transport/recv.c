@@ -32,7 +32,8 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 /* A packet for qp (referenced: the reference is ours to drop): the checks
  * of the QP, then the responder or the completer. */
 static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt,
-		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip)
+		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip,
+		       unsigned flags)
 {
 	struct urvt_pktbuf *b;
 	int ret, state;
@@ -92,6 +93,12 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 			goto drop_qp;
 		}
 	}
+	/* a span's PSN count is heard from a link that joins PMTUs only
+	 * (docs/shm.md "Spans"), for a SEND or WRITE; the responder checks
+	 * its length against it as for one PMTU */
+	if (!(flags & URVT_RX_SPANS) || qp->type == IBV_QPT_UD ||
+	    !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK)))
+		pkt->span_more = 0;
 	if (pkt->mask & URVT_REQ_MASK) {
 		/* an RDMA WRITE that completes nothing: its reader polls
 		 * memory (net.c app_linger); writers hold rx_lock */
@@ -143,7 +150,7 @@ static int recv_mcast(struct urvt_net *net, struct urvt_pkt *pkt, const uint8_t 
 		return URVT_TDROP_MCAST;
 	for (unsigned i = 0; i < n; i++) {
 		struct urvt_pkt each = *pkt; /* the engines may write theirs */
-		recv_on_qp(net, qps[i], &each, data, len, ip);
+		recv_on_qp(net, qps[i], &each, data, len, ip, 0);
 	}
 	return 0;
 }
@@ -194,7 +201,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		ret = URVT_DROP_NO_QP;
 		goto drop_pkt;
 	}
-	recv_on_qp(net, qp, pkt, data, len, ip);
+	recv_on_qp(net, qp, pkt, data, len, ip, flags);
 	return;
 
 drop_pkt:

@@ -143,13 +143,42 @@ static bool ackreq_in_flight(const struct urvt_tp_qp *tp)
 	return tp->ackreq_valid && urvt_psn_cmp(tp->ackreq_psn, tp->comp_psn) >= 0;
 }
 
-/* One SEND/WRITE packet of s_cur. Returns true when it was the last. */
+/*
+ * PMTUs the next packet of s_cur takes: 1, or to a peer whose link joins
+ * them (a span, docs/shm.md "Spans") as many as the link takes, the
+ * message has left and the window allows. RC and UC only: their
+ * responders count a span's PSNs (resp.c); an XRC target or a probe gets
+ * single packets.
+ */
+static uint32_t req_span_pmtus(struct rvt_qp *qp, uint32_t remaining, uint32_t allow)
+{
+	uint32_t n, left;
+
+	if (remaining <= qp->pmtu || (qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) ||
+	    qp_tp(qp)->probing)
+		return 1;
+	n = urvt_tx_span(qp_net(qp), &qp->remote_av) / qp->pmtu;
+	if (n <= 1)
+		return 1;
+	left = (remaining + qp->pmtu - 1) / qp->pmtu;
+	if (n > left)
+		n = left;
+	if (n > URVT_BTH_SPAN_MAX + 1)
+		n = URVT_BTH_SPAN_MAX + 1;
+	return n < allow ? n : allow > 1 ? allow : 1;
+}
+
+/* One SEND/WRITE packet of s_cur (one PMTU, or a span of several). Returns
+ * true when it was the last. */
 static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 			   uint32_t psn, uint32_t allow)
 {
 	uint32_t remaining = wqe->length - qp->s_offset;
-	uint32_t paylen = remaining > qp->pmtu ? qp->pmtu : remaining;
-	bool first = qp->s_offset == 0, last = remaining <= qp->pmtu;
+	uint32_t npsn = req_span_pmtus(qp, remaining, allow);
+	uint32_t span = npsn * qp->pmtu;
+	uint32_t paylen = remaining > span ? span : remaining;
+	bool first = qp->s_offset == 0, last = remaining <= span;
+	uint32_t lpsn = urvt_psn_add(psn, npsn - 1);
 	struct urvt_pkt f;
 	uint32_t h;
 	uint8_t *p;
@@ -157,19 +186,21 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	urvt_pkt_init(&f, req_opcode(wqe, qp->allowed_ops, first, last), qp->remote_qpn, psn);
 	f.xrc_srqn = wqe->xrc_srqn; /* XRC only: the only opcodes with an XRCETH */
 	f.paylen = paylen;
+	f.span_more = npsn - 1;
 	/* rc-protocol §2.3: AckReq on the last packet and every
 	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
 	 * window also on the packet that fills it (its ACK covers them all),
 	 * under congestion control also whenever none is in flight and the
 	 * window is near its end (it may close under a QP because of other
 	 * QPs: an ACK must be on its way) */
-	if (last || ++qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
+	qp->s_pkts_since_ackreq += npsn;
+	if (last || qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
 	    qp_tp(qp)->resend_left == 1 ||
-	    (qp->type == IBV_QPT_RC && allow <= 1) ||
+	    (qp->type == IBV_QPT_RC && allow <= npsn) ||
 	    (qp_tp(qp)->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)))) {
 		f.ackreq = true;
 		qp->s_pkts_since_ackreq = 0;
-		qp_tp(qp)->ackreq_psn = psn;
+		qp_tp(qp)->ackreq_psn = lpsn;
 		qp_tp(qp)->ackreq_valid = true;
 	}
 	if (last) {
@@ -190,8 +221,8 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	urvt_build_finish_sge(qp, q, p, h, &qp_tp(qp)->sge, paylen);
 	qp->s_offset += paylen;
 	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
-		urvt_cc_sent(qp, psn);
-	sent_psn(qp, psn, 1);
+		urvt_cc_sent(qp, lpsn);
+	sent_psn(qp, psn, npsn);
 	return last;
 }
 

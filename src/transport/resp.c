@@ -193,16 +193,31 @@ static int take_rwqe(struct rvt_qp *qp, bool wr_id_only)
 	return ret;
 }
 
-/* rc-protocol §3.5 payload length of SEND/WRITE packets by position. */
+/* The PMTUs a SEND/WRITE packet stands for: 1, or a span's (recv.c,
+ * docs/shm.md "Spans"); its last PSN. */
+static uint32_t span_bytes(const struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	return (pkt->span_more + 1) * qp->pmtu;
+}
+
+static uint32_t pkt_lpsn(const struct urvt_pkt *pkt)
+{
+	return urvt_psn_add(pkt->psn, pkt->span_more);
+}
+
+/* rc-protocol §3.5 payload length of SEND/WRITE packets by position; a
+ * span is as long as its PMTUs would be, each but the last full. */
 static bool len_ok(const struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	uint32_t m = pkt->mask;
+	uint32_t m = pkt->mask, span = span_bytes(qp, pkt);
 
-	if (m & URVT_ONLY_MASK)
-		return pkt->paylen <= qp->pmtu;
 	if (m & (URVT_FIRST_MASK | URVT_MIDDLE_MASK))
-		return pkt->paylen == qp->pmtu;
-	return pkt->paylen >= 1 && pkt->paylen <= qp->pmtu; /* LAST */
+		return pkt->paylen == span;
+	if (pkt->span_more && pkt->paylen <= span - qp->pmtu)
+		return false; /* its last PMTU would be empty */
+	if (m & URVT_ONLY_MASK)
+		return pkt->paylen <= span;
+	return pkt->paylen >= 1 && pkt->paylen <= span; /* LAST */
 }
 
 /* SEND packet execution (RC and UC). */
@@ -291,12 +306,13 @@ static enum resp_res exec_write(struct rvt_qp *qp, const struct urvt_pkt *pkt, b
 		qp_tp(qp)->r_rdma_valid = pkt->reth.len != 0;
 	}
 	/* rc-protocol §3.6: PMTU-sized packets while more than a PMTU is left,
-	 * then the rest */
+	 * then the rest (a span: its PMTUs, the last one with the rest) */
 	left = qp->r_rdma_sge.length;
-	if (left > qp->pmtu) {
-		if (pkt->paylen != qp->pmtu || (pkt->mask & URVT_END_MASK))
+	if (left > span_bytes(qp, pkt)) {
+		if (pkt->paylen != span_bytes(qp, pkt) || (pkt->mask & URVT_END_MASK))
 			return RESP_NAK_INV;
-	} else if (pkt->paylen != left || !(pkt->mask & URVT_END_MASK)) {
+	} else if (pkt->paylen != left || !(pkt->mask & URVT_END_MASK) ||
+		   (pkt->span_more && left <= span_bytes(qp, pkt) - qp->pmtu)) {
 		return RESP_NAK_INV;
 	}
 	/* UC: only once the packet passed every check, so that a dropped
@@ -715,11 +731,11 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	qp->r_state = pkt->opcode;
 	if (pkt->mask & (URVT_READ_MASK | URVT_ATOMIC_MASK | URVT_ATOMIC_WRITE_MASK))
 		return lastwqe; /* answered by their responses */
-	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
+	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt_lpsn(pkt));
 	/* rc-protocol §3.10: ACK only what asks for it (coalescing); while
 	 * held packets run, one answer comes at the end (ooo_drain) */
 	if (pkt->ackreq && !qp_tp(qp)->ack_hold)
-		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt->psn);
+		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt_lpsn(pkt));
 	return lastwqe;
 }
 
@@ -784,7 +800,7 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		uc_reset_msg(qp);
 		if (!(pkt->mask & URVT_START_MASK)) {
 			qp->r_drop_msg = true;
-			qp->r_psn = urvt_psn_next(pkt->psn);
+			qp->r_psn = urvt_psn_next(pkt_lpsn(pkt));
 			qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_RESP_SILENT, 1);
 			return false;
 		}
@@ -795,7 +811,7 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	} else {
 		res = exec_write(qp, pkt, &lastwqe);
 	}
-	qp->r_psn = urvt_psn_next(pkt->psn);
+	qp->r_psn = urvt_psn_next(pkt_lpsn(pkt));
 	switch (res) {
 	case RESP_OK:
 		qp->r_state = pkt->opcode;

@@ -40,7 +40,8 @@ static int rx_link(struct urvt_net *net, unsigned k)
 				bytes += n;
 				urvt_recv_pkt(net, r->data + off, n, &ip,
 					      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
-						      (r->shared ? URVT_RX_SHARED : 0));
+						      (r->shared ? URVT_RX_SHARED : 0) |
+						      (r->spans ? URVT_RX_SPANS : 0));
 			}
 	}
 	/* the device's counters once per batch, not three locked adds per

@@ -30,6 +30,9 @@ struct urvt_cc_table;
 /* Largest UDP payload a packet buffer holds: PMTU 4096 + headers + pad + ICRC. */
 #define URVT_PKT_MAX (4096 + 64)
 #define URVT_PKTBUF_DATA 4224
+/* The largest span a link may ask for (link.h tx_span), with headers: a
+ * bound for the transmit queue, which builds a lost one */
+#define URVT_SPAN_PKT_MAX (64u << 10)
 
 /* A received packet handed to a QP's completer (tp.rxq). */
 struct urvt_pktbuf {
@@ -125,6 +128,7 @@ struct urvt_txq {
 	/* the packet between urvt_build_start and _finish */
 	const struct urvt_av *cur_av;
 	uint8_t cur_where;                /* enum urvt_txpkt_where */
+	uint32_t cur_cap;                 /* ... may take this many bytes */
 	bool cur_may_wait;                /* ... is a plain ACK (urvt_txq_next_may_wait) */
 	struct urvt_txq *all_prev, *all_next; /* every thread's queue (tx.c) */
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
@@ -401,6 +405,7 @@ void urvt_net_ud_qps(struct urvt_net *net, int delta);
 enum {
 	URVT_RX_NO_ICRC = 1 << 0,         /* from a lossless link: it carries no ICRC */
 	URVT_RX_SHARED = 1 << 1,          /* data is shared memory (link.h urvt_link_rx.shared) */
+	URVT_RX_SPANS = 1 << 2,           /* a request may be a span (link.h urvt_link_rx.spans) */
 };
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		   struct urvt_ipinfo *ip, unsigned flags);
@@ -472,6 +477,9 @@ void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 /* Start a packet to av: BTH + headers into the txq, or straight into the
  * memory of a link that builds in place (whose send lock is then held: build this one packet,
  * take no lock, then finish). *hlen: the header bytes written. */
+/* Payload bytes one request packet to av may carry as a span (several
+ * PMTUs of one message: link.h tx_span, docs/shm.md "Spans"); 0: none. */
+uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */

@@ -530,6 +530,21 @@ static void peer_dst(union urvt_link_addr *dst, const struct urvt_av *av)
 	memcpy(&dst->peer, peer, sizeof(peer));
 }
 
+uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av)
+{
+	const struct urvt_link *l;
+	uint32_t span;
+
+	/* a trace records every packet as it would cross UDP: no spans */
+	if (!av->route || unlikely(net->pcap))
+		return 0;
+	l = net->links[urvt_route_link(av->route)];
+	if (!l->ops->tx_span)
+		return 0;
+	span = l->ops->tx_span((struct urvt_link *)l);
+	return span < URVT_SPAN_PKT_MAX - 128 ? span : URVT_SPAN_PKT_MAX - 128;
+}
+
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen)
 {
@@ -543,23 +558,28 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	 * a trace: built in the link's memory, one copy fewer (docs/shm.md
 	 * "The rings") */
 	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	/* headers, payload, pad and ICRC; more than URVT_PKT_MAX for a span
+	 * only (urvt_tx_span) */
+	uint64_t most = (uint64_t)URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) +
+			URVT_ICRC_BYTES;
+	/* a PMTU 4096 packet's headers are shorter than URVT_HDR_MAX; a
+	 * length no engine builds fails at the finish, as before */
+	if (f->paylen <= URVT_PKT_MAX - URVT_HDR_MAX || most > URVT_SPAN_PKT_MAX)
+		most = most < URVT_PKT_MAX ? most : URVT_PKT_MAX;
+	q->cur_cap = most > URVT_PKT_MAX ? (uint32_t)most : URVT_PKT_MAX;
 	if (l && l->builds_in_place && likely(!net->pcap)) {
 		union urvt_link_addr dst;
 		peer_dst(&dst, av);
 		if (q->n == URVT_TXQ_PKTS)
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
-		/* headers, payload, pad and ICRC: the shared-memory link rewinds
-		 * a ring for small packets only (link/shm.c tx_rewind_due) */
-		uint64_t most = (uint64_t)URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) +
-				URVT_ICRC_BYTES;
-		p = l->ops->tx_reserve(l, &dst,
-					 most < URVT_PKT_MAX ? (uint32_t)most : URVT_PKT_MAX,
-					 !tls_in_rx);
+		/* the shared-memory link rewinds a ring for small packets only
+		 * (link/shm.c tx_rewind_due): what it reserves is what it sees */
+		p = l->ops->tx_reserve(l, &dst, (uint32_t)most, !tls_in_rx);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
 	}
 	if (!p)
-		p = txq_reserve(net, q, URVT_PKT_MAX); /* a lost one is built here, unsent */
-	*hlen = (uint32_t)urvt_pkt_build_hdr(p, URVT_PKT_MAX, f);
+		p = txq_reserve(net, q, q->cur_cap); /* a lost one is built here, unsent */
+	*hlen = (uint32_t)urvt_pkt_build_hdr(p, q->cur_cap, f);
 	return p;
 }
 
@@ -596,15 +616,15 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 		link = urvt_route_link(av->route);
 		peer_dst(&dst, av);
 		if (likely(!net->pcap) && net->links[link]->lossless) {
-			total = urvt_pkt_finish_no_icrc(p, URVT_PKT_MAX, len);
+			total = urvt_pkt_finish_no_icrc(p, q->cur_cap, len);
 		} else {
 			urvt_net_tx_ipinfo(net, av, &ip);
-			total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+			total = urvt_pkt_finish(p, q->cur_cap, len, &ip);
 		}
 	} else {
 		link = URVT_LINK_ANY;
 		urvt_net_tx_ipinfo(net, av, &ip);
-		total = urvt_pkt_finish(p, URVT_PKT_MAX, len, &ip);
+		total = urvt_pkt_finish(p, q->cur_cap, len, &ip);
 		urvt_link_gid_addr(av->attr.grh.dgid.raw, &dst);
 	}
 	build_commit(qp, q, len, total, link, &dst);
@@ -629,7 +649,7 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 	/* UDP: the ICRC is computed while the payload is gathered, one pass
 	 * over it (docs/wire.md "CRC-32 implementation") */
 	urvt_net_tx_ipinfo(net, av, &ip);
-	total = urvt_pkt_finish_begin(p, URVT_PKT_MAX, hlen, paylen, &ip, &crc);
+	total = urvt_pkt_finish_begin(p, q->cur_cap, hlen, paylen, &ip, &crc);
 	if (likely(total)) {
 		crc = rvt_copy_from_sge_crc(p + hlen, ss, paylen, crc);
 		urvt_pkt_finish_end(p, hlen + paylen, crc);

@@ -92,6 +92,11 @@ static inline bool bth_fecn(const uint8_t *bth) { return bth[4] & URVT_BTH_FECN;
 static inline bool bth_becn(const uint8_t *bth) { return bth[4] & URVT_BTH_BECN; }
 static inline uint32_t bth_qpn(const uint8_t *bth) { return urvt_get_be24(bth + 5); }
 static inline bool bth_ackreq(const uint8_t *bth) { return bth[8] & URVT_BTH_ACKREQ; }
+/* The 7 reserved bits after AckReq (resv7, sent as 0 on the wire): on
+ * urvt's same-host link only, a span's PSNs past its first (docs/wire.md
+ * "Spans"); receivers from any other link ignore them. */
+#define URVT_BTH_SPAN_MAX 0x7fu
+static inline uint32_t bth_span_more(const uint8_t *bth) { return bth[8] & URVT_BTH_SPAN_MAX; }
 static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 9); }
 
 static inline void bth_set_opcode(uint8_t *bth, uint8_t op) { bth[0] = op; }
@@ -247,6 +252,10 @@ struct urvt_pkt {
 	const uint8_t *bth;	/* start of the packet */
 	const uint8_t *payload; /* bth + hdr_len */
 	uint32_t icrc;		/* ICRC value as received (LE on the wire, roce-wire §9) */
+	/* PSNs the packet takes past its first: 0 on the wire; a span, a
+	 * request of several PMTUs that urvt's same-host link carries as one
+	 * packet, says how many more in BTH resv7 (bth_span_more) */
+	uint32_t span_more;
 };
 
 /*

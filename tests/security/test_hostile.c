@@ -1159,6 +1159,99 @@ static void test_replay_and_gap(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* qp went to ERR: its one posted receive is flushed. */
+static void expect_recv_flushed(struct rvt_qp *qp)
+{
+	struct ibv_wc wc;
+
+	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+	assert_int_equal(wc.wr_id, 0xabc);
+}
+
+/* One WRITE packet of a span test (docs/shm.md "Spans": BTH resv7 holds
+ * the PSNs past the first). */
+static void span_write(struct rvt_qp *qp, uint8_t op, uint32_t psn, uint32_t more,
+		       uint32_t reth_len, const uint8_t *payload, uint32_t len)
+{
+	struct urvt_pkt f;
+
+	memset(&f, 0, sizeof(f));
+	f.opcode = op;
+	f.dest_qpn = qp->qpn;
+	f.psn = psn;
+	f.ackreq = true;
+	f.span_more = more;
+	f.reth = (struct urvt_reth){ .va = va_of(M_RW, 0), .rkey = R[M_RW].key, .len = reth_len };
+	send_pkt(&peer, &f, payload, len, NULL, NULL);
+}
+
+/*
+ * Spans (docs/shm.md "Spans"): over shm a WRITE of several PMTUs in one
+ * packet lands and is acknowledged at its last PSN; a span whose length
+ * does not match its PSN count (a short FIRST, an empty last PMTU) is an
+ * invalid request. Over UDP the reserved bits mean nothing: the same
+ * packet is longer than a PMTU, an invalid request (rc-protocol §3.5).
+ */
+static void test_spans(void **state)
+{
+	static uint8_t data[4 * PMTU];
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+	struct rvt_qp *qp;
+
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	cq = ut_cq(&dev, 64);
+	qp = victim(RC, RTS, ALL_RIGHTS);
+	/* WRITE ONLY, 4 PMTUs less 96 bytes */
+	span_write(qp, W_ONLY, PEER_PSN, 3, 4000, data, 4000);
+	expect(&p, buf, ACK);
+	if (!over_shm) {
+		assert_int_equal(p.aeth.syn, NAK_INV);
+		assert_int_equal(p.psn, PEER_PSN);
+		expect_recv_flushed(qp);
+		check_memory("span over udp", false);
+		goto out;
+	}
+	assert_int_equal(p.aeth.syn & 0xe0, 0);
+	assert_int_equal(p.psn, PEER_PSN + 3);
+	assert_memory_equal(R[M_RW].buf, data, 4000);
+	/* FIRST of 3 PMTUs, LAST of 2 (the last one partly): 5000 bytes */
+	memset(R[M_RW].buf, 0, 5000);
+	span_write(qp, URVT_OP_RC_RDMA_WRITE_FIRST, PEER_PSN + 4, 2, 5000, data, 3 * PMTU);
+	span_write(qp, URVT_OP_RC_RDMA_WRITE_LAST, PEER_PSN + 7, 1, 0, data + 1000, 5000 - 3 * PMTU);
+	expect(&p, buf, ACK); /* the FIRST asked too */
+	assert_int_equal(p.psn, PEER_PSN + 6);
+	expect(&p, buf, ACK);
+	assert_int_equal(p.aeth.syn & 0xe0, 0);
+	assert_int_equal(p.psn, PEER_PSN + 8);
+	assert_memory_equal(R[M_RW].buf, data, 3 * PMTU);
+	assert_memory_equal(R[M_RW].buf + 3 * PMTU, data + 1000, 5000 - 3 * PMTU);
+	assert_int_equal(ut_state(qp), RTS);
+	/* a FIRST shorter than its PMTUs: invalid request, the QP to ERR */
+	span_write(qp, URVT_OP_RC_RDMA_WRITE_FIRST, PEER_PSN + 9, 1, 5000, data, 2 * PMTU - 4);
+	expect(&p, buf, ACK);
+	assert_int_equal(p.aeth.syn, NAK_INV);
+	assert_int_equal(p.psn, PEER_PSN + 9);
+	expect_recv_flushed(qp);
+	rvt_destroy_qp(qp);
+	/* an ONLY whose last PMTU would be empty: invalid request */
+	qp = victim(RC, RTS, ALL_RIGHTS);
+	span_write(qp, W_ONLY, PEER_PSN, 3, 2 * PMTU, data, 2 * PMTU);
+	expect(&p, buf, ACK);
+	assert_int_equal(p.aeth.syn, NAK_INV);
+	expect_recv_flushed(qp);
+	check_memory("spans", true);
+out:
+	quiet(50);
+	ut_cq_empty(cq, 10);
+	memcpy(R[M_RW].buf, R[M_RW].snap, MR_LEN); /* as the next test expects it */
+	rvt_destroy_qp(qp);
+	rvt_destroy_cq(cq);
+}
+
 /* SEND_WITH_INV naming a key of another PD (or a dead key): the receive
  * completes with REM_INV_REQ_ERR, the QP goes to ERR (class J), and the
  * other PD's MR stays valid. */
@@ -1536,10 +1629,9 @@ static void test_shm_peer_dies(void **state)
 {
 	const struct want_wc want[] = { { 0x70, IBV_WC_SUCCESS }, { 0x71, IBV_WC_RETRY_EXC_ERR },
 					{ 0x72, FL }, { 0x73, FL }, { 0xabc, FL } };
-	static const uint8_t ops[] = { S_ONLY, W_FIRST, W_MIDDLE, W_MIDDLE };
-	uint32_t gone = shm_stats().peers_gone;
+	uint32_t gone = shm_stats().peers_gone, covered = 0;
 	uint64_t t0;
-	uint8_t buf[5000];
+	static uint8_t buf[SHM_PKT_MAX];
 	struct rvt_qp *qp;
 	struct urvt_pkt f, p;
 	struct ep x;
@@ -1551,10 +1643,15 @@ static void test_shm_peer_dies(void **state)
 	post_wr(qp, 0x71, IBV_WR_RDMA_WRITE, R[M_RW].buf, MR_LEN, R[M_RW].key);
 	post_wr(qp, 0x72, IBV_WR_SEND, NULL, 0, 0);
 	post_wr(qp, 0x73, IBV_WR_SEND, NULL, 0, 0);
-	for (uint32_t i = 0; i < sizeof(ops); i++)
-		if (!ep_recv(&x, &p, buf, sizeof(buf), 2000) || p.opcode != ops[i] ||
-		    p.psn != MY_PSN + i)
-			fail_msg("packet %u of the transfer did not come", i);
+	/* the SEND, then the WRITE's first PSNs: PMTUs, or a span of them
+	 * (docs/shm.md "Spans") */
+	while (covered < 4) {
+		if (!ep_recv(&x, &p, buf, sizeof(buf), 2000) || p.psn != MY_PSN + covered ||
+		    p.opcode != (covered ? (p.span_more == 7 ? W_ONLY : covered == 1 ? W_FIRST : W_MIDDLE)
+					 : S_ONLY))
+			fail_msg("PSN %u of the transfer did not come", covered);
+		covered += p.span_more + 1;
+	}
 	memset(&f, 0, sizeof(f));
 	f.opcode = ACK;
 	f.dest_qpn = qp->qpn;
@@ -1595,7 +1692,7 @@ static void test_shm_ring_never_drained(void **state)
 	struct rvt_mregion *mr;
 	struct rvt_qp *qp;
 	struct urvt_pkt f, p;
-	uint8_t buf[5000];
+	static uint8_t buf[SHM_PKT_MAX];
 	uint8_t *big;
 	struct ep x;
 
@@ -1619,16 +1716,23 @@ static void test_shm_ring_never_drained(void **state)
 		bool got = false;
 		while (ring_take(&x, &cur, false, buf, sizeof(buf), &n)) {
 			/* in order, or a retransmission from an earlier PSN (a
-			 * probe or timeout when our ACKs lag), the data of its PSN */
-			uint32_t i;
+			 * probe or timeout when our ACKs lag), the data of its
+			 * PSNs (one PMTU, or a span of several: docs/shm.md).
+			 * Once the device has lost spans that did not fit, a
+			 * later single PMTU may fit still: a gap, which RC
+			 * recovers like any loss */
+			uint32_t i, k;
+			bool gaps = ctr(URVT_CTR_TX_ERRORS) != lost;
 			assert_int_equal(urvt_pkt_parse(buf, n, &p), 0);
 			i = (p.psn - MY_PSN) & 0xffffff;
-			if (p.opcode != (i ? W_MIDDLE : W_FIRST) || i > next || p.paylen != PMTU ||
-			    memcmp(p.payload, big + (size_t)i * PMTU, PMTU))
-				fail_msg("record %u: opcode %#x psn %#x, or its data, not what was sent",
-					 seen, p.opcode, p.psn);
-			if (i == next)
-				next++;
+			k = p.span_more + 1;
+			if (p.opcode != (i ? W_MIDDLE : W_FIRST) || (i > next && !gaps) ||
+			    p.paylen != k * PMTU ||
+			    memcmp(p.payload, big + (size_t)i * PMTU, (size_t)k * PMTU))
+				fail_msg("record %u: opcode %#x psn %#x (+%u; next %u), or its data, "
+					 "not what was sent", seen, p.opcode, p.psn, k - 1, next);
+			if (i + k > next)
+				next = i + k;
 			seen++;
 			got = true;
 		}
@@ -1655,7 +1759,7 @@ static void test_shm_ring_never_drained(void **state)
 	if (!win)
 		win = SHM_RING_BYTES;
 	assert_true(win <= SHM_RING_BYTES && win % 4096 == 0);
-	assert_true(cur <= win && win - cur < shm_rec_bytes(SHM_PKT_MAX) +
+	assert_true(cur <= win && win - cur < shm_rec_bytes(shm_pkt_max_for_win(win)) +
 					      (win < SHM_RING_BYTES ? SHM_REC_ALIGN : 0));
 	printf("  ok  ring full after %u records (window %u KiB), %llu packets lost so far\n",
 	       seen, win >> 10, (unsigned long long)(ctr(URVT_CTR_TX_ERRORS) - lost));
@@ -1687,7 +1791,19 @@ static void test_shm_ring_never_drained(void **state)
 	expect_wcs("ring never drained", want, 2, 10000);
 	printf("  ok  the WRITE failed %llu ms after it was posted\n",
 	       (unsigned long long)(ut_now_ms() - t0));
+	/* since: at most retransmissions that fit where a span did not, each
+	 * the data of its PSNs, after the records we read (none of which is
+	 * overwritten: tail is still 0) and inside the window */
+	while (ring_take(&x, &cur, false, buf, sizeof(buf), &n)) {
+		uint32_t i, k;
+		assert_int_equal(urvt_pkt_parse(buf, n, &p), 0);
+		i = (p.psn - MY_PSN) & 0xffffff;
+		k = p.span_more + 1;
+		if (p.paylen != k * PMTU || memcmp(p.payload, big + (size_t)i * PMTU, (size_t)k * PMTU))
+			fail_msg("a late record (psn %#x): not what was sent", p.psn);
+	}
 	assert_int_equal(atomic_load(&x.r->ctrl[1].head), cur);
+	assert_true(cur <= win);
 	assert_int_equal(ut_state(qp), ERR);
 	check_memory("ring never drained", false);
 	assert_int_equal(rvt_destroy_qp(qp), 0);
@@ -1954,6 +2070,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_table),
 		T(test_replay_and_gap),
+		T(test_spans),
 		T(test_send_with_inv_foreign_key),
 		T(test_response_injection),
 		T(test_cq_overrun),
