@@ -53,20 +53,26 @@ static void comp_wait_engine(struct rvt_qp *qp)
 void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 		       bool *consumed)
 {
+	b->next = NULL;
+	urvt_comp_enqueue_list(net, qp, b, b, 1, consumed);
+}
+
+void urvt_comp_enqueue_list(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
+			    struct urvt_pktbuf *last, uint32_t n, bool *consumed)
+{
 	*consumed = false;
 	urvt_spin_lock(&qp_tp(qp)->rxq_lock);
-	if (qp_tp(qp)->rxq_len >= URVT_RXQ_MAX) {
+	if (qp_tp(qp)->rxq_len + n > URVT_RXQ_MAX) {
 		urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
-		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, 1);
+		tp_count(net, urvt_qp_stats(qp), URVT_CTR_DROP_BASE + URVT_TDROP_RXQ_FULL, n);
 		return;
 	}
-	b->next = NULL;
 	if (qp_tp(qp)->rxq_tail)
 		qp_tp(qp)->rxq_tail->next = b;
 	else
 		WRITE_ONCE(qp_tp(qp)->rxq_head, b);
-	qp_tp(qp)->rxq_tail = b;
-	qp_tp(qp)->rxq_len++;
+	qp_tp(qp)->rxq_tail = last;
+	qp_tp(qp)->rxq_len += n;
 	urvt_spin_unlock(&qp_tp(qp)->rxq_lock);
 	*consumed = true;
 	rvt_schedule_send(qp);

@@ -10,6 +10,7 @@
 #include "transport/tp.h"
 #include "wire/icrc.h"
 #include "wire/pcap.h"
+#include "wire/psn.h"
 
 static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 {
@@ -27,6 +28,68 @@ static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 {
 	return urvt_opcode_transport(qp->allowed_ops);
+}
+
+/*
+ * A READ response span (docs/shm.md "Spans"): the completer takes one PMTU
+ * per buffer, as from any other link, so the span is cut into the packets
+ * it stands for (opcodes and PSNs as the responder would have sent them).
+ * 0, or the drop reason for what could not be queued.
+ */
+static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	uint32_t n = pkt->span_more + 1, pmtu = qp->pmtu, off = 0;
+	uint8_t op = pkt->opcode;
+	bool starts = op == URVT_OP_RC_RDMA_READ_RESPONSE_FIRST ||
+		      op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+	bool ends = op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
+		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+
+	/* as long as its PMTUs: each full but the last of a LAST/ONLY */
+	if (pkt->paylen > n * pmtu || pkt->paylen <= (n - 1) * pmtu ||
+	    (!ends && pkt->paylen != n * pmtu))
+		return URVT_DROP_BAD_LENGTH;
+	struct urvt_pktbuf *head = NULL, *tail = NULL;
+	bool consumed;
+
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t len = pkt->paylen - off < pmtu ? pkt->paylen - off : pmtu;
+		struct urvt_pktbuf *b = urvt_pkt_alloc(net);
+		uint8_t o;
+
+		if (unlikely(!b)) {
+			urvt_pkt_free_list(net, head);
+			return URVT_TDROP_NO_BUF;
+		}
+		if (j == 0 && starts)
+			o = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
+					       : URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
+		else
+			o = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
+					       : URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
+		memcpy(b->data, pkt->payload + off, len);
+		b->len = len;
+		b->pkt = *pkt;
+		b->pkt.opcode = o;
+		b->pkt.mask = urvt_opcode[o].mask;
+		b->pkt.psn = urvt_psn_add(pkt->psn, j);
+		b->pkt.paylen = len;
+		b->pkt.span_more = 0;
+		b->pkt.hdr_len = 0;
+		b->pkt.bth = b->pkt.payload = b->data;
+		b->next = NULL;
+		if (tail)
+			tail->next = b;
+		else
+			head = b;
+		tail = b;
+		off += len;
+	}
+	/* one hand-over for all (a full queue is counted there) */
+	urvt_comp_enqueue_list(net, qp, head, tail, n, &consumed);
+	if (!consumed)
+		urvt_pkt_free_list(net, head);
+	return 0;
 }
 
 /* A packet for qp (referenced: the reference is ours to drop): the checks
@@ -97,7 +160,8 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	 * (docs/shm.md "Spans"), for a SEND or WRITE; the responder checks
 	 * its length against it as for one PMTU */
 	if (!(flags & URVT_RX_SPANS) || qp->type == IBV_QPT_UD ||
-	    !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK)))
+	    ((pkt->mask & URVT_REQ_MASK) ? !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK))
+					  : !(pkt->mask & URVT_PAYLOAD_MASK))) /* READ responses */
 		pkt->span_more = 0;
 	if (pkt->mask & URVT_REQ_MASK) {
 		/* an RDMA WRITE that completes nothing: its reader polls
@@ -109,6 +173,13 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 					      memory_order_relaxed);
 		}
 		urvt_resp_rcv(qp, pkt, ip);
+		rvt_put_qp(qp);
+		return;
+	}
+	if (unlikely(pkt->span_more)) {
+		ret = comp_enqueue_span(net, qp, pkt);
+		if (ret)
+			goto drop_qp;
 		rvt_put_qp(qp);
 		return;
 	}

@@ -109,6 +109,11 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 			 bool restart)
 {
 	struct urvt_txq *q = urvt_txq_get();
+	/* to a peer whose link joins PMTUs: spans of them (docs/shm.md
+	 * "Spans"; the requester's receive path cuts them up again) */
+	uint32_t k = urvt_tx_span(qp_net(qp), peer_av(qp)) / qp->pmtu;
+	uint32_t span = (k > 1 ? (k > URVT_BTH_SPAN_MAX + 1 ? URVT_BTH_SPAN_MAX + 1 : k) : 1) *
+			qp->pmtu;
 	struct rvt_sge_state ss;
 	uint32_t left = len;
 	bool first = true;
@@ -118,8 +123,8 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 	if (src)
 		rvt_sge_state_init(&ss, src, 1, len);
 	do {
-		uint32_t paylen = left > qp->pmtu ? qp->pmtu : left;
-		bool last = left <= qp->pmtu;
+		uint32_t paylen = left > span ? span : left;
+		bool last = left <= span;
 		uint8_t op;
 		struct urvt_pkt f;
 		uint32_t h;
@@ -133,12 +138,13 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 				  : URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
 		urvt_pkt_init(&f, qp->allowed_ops + op, qp->remote_qpn, psn);
 		f.paylen = paylen;
+		f.span_more = paylen ? (paylen - 1) / qp->pmtu : 0;
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;
 		p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 		urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
 		left -= paylen;
-		psn = urvt_psn_next(psn);
+		psn = urvt_psn_add(psn, f.span_more + 1);
 		first = false;
 	} while (left);
 }

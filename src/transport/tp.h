@@ -440,6 +440,9 @@ void urvt_rxq_drop(struct rvt_qp *qp);
 /* Hand a response to the QP's completer and kick the engine (recv.c). */
 void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 		       bool *consumed);
+/* The same for the n buffers b .. last (linked through next), in order. */
+void urvt_comp_enqueue_list(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
+			    struct urvt_pktbuf *last, uint32_t n, bool *consumed);
 
 /* ---- cc.c: congestion control (engine context unless said) ---- */
 int urvt_cc_init(struct urvt_net *net);

@@ -1230,6 +1230,44 @@ static void test_spans(void **state)
 	assert_memory_equal(R[M_RW].buf, data, 3 * PMTU);
 	assert_memory_equal(R[M_RW].buf + 3 * PMTU, data + 1000, 5000 - 3 * PMTU);
 	assert_int_equal(ut_state(qp), RTS);
+	/* a READ of 3500 bytes (4 PSNs) answered by one span: one whose last
+	 * PMTU would be empty is dropped, the right one completes it */
+	{
+		uint64_t badlen = ctr(DROP(URVT_DROP_BAD_LENGTH));
+		struct ibv_send_wr wr;
+		struct ibv_sge sge;
+		struct urvt_pkt f;
+		struct ibv_wc wc;
+
+		sge = (struct ibv_sge){ .addr = va_of(M_RECV, 2048), .length = 3500,
+					.lkey = R[M_RECV].key };
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 9;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_READ;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = 0x1000;
+		wr.wr.rdma.rkey = 0x77;
+		ut_post_send(qp, &wr);
+		expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+		assert_int_equal(p.psn, MY_PSN);
+		assert_int_equal(p.reth.len, 3500);
+		memset(&f, 0, sizeof(f));
+		f.opcode = URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+		f.dest_qpn = qp->qpn;
+		f.psn = MY_PSN;
+		f.aeth.syn = 0x1f;
+		f.span_more = 3;
+		send_pkt(&peer, &f, data, 3 * PMTU, NULL, NULL);
+		ut_cq_empty(cq, 50);
+		assert_int_equal(ctr(DROP(URVT_DROP_BAD_LENGTH)), badlen + 1);
+		send_pkt(&peer, &f, data, 3500, NULL, NULL);
+		ut_poll1(cq, &wc);
+		assert_int_equal(wc.wr_id, 9);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_memory_equal(R[M_RECV].buf + 2048, data, 3500);
+	}
 	/* a FIRST shorter than its PMTUs: invalid request, the QP to ERR */
 	span_write(qp, URVT_OP_RC_RDMA_WRITE_FIRST, PEER_PSN + 9, 1, 5000, data, 2 * PMTU - 4);
 	expect(&p, buf, ACK);
