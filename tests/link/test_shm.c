@@ -204,6 +204,102 @@ static void test_wrap_in_order(void **state)
 	urvt_link_close(b);
 }
 
+/*
+ * Two threads, records of every size a producer writes (8 bytes to a full
+ * span, SHM_PKT_MAX), a consumer that now and then stops for up to 3 ms,
+ * rarely for 30 ms:
+ * every packet arrives once, whole and in order, or the sender counted it
+ * lost (the tail of a batch that did not fit in time); none is both or
+ * neither. Bounded: STRESS_PKTS packets, 15 s.
+ */
+#define STRESS_PKTS 20000
+struct stress {
+	struct urvt_link *b;
+	_Atomic uint32_t sent_lost;       /* set once the sender is done */
+	_Atomic bool done;
+	uint32_t got, bad, last_seq;
+	bool any;
+};
+
+static uint32_t stress_len(uint32_t i)
+{
+	uint32_t r = i * 2654435761u;
+	/* mostly PMTU-sized and span-sized records, some small ones */
+	switch (r >> 30) {
+	case 0:
+		return 8 + (r >> 8) % 256;
+	case 1:
+		return 4096;
+	default:
+		return 8 + (r >> 4) % (SHM_PKT_MAX - 8);
+	}
+}
+
+static void *stress_consumer(void *arg)
+{
+	struct stress *st = arg;
+	struct urvt_link_rx rx[32];
+	uint64_t give_up = (uint64_t)time(NULL) + 15;
+	uint32_t pauses = 0;
+
+	while ((uint64_t)time(NULL) < give_up) {
+		int k = urvt_link_recv(st->b, rx, 32);
+		for (int i = 0; i < k; i++) {
+			uint32_t seq;
+			memcpy(&seq, rx[i].data, 4);
+			if ((st->any && seq <= st->last_seq) || seq >= STRESS_PKTS ||
+			    !check(&rx[i], stress_len(seq), seq))
+				st->bad++;
+			st->last_seq = seq;
+			st->any = true;
+			st->got++;
+		}
+		if (!k && atomic_load(&st->done) &&
+		    st->got + atomic_load(&st->sent_lost) >= STRESS_PKTS)
+			break;
+		/* now and then longer than a receive path's sender waits (20 ms
+		 * without progress): it gives up, loses, and goes on */
+		if (k && ++pauses % 97 == 0)
+			usleep(pauses % (97 * 23) ? (useconds_t)(pauses * 7919u) % 3000 : 30000);
+	}
+	return NULL;
+}
+
+static void test_threads_every_record_size(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.60"), *b = open_shm("127.0.96.61");
+	union urvt_link_addr to = connect_pair(a, b);
+	static uint8_t buf[8][SHM_PKT_MAX];
+	struct stress st = { .b = b };
+	struct urvt_link_tx tx[8];
+	uint32_t lost = 0;
+	pthread_t t;
+
+	(void)state;
+	alarm(20); /* the program's watchdog, anew for this test's 15 s */
+	assert_int_equal(pthread_create(&t, NULL, stress_consumer, &st), 0);
+	for (uint32_t i = 0; i < STRESS_PKTS;) {
+		unsigned n = 0;
+		for (; n < 8 && i < STRESS_PKTS; n++, i++) {
+			uint32_t len = stress_len(i);
+			fill(buf[n], len, i);
+			/* half the batches as a requester sends, half as the
+			 * receive path does (shorter waits, more losses) */
+			tx[n] = (struct urvt_link_tx){ .buf = buf[n], .len = len, .dst = &to,
+						       .patient = (i / 64) % 2 };
+		}
+		lost += urvt_link_send(a, tx, n);
+	}
+	atomic_store(&st.sent_lost, lost);
+	atomic_store(&st.done, true);
+	pthread_join(t, NULL);
+	printf("  %u delivered, %u lost, %u bad\n", st.got, lost, st.bad);
+	assert_int_equal(st.bad, 0);
+	assert_int_equal(st.got + lost, STRESS_PKTS);
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 /* The offset of a received packet in its ring, given the first packet of
  * the connection (at offset 0: its data is SHM_REC_HDR in). */
 static uint32_t ring_off(const struct urvt_link_rx *r, const uint8_t *first)
@@ -1280,6 +1376,7 @@ int main(void)
 		cmocka_unit_test(test_slot0_owns_the_gid),
 		cmocka_unit_test(test_resolve_later),
 		cmocka_unit_test(test_wrap_in_order),
+		cmocka_unit_test(test_threads_every_record_size),
 		cmocka_unit_test(test_window_with_many_peers),
 		cmocka_unit_test(test_stale_payload_is_no_mark),
 		cmocka_unit_test(test_small_packets_rewind),
