@@ -576,7 +576,7 @@ static size_t build_pkt(uint8_t *buf, const struct sockaddr_in *icrc_from, struc
 		bth_set_psn(buf, f->psn);
 		h = URVT_BTH_BYTES;
 	}
-	if (len)
+	if (len && payload)
 		memcpy(buf + h, payload, len);
 	n = h + len;
 	pad = bth_pad(buf);
