@@ -46,6 +46,12 @@
 #define APP_RUN 16                /* empty polls ... */
 #define APP_RUN_NS (16 * 50000ull) /* ... within this: a busy poller */
 #define APP_LEAVE_NS 5000         /* next verb later than this: it left (urvt_cycles) */
+/* ... unless that verb is poll_cq: a thread that comes back to its CQ
+ * within this was busy with what it took (UCX copies a batch of received
+ * fragments out in 5-20 us), not waiting on memory; taken for a leaver,
+ * every poll of an MPI receiver handed the link to the progress thread
+ * (docs/performance.md "MPI on one host") */
+#define APP_LEAVE_POLL_NS 50000
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */
 #define APP_EMPTY_SKIP 4          /* after an empty recvmmsg, skip this many polls */
@@ -399,13 +405,14 @@ void urvt_net_poll_stalled(struct rvt_dev_info *rdi)
 }
 
 /* The application called a verb again after a poll that returned
- * completions at t: did it wait elsewhere in between? */
-static void app_back(struct urvt_net *net, uint64_t t, uint64_t now)
+ * completions at t (gap: what counts as a leave for that verb): did it
+ * wait elsewhere in between? */
+static void app_back(struct urvt_net *net, uint64_t t, uint64_t now, uint64_t gap)
 {
 	uint32_t s = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
 	atomic_store_explicit(&net->app_ret_cyc, 0, memory_order_relaxed);
-	if (now - t > net->app_leave_cyc)
+	if (now - t > gap)
 		s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
 	else if (s)
 		s--;
@@ -421,7 +428,7 @@ void urvt_net_app_active(struct rvt_dev_info *rdi)
 		return;
 	t = atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed);
 	if (t)
-		app_back(net, t, urvt_cycles());
+		app_back(net, t, urvt_cycles(), net->app_leave_cyc);
 }
 
 void urvt_net_app_blocks(struct rvt_dev_info *rdi)
@@ -709,7 +716,7 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 	t = atomic_load_explicit(&net->app_ret_cyc, memory_order_relaxed);
 	if (unlikely(t)) {
 		now = urvt_cycles();
-		app_back(net, t, now);
+		app_back(net, t, now, net->app_leave_poll_cyc);
 	}
 	if (n == 0) {
 		app_empty_poll(net);
@@ -733,6 +740,7 @@ int urvt_net_watch_start(struct urvt_net *net)
 	urvt_timer_init(&net->watchdog, watchdog_fn);
 	urvt_cycles_init();
 	net->app_leave_cyc = urvt_cycles_from_ns(APP_LEAVE_NS);
+	net->app_leave_poll_cyc = urvt_cycles_from_ns(APP_LEAVE_POLL_NS);
 	net->quiet_cyc = urvt_cycles_from_ns(APP_QUIET_NS);
 	net->ask_gap_cyc = urvt_cycles_from_ns(APP_ASK_GAP_NS);
 	urvt_progress_set_spin(net->rdi->progress, net_spin, net_sleep, net);
