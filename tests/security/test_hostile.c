@@ -1159,6 +1159,20 @@ static void test_replay_and_gap(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* A signaled send WR of one SGE (none for len 0); READ/WRITE at a remote
+ * address the fake peer never checks. */
+static void post_wr(struct rvt_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *addr,
+		    uint32_t len, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = len ? 1 : 0,
+				  .opcode = op, .send_flags = IBV_SEND_SIGNALED };
+
+	wr.wr.rdma.remote_addr = 0x10000; /* the fake peer has no memory to check */
+	wr.wr.rdma.rkey = 0x99;
+	ut_post_send(qp, &wr);
+}
+
 /* qp went to ERR: its one posted receive is flushed. */
 static void expect_recv_flushed(struct rvt_qp *qp)
 {
@@ -1234,22 +1248,10 @@ static void test_spans(void **state)
 	 * PMTU would be empty is dropped, the right one completes it */
 	{
 		uint64_t badlen = ctr(DROP(URVT_DROP_BAD_LENGTH));
-		struct ibv_send_wr wr;
-		struct ibv_sge sge;
 		struct urvt_pkt f;
 		struct ibv_wc wc;
 
-		sge = (struct ibv_sge){ .addr = va_of(M_RECV, 2048), .length = 3500,
-					.lkey = R[M_RECV].key };
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = 9;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_RDMA_READ;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		wr.wr.rdma.remote_addr = 0x1000;
-		wr.wr.rdma.rkey = 0x77;
-		ut_post_send(qp, &wr);
+		post_wr(qp, 9, IBV_WR_RDMA_READ, R[M_RECV].buf + 2048, 3500, R[M_RECV].key);
 		expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
 		assert_int_equal(p.psn, MY_PSN);
 		assert_int_equal(p.reth.len, 3500);
@@ -1461,18 +1463,6 @@ static void test_cq_overrun(void **state)
 #define W_FIRST URVT_OP_RC_RDMA_WRITE_FIRST
 #define W_MIDDLE URVT_OP_RC_RDMA_WRITE_MIDDLE
 #define W_LAST URVT_OP_RC_RDMA_WRITE_LAST
-
-static void post_wr(struct rvt_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *addr,
-		    uint32_t len, uint32_t lkey)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = len ? 1 : 0,
-				  .opcode = op, .send_flags = IBV_SEND_SIGNALED };
-
-	wr.wr.rdma.remote_addr = 0x10000; /* the fake peer has no memory to check */
-	wr.wr.rdma.rkey = 0x99;
-	ut_post_send(qp, &wr);
-}
 
 struct want_wc {
 	uint64_t wr_id;
