@@ -52,23 +52,36 @@ if ! tgt_setup "$iqn" "$out/lun.img" "$ini"; then
 fi
 
 ini() { URVT_STATS_FILE=$out/stats.$1 timeout -k 5 "$tmo" "$run" "$@"; }
+# ini_tries OUT PROG ARGS...: ini PROG ARGS into OUT, a run whose login
+# failed tried again, twice; rc is the last run's exit code. libiscsi
+# 1.19's iSER event loop takes a poll that times out (1 s) during the login
+# as an error ("revents is not POLLIN"), which a slow tgtd (under ASan) can
+# cause, for any of the initiators (iscsi-readcapacity16, iscsi-perf and
+# iscsi-test-cu each met it in a full ASan suite); a run that fails after
+# its login is not tried again. A failed login can still exit 0 (iscsi-test-cu
+# counts its suite as not run): the output decides, not the exit code
+ini_tries() {
+	o=$1
+	shift
+	for try in 1 2 3; do
+		ini "$@" >"$o" 2>&1
+		rc=$?
+		grep -q "^Login Failed" "$o" || return 0
+		echo "$1: login failed (try $try): $(grep -m1 "iscsi_service\|^Login Failed" "$o")"
+	done
+}
 if [ "$what" = libiscsi ]; then
-	ini iscsi-inq -i "$ini" "$url" >"$out/inq" 2>&1 || bad "iscsi-inq over iSER failed"
+	ini_tries "$out/inq" iscsi-inq -i "$ini" "$url"
+	[ $rc = 0 ] || bad "iscsi-inq over iSER failed"
 	cat "$out/inq"
 	grep -q "Product:VIRTUAL-DISK" "$out/inq" || bad "iscsi-inq: no tgt VIRTUAL-DISK"
-	ini iscsi-readcapacity16 -i "$ini" "$url" >"$out/cap" 2>&1 || bad "iscsi-readcapacity16 over iSER failed"
+	ini_tries "$out/cap" iscsi-readcapacity16 -i "$ini" "$url"
+	[ $rc = 0 ] || bad "iscsi-readcapacity16 over iSER failed"
 	cat "$out/cap"
 	grep -q "LOGICAL BLOCK LENGTH IN BYTES:512" "$out/cap" || bad "no 512-byte blocks in READ CAPACITY(16)"
 	grep -q "Total size:16777216" "$out/cap" || bad "READ CAPACITY(16) does not give the LUN's 16 MiB"
-	# 3 s of 4 KiB reads, 32 in flight; a failed login is tried again as
-	# for iscsi-test-cu below (it failed once under ASan, its output lost)
-	for try in 1 2 3; do
-		ini iscsi-perf -i "$ini" -t 3 "$url" >"$out/perf" 2>&1
-		rc=$?
-		[ $rc = 0 ] && break
-		grep -q "^Login Failed" "$out/perf" || break
-		echo "iscsi-perf: login failed (try $try): $(grep -m1 "^Login Failed" "$out/perf")"
-	done
+	# 3 s of 4 KiB reads, 32 in flight
+	ini_tries "$out/perf" iscsi-perf -i "$ini" -t 3 "$url"
 	if [ $rc != 0 ] || ! grep -q "finished" "$out/perf"; then
 		tr '\r' '\n' <"$out/perf" | tail -20
 		bad "iscsi-perf over iSER failed (exit $rc) or did not finish"
@@ -82,18 +95,7 @@ if [ "$what" = libiscsi ]; then
 		ReadCapacity16 Read10.Simple Read10.BeyondEol Read10.ZeroBlocks Read10.ReadProtect \
 		Read10.DpoFua Write10.Simple Write10.BeyondEol Write10.ZeroBlocks \
 		Write10.WriteProtect Write10.DpoFua; do
-		# a login that fails is tried again, twice: libiscsi 1.19's iSER
-		# event loop takes a poll that times out (1 s) during the login as
-		# an error ("revents is not POLLIN"), which a slow tgtd (under ASan)
-		# can cause; a test that fails after its login is not retried. A
-		# failed set-up login can still exit 0 (its suite counted as not
-		# run): the output decides, not the exit code
-		for try in 1 2 3; do
-			ini iscsi-test-cu -d -s -i "$ini" -t "ALL.$t" "$url" >"$out/cu.$t" 2>&1
-			rc=$?
-			grep -q "^Login Failed" "$out/cu.$t" || break
-			echo "iscsi-test-cu ALL.$t: login failed (try $try): $(grep -m1 "iscsi_service" "$out/cu.$t")"
-		done
+		ini_tries "$out/cu.$t" iscsi-test-cu -d -s -i "$ini" -t "ALL.$t" "$url"
 		if [ $rc != 0 ]; then
 			bad "iscsi-test-cu ALL.$t failed (exit $rc)"
 			tail -20 "$out/cu.$t"
