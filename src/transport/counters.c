@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,14 +74,30 @@ int urvt_stats_init(struct urvt_net *net)
 			return -EINVAL;
 		}
 		if (fd >= 0) {
+			/* counters live in a regular file; anything else (a
+			 * device such as /dev/null) is neither mapped nor, at
+			 * the failure's end, unlinked */
+			struct stat st;
+			if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+				close(fd);
+				if (net->stats_keep) {
+					urvt_report("URVT_STATS_FILE=%s: not a regular file: name a "
+						    "file, or set URVT_STATS=0 for no counters",
+						    net->stats_path);
+					return -EINVAL;
+				}
+				fd = -1;
+			}
+		}
+		if (fd >= 0) {
 			if (!ftruncate(fd, sizeof(*s))) {
 				s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 				if (s == MAP_FAILED)
 					s = NULL;
 			}
 			close(fd);
-			if (!s)
-				unlink(net->stats_path);
+			if (!s && !net->stats_keep)
+				unlink(net->stats_path); /* ours (/dev/shm/urvt.PID) */
 		}
 		net->stats_mapped = s != NULL;
 	}

@@ -103,6 +103,12 @@ if ip link add urvtdum0 type dummy 2>/dev/null; then
 fi
 expect "URVT_PCAP=$tmp/no/such/dir/t.pcap: cannot create" URVT_PCAP="$tmp/no/such/dir/t.pcap"
 expect "URVT_STATS_FILE=$tmp/no/such/dir/s: cannot create" URVT_STATS= URVT_STATS_FILE="$tmp/no/such/dir/s"
+# a device (a null device of the test's own, never the host's /dev/null) is
+# refused and left as it was: it once was unlinked when it could not be mapped
+if mknod "$tmp/chr" c 1 3 2>/dev/null; then
+	expect "URVT_STATS_FILE=$tmp/chr: not a regular file" URVT_STATS= URVT_STATS_FILE="$tmp/chr"
+	[ -c "$tmp/chr" ] || { echo "FAIL: URVT_STATS_FILE=$tmp/chr: the device is gone"; fail=1; }
+fi
 
 # Address in use: URVT_ADDR and URVT_NETDEV name a taken address.
 hold 127.0.0.1 127.0.0.9
