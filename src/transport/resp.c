@@ -38,11 +38,84 @@ static inline const struct urvt_av *peer_av(struct rvt_qp *qp)
 	return &qp->remote_av;
 }
 
+static void ack_build(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn,
+		      uint32_t msn, uint64_t orig);
+
+/*
+ * ACKs of a batch (rc-protocol §3.10: an ACK for a PSN acknowledges every
+ * PSN before it). Within one receive batch a QP's plain ACKs are owed, not
+ * built: only the newest leaves, at the batch's end, or first thing when
+ * the QP answers anything else (a NAK, a READ or atomic response), so the
+ * peer sees its answers in the order they were made. A batch of many small
+ * messages to one QP costs one ACK instead of one each, on both sides.
+ * Outside a receive batch (the in-process path, a forwarded packet) and
+ * once URVT_ACKS_DUE QPs owe one, an ACK leaves at once.
+ */
+static void ack_owe(struct rvt_qp *qp, uint32_t psn)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	struct urvt_txq *q;
+
+	if (tp->ack_due) {
+		tp->ack_due_psn = psn;
+		tp->ack_due_msn = qp->r_msn;
+		qp_count(qp, URVT_CTR_ACKS_COALESCED, 1);
+		return;
+	}
+	q = urvt_in_rx() ? urvt_txq_get() : NULL;
+	if (!q || q->ack_due_n == URVT_ACKS_DUE) {
+		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, psn);
+		return;
+	}
+	q->ack_due[q->ack_due_n].rdi = qp->rdi;
+	q->ack_due[q->ack_due_n++].qpn = qp->qpn;
+	tp->ack_due = true;
+	tp->ack_due_psn = psn;
+	tp->ack_due_msn = qp->r_msn;
+}
+
+/* The owed ACK leaves now, unless what the QP sends next is a plain ACK,
+ * which covers it (its PSN is never older). Caller holds r_lock. */
+static void ack_pay(struct rvt_qp *qp, bool covered)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+
+	if (likely(!tp->ack_due))
+		return;
+	tp->ack_due = false;
+	if (covered) {
+		qp_count(qp, URVT_CTR_ACKS_COALESCED, 1);
+		return;
+	}
+	/* with the MSN of its time: a READ may have counted since */
+	ack_build(qp, URVT_OP_RC_ACKNOWLEDGE, URVT_AETH_SYN_ACK_UNLIMITED, tp->ack_due_psn,
+		  tp->ack_due_msn, 0);
+	qp_count(qp, URVT_CTR_ACKS_SENT, 1);
+}
+
+void urvt_resp_acks_due_flush(struct urvt_txq *q)
+{
+	for (uint32_t i = 0; i < q->ack_due_n; i++) {
+		struct rvt_qp *qp = rvt_lookup_qpn(q->ack_due[i].rdi, q->ack_due[i].qpn);
+
+		if (!qp)
+			continue; /* destroyed meanwhile: its reset forgot the ACK */
+		/* what was executed is acknowledged, also by a QP that went
+		 * to ERR since (a full CQ): as rxe's ACK, sent before that */
+		urvt_spin_lock(&qp->r_lock);
+		ack_pay(qp, false);
+		urvt_spin_unlock(&qp->r_lock);
+		rvt_put_qp(qp);
+	}
+	q->ack_due_n = 0;
+}
+
 /*
  * An ACKNOWLEDGE (syndrome syn) or an ATOMIC ACKNOWLEDGE (original value
- * orig) for psn with the current MSN: no payload (rxe send_common_ack).
+ * orig) for psn with MSN msn: no payload (rxe send_common_ack).
  */
-static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn, uint64_t orig)
+static void ack_build(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn,
+		      uint32_t msn, uint64_t orig)
 {
 	struct urvt_txq *q = urvt_txq_get();
 	struct urvt_pkt f;
@@ -54,12 +127,18 @@ static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn
 	/* an XRC target answers with the XRC twins (roce-wire §4.5) */
 	urvt_pkt_init(&f, qp->allowed_ops + opcode, qp->remote_qpn, psn);
 	f.aeth.syn = syn;
-	f.aeth.msn = qp->r_msn;
+	f.aeth.msn = msn;
 	f.atmack_orig = orig;
 	p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 	if (opcode == URVT_OP_RC_ACKNOWLEDGE && urvt_aeth_syn_type(syn) == URVT_AETH_ACK)
 		urvt_txq_next_may_wait(q); /* tx.c "ACKs that wait" */
 	urvt_build_finish(qp, q, p, h);
+}
+
+static void ack_pkt(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t psn, uint64_t orig)
+{
+	ack_pay(qp, opcode == URVT_OP_RC_ACKNOWLEDGE && urvt_aeth_syn_type(syn) == URVT_AETH_ACK);
+	ack_build(qp, opcode, syn, psn, qp->r_msn, orig);
 }
 
 /* ACKNOWLEDGE with syndrome syn for psn (rc-protocol §3.10; rxe send_ack).
@@ -120,6 +199,7 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 
 	if (unlikely(!q))
 		return;
+	ack_pay(qp, false);
 	if (src)
 		rvt_sge_state_init(&ss, src, 1, len);
 	do {
@@ -741,7 +821,7 @@ static bool rc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	/* rc-protocol §3.10: ACK only what asks for it (coalescing); while
 	 * held packets run, one answer comes at the end (ooo_drain) */
 	if (pkt->ackreq && !qp_tp(qp)->ack_hold)
-		urvt_send_ack(qp, URVT_AETH_SYN_ACK_UNLIMITED, pkt_lpsn(pkt));
+		ack_owe(qp, pkt_lpsn(pkt));
 	return lastwqe;
 }
 

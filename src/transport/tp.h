@@ -81,6 +81,8 @@ static inline void wqe_flags_set(struct rvt_swqe *wqe, uint16_t f)
  * that wait"): at most this many, each at most this long. */
 #define URVT_WAIT_ACKS 16
 #define URVT_WAIT_ACK_BYTES 32
+/* QPs of one receive batch that owe an ACK (resp.c "ACKs of a batch") */
+#define URVT_ACKS_DUE 16
 
 /* Datagrams one receive batch takes from a link. */
 #define URVT_RX_BATCH 32
@@ -131,6 +133,13 @@ struct urvt_txq {
 	uint32_t cur_cap;                 /* ... may take this many bytes */
 	bool cur_may_wait;                /* ... is a plain ACK (urvt_txq_next_may_wait) */
 	struct urvt_txq *all_prev, *all_next; /* every thread's queue (tx.c) */
+	/* the QPs this thread's receive batch owes an ACK (resp.c), by QPN:
+	 * looked up again at the batch's end, a reset or destroy may come first */
+	uint32_t ack_due_n;
+	struct {
+		struct rvt_dev_info *rdi;
+		uint32_t qpn;
+	} ack_due[URVT_ACKS_DUE];
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
 	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
 };
@@ -495,5 +504,7 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 
 /* Responder: send an ACK/NAK (syndrome) for psn now (queued on this thread's txq). */
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);
+/* The end of a receive batch on this thread: the ACKs it owes leave. */
+void urvt_resp_acks_due_flush(struct urvt_txq *q);
 
 #endif

@@ -98,7 +98,7 @@ struct urvt_txq *urvt_txq_get(void)
 	q = aligned_alloc(64, sizeof(*q));
 	if (!q)
 		return NULL;
-	q->used = q->n = 0;
+	q->used = q->n = q->ack_due_n = 0;
 	q->cur_may_wait = false;
 	pthread_mutex_lock(&txq_all_lock);
 	q->all_prev = NULL;

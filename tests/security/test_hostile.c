@@ -1236,9 +1236,11 @@ static void test_spans(void **state)
 	memset(R[M_RW].buf, 0, 5000);
 	span_write(qp, URVT_OP_RC_RDMA_WRITE_FIRST, PEER_PSN + 4, 2, 5000, data, 3 * PMTU);
 	span_write(qp, URVT_OP_RC_RDMA_WRITE_LAST, PEER_PSN + 7, 1, 0, data + 1000, 5000 - 3 * PMTU);
-	expect(&p, buf, ACK); /* the FIRST asked too */
-	assert_int_equal(p.psn, PEER_PSN + 6);
+	/* the FIRST asked too: its own ACK, or none when both came in one
+	 * receive batch (its ACK owed, covered by the LAST's) */
 	expect(&p, buf, ACK);
+	if (p.psn == PEER_PSN + 6)
+		expect(&p, buf, ACK);
 	assert_int_equal(p.aeth.syn & 0xe0, 0);
 	assert_int_equal(p.psn, PEER_PSN + 8);
 	assert_memory_equal(R[M_RW].buf, data, 3 * PMTU);

@@ -829,6 +829,7 @@ static void test_resp_ack_waits_for_send(void **state)
 	const uint8_t ack = URVT_AETH_SYN_ACK_UNLIMITED;
 	uint64_t waited0 = dev_ctr(URVT_CTR_ACKS_WAITED);
 	uint64_t replaced0 = dev_ctr(URVT_CTR_ACKS_REPLACED);
+	uint64_t coalesced0 = dev_ctr(URVT_CTR_ACKS_COALESCED);
 	uint8_t data[16];
 	struct urvt_pkt f, p;
 	uint8_t buf[5000];
@@ -869,7 +870,9 @@ static void test_resp_ack_waits_for_send(void **state)
 	assert_int_equal(app_poll(cq, &wc, 2000), 1);
 	assert_int_equal(wc.wr_id, 1);
 	assert_int_equal(acks_waiting(), 1);
-	assert_int_equal(dev_ctr(URVT_CTR_ACKS_REPLACED) - replaced0, 1);
+	/* the first one's ACK was owed, never built (resp.c "ACKs of a batch") */
+	assert_int_equal(dev_ctr(URVT_CTR_ACKS_COALESCED) - coalesced0, 1);
+	assert_int_equal(dev_ctr(URVT_CTR_ACKS_REPLACED) - replaced0, 0);
 	/* the CQ is not empty: that poll takes nothing from the socket */
 	app_fresh();
 	assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 1);
@@ -930,6 +933,78 @@ static void test_resp_ack_waits_for_send(void **state)
 	net->watchdog_ns = URVT_WATCHDOG_NS;
 	rvt_dereg_mr(mr);
 	rvt_dereg_mr(smr);
+	rvt_destroy_cq(cq);
+}
+
+/* ACKs of a batch (resp.c): SENDs that came in one receive batch are
+ * acknowledged once, by the newest, and an owed ACK leaves before any
+ * other answer of the QP (a READ response, a NAK) with the MSN of its
+ * time: the peer sees ACK 1 (MSN 2), the READ response (MSN 3), ACK 3,
+ * the NAK of the gap at 4. */
+static void test_resp_acks_of_a_batch(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7);
+	static uint8_t rbuf[4][64], mem[64];
+	struct rvt_mregion *mr = ut_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *rmr = ut_mr(pd, mem, sizeof(mem),
+					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	uint64_t coalesced0 = dev_ctr(URVT_CTR_ACKS_COALESCED);
+	uint8_t data[16], buf[5000];
+	struct urvt_pkt f, p;
+	struct ibv_wc wc;
+	(void)state;
+
+	memset(data, 'b', sizeof(data));
+	ut_fill(mem, sizeof(mem), 5);
+	for (int i = 0; i < 4; i++)
+		ut_post_recv(qp, (uint64_t)i, rbuf[i], sizeof(rbuf[i]), mr->lkey);
+	app_busy(cq); /* the application receives: all of it in one batch */
+	/* the UDP link offers as many slots as the last batches filled (a
+	 * ping-pong: one): widen them with 64 packets to no QP */
+	uint64_t noqp0 = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_NO_QP);
+	f = req(0xfffff0, URVT_OP_RC_SEND_ONLY, 0, false);
+	for (int i = 0; i < 64; i++)
+		peer_send(&f, data, sizeof(data));
+	for (int i = 0; i < 100000 && dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_NO_QP) - noqp0 < 64; i++)
+		assert_int_equal(rvt_app_poll_cq(cq, 1, &wc), 0);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_NO_QP) - noqp0, 64);
+	app_fresh();
+	for (uint32_t k = 0; k < 2; k++) {
+		f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + k, true);
+		peer_send(&f, data, sizeof(data));
+	}
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_REQUEST, PEER_PSN + 2, true);
+	f.reth = (struct urvt_reth){ .va = (uintptr_t)mem, .rkey = rmr->lkey, .len = 8 };
+	peer_send(&f, NULL, 0);
+	f = req(qp->qpn, URVT_OP_RC_SEND_ONLY, PEER_PSN + 3, true);
+	peer_send(&f, data, sizeof(data));
+	f.psn = PEER_PSN + 5; /* past a gap: NAK, held */
+	peer_send(&f, data, sizeof(data));
+	usleep(300); /* all in the socket (well within the watchdog's time) */
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 0);
+
+	peer_expect(&p, buf, URVT_OP_RC_ACKNOWLEDGE);
+	assert_int_equal(p.aeth.syn, URVT_AETH_SYN_ACK_UNLIMITED);
+	assert_int_equal(p.psn, PEER_PSN + 1);
+	assert_int_equal(p.aeth.msn, 2);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY);
+	assert_int_equal(p.psn, PEER_PSN + 2);
+	assert_int_equal(p.aeth.msn, 3);
+	assert_memory_equal(p.payload, mem, 8);
+	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN + 3);
+	expect_ack(urvt_aeth_syn_nak(URVT_NAK_PSN_SEQ_ERR), PEER_PSN + 4);
+	peer_quiet(10);
+	/* the first SEND's ACK was owed and covered: never built */
+	assert_int_equal(dev_ctr(URVT_CTR_ACKS_COALESCED) - coalesced0, 1);
+
+	rvt_destroy_qp(qp);
+	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
+	net->watchdog_ns = URVT_WATCHDOG_NS;
+	rvt_dereg_mr(mr);
+	rvt_dereg_mr(rmr);
 	rvt_destroy_cq(cq);
 }
 
@@ -1332,6 +1407,7 @@ int main(void)
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_held_past_gaps),
 		cmocka_unit_test(test_resp_ack_waits_for_send),
+		cmocka_unit_test(test_resp_acks_of_a_batch),
 		cmocka_unit_test(test_linger_skips_a_write_in_the_batch),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
