@@ -436,9 +436,9 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 	}
 }
 
-void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b)
+void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	struct comp_ctx c = { .qp = qp, .pkt = &b->pkt };
+	struct comp_ctx c = { .qp = qp, .pkt = pkt };
 	enum comp_state st = COMPST_GET_WQE;
 
 	/* a response for a PSN never sent */

@@ -104,9 +104,57 @@ static void run_completer(struct urvt_net *net, struct rvt_qp *qp)
 	for (b = list; b; b = b->next) {
 		if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
 			break;
-		urvt_comp_pkt(qp, b);
+		urvt_comp_pkt(qp, &b->pkt);
 	}
 	urvt_pkt_free_list(net, list);
+}
+
+/*
+ * Straight to the completer. A response the receive path hands over is
+ * copied into a buffer for the engine, which may run on another thread
+ * later, after the receive slot was reused. When the engine is free now
+ * and nothing waits in the completer's queue, the receiving thread takes
+ * it and completes the response itself, reading its payload where it lies
+ * (a READ response span in the shm ring: one copy, ring to the READ's
+ * buffers, instead of two), in the order the queue would have given.
+ * So does a thread whose run of the QP's engine receives at its end (a
+ * requester stalled on its window, urvt_tp_do_send): tls_stalled_qp.
+ */
+static URVT_TLS struct rvt_qp *tls_stalled_qp;
+
+bool urvt_comp_direct_begin(struct rvt_qp *qp)
+{
+	uint32_t idle = 0;
+
+	/* the queue's only writer is the receive path, which is us */
+	if (READ_ONCE(qp_tp(qp)->rxq_head))
+		return false;
+	/* our own engine run waits for these responses: they are its
+	 * completer's next work, done here instead of in its next round */
+	if (tls_stalled_qp == qp)
+		return true;
+	if (!atomic_compare_exchange_strong_explicit(&qp->s_sched, &idle, 1, memory_order_acq_rel,
+						     memory_order_relaxed))
+		return false;
+	if (likely(qp_tp(qp)->inited)) /* engine state: read with the token */
+		return true;
+	rvt_schedule_send_held(qp);
+	return false;
+}
+
+void urvt_comp_direct_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	/* as run_completer: a QP that stopped sending drops what comes */
+	if (ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK)
+		urvt_comp_pkt(qp, pkt);
+}
+
+void urvt_comp_direct_end(struct rvt_qp *qp)
+{
+	if (tls_stalled_qp == qp)
+		rvt_schedule_send(qp); /* a mark: that run goes round, and sends */
+	else
+		rvt_schedule_send_held(qp);
 }
 
 /* The retransmit and RNR timers that fired since the last run. */
@@ -162,8 +210,13 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 	/* post_send with the requester stalled on ACKs: receive them now if
 	 * no one else is (trylock); they come back through rvt_schedule_send,
 	 * which runs this engine again before the token is released */
-	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress))
+	if (qp_tp(qp)->stalled && !urvt_in_rx() && !urvt_progress_on_thread(qp->rdi->progress)) {
+		struct rvt_qp *outer = tls_stalled_qp;
+
+		tls_stalled_qp = qp;
 		urvt_net_poll_stalled(qp->rdi);
+		tls_stalled_qp = outer;
+	}
 }
 
 void urvt_tp_retry_timeout(struct rvt_qp *qp)

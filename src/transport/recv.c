@@ -30,51 +30,74 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 	return urvt_opcode_transport(qp->allowed_ops);
 }
 
-/*
- * A READ response span (docs/shm.md "Spans"): the completer takes one PMTU
- * per buffer, as from any other link, so the span is cut into the packets
- * it stands for (opcodes and PSNs as the responder would have sent them).
- * 0, or the drop reason for what could not be queued.
- */
-static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const struct urvt_pkt *pkt)
+/* Piece j of a READ response span: the PMTU packet it stands for, its
+ * payload where it lies in the span (opcode and PSN as the responder would
+ * have sent them). */
+static void span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, struct urvt_pkt *o)
 {
-	uint32_t n = pkt->span_more + 1, pmtu = qp->pmtu, off = 0;
+	uint32_t n = pkt->span_more + 1, off = j * pmtu;
 	uint8_t op = pkt->opcode;
 	bool starts = op == URVT_OP_RC_RDMA_READ_RESPONSE_FIRST ||
 		      op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
 	bool ends = op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
 		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
 
+	*o = *pkt;
+	if (j == 0 && starts)
+		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
+					: URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
+	else
+		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
+					: URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
+	o->opcode = op;
+	o->mask = urvt_opcode[op].mask;
+	o->psn = urvt_psn_add(pkt->psn, j);
+	o->paylen = pkt->paylen - off < pmtu ? pkt->paylen - off : pmtu;
+	o->payload = pkt->payload + off;
+	o->span_more = 0;
+}
+
+/*
+ * A READ response span (docs/shm.md "Spans"): the completer takes one PMTU
+ * at a time, as from any other link, so the span is cut into the packets
+ * it stands for. Straight to the completer when this thread can run it
+ * now (engine.c: one copy, from the ring); else copied into one buffer per
+ * PMTU and queued. 0, or the drop reason for what could not be queued.
+ */
+static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	uint32_t n = pkt->span_more + 1, pmtu = qp->pmtu;
+	bool ends = pkt->opcode == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
+		    pkt->opcode == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+	struct urvt_pkt piece;
+
 	/* as long as its PMTUs: each full but the last of a LAST/ONLY */
 	if (pkt->paylen > n * pmtu || pkt->paylen <= (n - 1) * pmtu ||
 	    (!ends && pkt->paylen != n * pmtu))
 		return URVT_DROP_BAD_LENGTH;
+	if (urvt_comp_direct_begin(qp)) {
+		for (uint32_t j = 0; j < n; j++) {
+			span_piece(pkt, j, pmtu, &piece);
+			urvt_comp_direct_pkt(qp, &piece);
+		}
+		urvt_comp_direct_end(qp);
+		qp_count(qp, URVT_CTR_COMP_DIRECT, n);
+		return 0;
+	}
 	struct urvt_pktbuf *head = NULL, *tail = NULL;
 	bool consumed;
 
 	for (uint32_t j = 0; j < n; j++) {
-		uint32_t len = pkt->paylen - off < pmtu ? pkt->paylen - off : pmtu;
 		struct urvt_pktbuf *b = urvt_pkt_alloc(net);
-		uint8_t o;
 
 		if (unlikely(!b)) {
 			urvt_pkt_free_list(net, head);
 			return URVT_TDROP_NO_BUF;
 		}
-		if (j == 0 && starts)
-			o = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
-					       : URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
-		else
-			o = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
-					       : URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
-		memcpy(b->data, pkt->payload + off, len);
-		b->len = len;
-		b->pkt = *pkt;
-		b->pkt.opcode = o;
-		b->pkt.mask = urvt_opcode[o].mask;
-		b->pkt.psn = urvt_psn_add(pkt->psn, j);
-		b->pkt.paylen = len;
-		b->pkt.span_more = 0;
+		span_piece(pkt, j, pmtu, &piece);
+		memcpy(b->data, piece.payload, piece.paylen);
+		b->len = piece.paylen;
+		b->pkt = piece;
 		b->pkt.hdr_len = 0;
 		b->pkt.bth = b->pkt.payload = b->data;
 		b->next = NULL;
@@ -83,7 +106,6 @@ static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const stru
 		else
 			head = b;
 		tail = b;
-		off += len;
 	}
 	/* one hand-over for all (a full queue is counted there) */
 	urvt_comp_enqueue_list(net, qp, head, tail, n, &consumed);

@@ -82,6 +82,7 @@ enum urvt_ctr {
 	URVT_CTR_RX_BY_WAITER,       /* packets that thread received (poll.c urvt_net_wait_event) */
 	URVT_CTR_ACKS_WAITED,        /* plain ACKs that waited for the application's next send (tx.c) */
 	URVT_CTR_ACKS_REPLACED,      /* ... and were replaced by a later one to the same QP */
+	URVT_CTR_COMP_DIRECT,        /* READ response PMTUs the receiving thread completed from the ring (engine.c) */
 	URVT_CTR_ACKS_COALESCED,     /* plain ACKs not sent: a later one of the same receive batch covers them (resp.c) */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
 					which the kernel steered to us, forwarded to their process */

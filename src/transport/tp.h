@@ -434,7 +434,7 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
  * cursor consistent if s_cur moved with it. False if nothing was retired
  * (a reset landed: callers looping over WQEs must stop). */
 bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
-void urvt_comp_pkt(struct rvt_qp *qp, struct urvt_pktbuf *b);
+void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt);
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q);
 void urvt_comp_flush(struct rvt_qp *qp);
 /* Arm the retransmit timer if anything is unacknowledged and it is not armed. */
@@ -453,6 +453,13 @@ void urvt_comp_enqueue(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktb
 /* The same for the n buffers b .. last (linked through next), in order. */
 void urvt_comp_enqueue_list(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pktbuf *b,
 			    struct urvt_pktbuf *last, uint32_t n, bool *consumed);
+/* Responses straight to the completer (engine.c "Straight to the
+ * completer"): _begin takes the QP's engine if nobody runs it and nothing
+ * waits in its queue (false: queue them instead); _pkt completes one, read
+ * where it lies; _end runs the rest of the engine and lets it go. */
+bool urvt_comp_direct_begin(struct rvt_qp *qp);
+void urvt_comp_direct_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt);
+void urvt_comp_direct_end(struct rvt_qp *qp);
 
 /* ---- cc.c: congestion control (engine context unless said) ---- */
 int urvt_cc_init(struct urvt_net *net);
