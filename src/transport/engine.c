@@ -91,6 +91,16 @@ void urvt_comp_enqueue_list(struct urvt_net *net, struct rvt_qp *qp, struct urvt
 		comp_wait_engine(qp);
 }
 
+/* One response to the completer; false (and nothing done) once the QP
+ * stopped sending: it drops what comes (queued or straight). */
+static bool comp_one(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
+		return false;
+	urvt_comp_pkt(qp, pkt);
+	return true;
+}
+
 /* The responses queued for the completer, in arrival order. */
 static void run_completer(struct urvt_net *net, struct rvt_qp *qp)
 {
@@ -101,11 +111,8 @@ static void run_completer(struct urvt_net *net, struct rvt_qp *qp)
 	if (!READ_ONCE(qp_tp(qp)->rxq_head))
 		return;
 	rxq_take(qp, &list);
-	for (b = list; b; b = b->next) {
-		if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK))
-			break;
-		urvt_comp_pkt(qp, &b->pkt);
-	}
+	for (b = list; b && comp_one(qp, &b->pkt); b = b->next)
+		;
 	urvt_pkt_free_list(net, list);
 }
 
@@ -144,9 +151,7 @@ bool urvt_comp_direct_begin(struct rvt_qp *qp)
 
 void urvt_comp_direct_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	/* as run_completer: a QP that stopped sending drops what comes */
-	if (ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK)
-		urvt_comp_pkt(qp, pkt);
+	comp_one(qp, pkt);
 }
 
 void urvt_comp_direct_end(struct rvt_qp *qp)
