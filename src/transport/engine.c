@@ -241,7 +241,9 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 	urvt_rxq_drop(qp);
 	if (net) {
 		urvt_resp_ooo_drop(qp);
-		/* its last ACK may wait (tx.c): the peer's WR completes */
+		/* its last ACK may be owed (resp.c) or wait (tx.c): the
+		 * peer's WR completes */
+		urvt_resp_ack_owed_send(qp);
 		urvt_net_acks_flush(net, !urvt_in_rx());
 	}
 	atomic_store(&qp_tp(qp)->timeout_fired, false);

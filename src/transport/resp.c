@@ -110,6 +110,20 @@ void urvt_resp_acks_due_flush(struct urvt_txq *q)
 	q->ack_due_n = 0;
 }
 
+void urvt_resp_ack_owed_send(struct rvt_qp *qp)
+{
+	struct urvt_txq *q;
+	bool owed;
+
+	urvt_spin_lock(&qp->r_lock);
+	owed = qp_tp(qp)->ack_due;
+	ack_pay(qp, false);
+	urvt_spin_unlock(&qp->r_lock);
+	q = owed ? urvt_txq_peek() : NULL;
+	if (q)
+		urvt_txq_flush_unless_rx(qp_net(qp), q);
+}
+
 /*
  * An ACKNOWLEDGE (syndrome syn) or an ATOMIC ACKNOWLEDGE (original value
  * orig) for psn with MSN msn: no payload (rxe send_common_ack).

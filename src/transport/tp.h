@@ -513,5 +513,9 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);
 /* The end of a receive batch on this thread: the ACKs it owes leave. */
 void urvt_resp_acks_due_flush(struct urvt_txq *q);
+/* A QP being reset: its owed ACK leaves now, from this thread (the
+ * application may have taken the receive completion and destroyed the QP
+ * before the receiving batch ended). */
+void urvt_resp_ack_owed_send(struct rvt_qp *qp);
 
 #endif
