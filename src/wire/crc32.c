@@ -20,7 +20,8 @@
  * a block, multiplied by x^33 too; so the constants are x^(128k+31) and
  * x^(128k-33) mod P and both products fit a block. At the end the one
  * remaining block B is congruent to the data, and the raw CRC of B's 16
- * bytes is the data's raw CRC: the tables finish from there.
+ * bytes is the data's raw CRC: finish_block computes it, the tables take
+ * the bytes past the last whole block.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -120,22 +121,56 @@ static inline __attribute__((always_inline)) T128 __m128i ld1(const uint8_t *p, 
 	return v;
 }
 
+/* The low lane of r, a carry-less product of two reflected 32-bit words,
+ * mod P. Bit p of the product is x^(62-p); one shift up and the high word
+ * is the part of degree < 32, the low word the part above times x^-32,
+ * which the tables reduce as a register followed by four zero bytes. */
+static inline __attribute__((always_inline)) T128 uint32_t reduce_product(__m128i r)
+{
+	uint64_t v = (uint64_t)_mm_cvtsi128_si64(r) << 1;
+	uint32_t lo = (uint32_t)v;
+
+	return (uint32_t)(v >> 32) ^ tab[3][lo & 0xff] ^ tab[2][(lo >> 8) & 0xff] ^
+	       tab[1][(lo >> 16) & 0xff] ^ tab[0][lo >> 24];
+}
+
+/* finish_k = { x^128, x^64 } and { x^96, x^32 } mod P: the raw CRC of a
+ * block's 32-bit words w0..w3 (w0 first on the wire) is the sum of
+ * w_k x^(128-32k) mod P */
+static uint64_t finish_k[2][2];
+
+/* The raw CRC of the 16 bytes of a (register 0): the four words' products
+ * with finish_k summed into one product, reduced as in mulmod_clmul. Four
+ * independent multiplications instead of two dependent rounds of the
+ * slicing tables: the fixed cost each CRC call paid (docs/wire.md). */
+static inline __attribute__((always_inline)) T128 uint32_t finish_block(__m128i a)
+{
+	const __m128i k02 = _mm_set_epi64x((long long)finish_k[0][1], (long long)finish_k[0][0]);
+	const __m128i k13 = _mm_set_epi64x((long long)finish_k[1][1], (long long)finish_k[1][0]);
+	__m128i even = _mm_and_si128(a, _mm_set_epi64x(0xffffffffll, 0xffffffffll)); /* w0, w2 */
+	__m128i odd = _mm_srli_epi64(a, 32);                                          /* w1, w3 */
+	__m128i r = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(even, k02, 0x00),
+						_mm_clmulepi64_si128(even, k02, 0x11)),
+				  _mm_xor_si128(_mm_clmulepi64_si128(odd, k13, 0x00),
+						_mm_clmulepi64_si128(odd, k13, 0x11)));
+
+	return reduce_product(r);
+}
+
 /* a holds the data before p, folded; the rest: whole blocks, then the
  * tables. Copies to dst as it reads when dst is set. */
 static inline __attribute__((always_inline)) T128 uint32_t fold_tail(__m128i a, uint8_t *dst, const uint8_t *p, size_t n)
 {
 	const __m128i k1 = kvec(1);
-	uint8_t blk[16];
 
 	for (; n >= 16; p += 16, n -= 16) {
 		a = _mm_xor_si128(fold1(a, k1), ld1(p, dst));
 		if (dst)
 			dst += 16;
 	}
-	_mm_storeu_si128((__m128i *)blk, a);
 	if (dst && n)
 		memcpy(dst, p, n);
-	return table_raw(table_raw(0, blk, 16), p, n);
+	return table_raw(finish_block(a), p, n);
 }
 
 /* n >= 64; the register goes into the first four bytes. */
@@ -238,14 +273,8 @@ static T256 uint32_t crc_vpclmul(uint32_t reg, uint8_t *dst, const uint8_t *p, s
 
 T128 static uint32_t mulmod_clmul(uint32_t a, uint32_t b)
 {
-	/* bit p of the product is x^(62-p); one shift up and the high word
-	 * is the part of degree < 32, the low word the part above times x^-32 */
-	__m128i r = _mm_clmulepi64_si128(_mm_cvtsi32_si128((int)a), _mm_cvtsi32_si128((int)b), 0);
-	uint64_t v = (uint64_t)_mm_cvtsi128_si64(r) << 1;
-	uint32_t lo = (uint32_t)v;
-
-	return (uint32_t)(v >> 32) ^ tab[3][lo & 0xff] ^ tab[2][(lo >> 8) & 0xff] ^
-	       tab[1][(lo >> 16) & 0xff] ^ tab[0][lo >> 24];
+	return reduce_product(
+		_mm_clmulepi64_si128(_mm_cvtsi32_si128((int)a), _mm_cvtsi32_si128((int)b), 0));
 }
 #endif /* CRC_X86 */
 
@@ -267,6 +296,10 @@ static void crc_init(void)
 		fold_k[k][0] = xpow_bits(128 * k + 31);
 		fold_k[k][1] = xpow_bits(128 * k - 33);
 	}
+	finish_k[0][0] = xpow_bits(128);
+	finish_k[0][1] = xpow_bits(64);
+	finish_k[1][0] = xpow_bits(96);
+	finish_k[1][1] = xpow_bits(32);
 	__builtin_cpu_init();
 	have[IMPL_PCLMUL] = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 	have[IMPL_VPCLMUL] = have[IMPL_PCLMUL] && __builtin_cpu_supports("avx2") &&

@@ -7,6 +7,7 @@
  * packet is fed to the CRC (wire/crc32.c) in place.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "wire/drop.h"
@@ -196,6 +197,24 @@ uint32_t urvt_gf2_xinv8(uint32_t nbytes)
 	return urvt_gf2_mulmod(xinv8_lo[nbytes & 0xff], xinv8_hi[(nbytes >> 8) & 0xff]);
 }
 
+/* x^(-8j) for the last j asked, j < 65536, kept as j << 32 | value (0:
+ * none yet): a stream of one packet size (PMTU segments) asks the same j
+ * each time and pays one product instead of three. Any thread may replace
+ * it; a word read whole is always a matching pair. */
+static _Atomic uint64_t xinv8_last;
+
+static uint32_t xinv8_cached(uint32_t j)
+{
+	uint64_t e = atomic_load_explicit(&xinv8_last, memory_order_relaxed);
+	uint32_t v;
+
+	if (e && (uint32_t)(e >> 32) == j)
+		return (uint32_t)e;
+	v = urvt_gf2_xinv8(j);
+	atomic_store_explicit(&xinv8_last, (uint64_t)j << 32 | v, memory_order_relaxed);
+	return v;
+}
+
 /* x^(8i) and x^(2048i), i < 256: any x^(8n), n < 65536, in two products. */
 static uint32_t x8_lo[256], x8_hi[256];
 static pthread_once_t x8_once = PTHREAD_ONCE_INIT;
@@ -264,8 +283,7 @@ bool urvt_icrc_v4_verify_unknown_id(uint32_t saddr_be, uint32_t daddr_be, uint16
 	size_t n = LRH_STANDIN + URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len;
 	size_t k = n - WIN_END; /* bytes after the window */
 	uint32_t j = (uint32_t)(k + 4); /* x^-(8k+32) = x^-8j, j < 65536 by the length check */
-	pthread_once(&xinv8_once, xinv8_init);
-	uint32_t w = urvt_gf2_mulmod(urvt_gf2_mulmod(d, xinv8_lo[j & 0xff]), xinv8_hi[j >> 8]);
+	uint32_t w = urvt_gf2_mulmod(d, xinv8_cached(j));
 	if (w & 0xff)
 		return false;
 	uint8_t flags_diff = (uint8_t)(w >> 24);
