@@ -29,9 +29,9 @@
  *  - it goes back to the progress thread when the application says it will
  *    block (req_notify_cq); when a poll returns completions and the
  *    application has been seen to leave after its completions (its next
- *    verb came more than APP_LEAVE_NS later, repeatedly: it waits
- *    elsewhere, e.g. on memory) -- it takes the socket again at its next
- *    empty poll --; or when the watchdog saw no poll_cq for its period:
+ *    verb came more than APP_LEAVE_NS later, after a WRITE into its
+ *    memory, repeatedly: it waits on memory; app_back) -- it takes the
+ *    socket again at its next empty poll --; or when the watchdog saw no poll_cq for its period:
  *    URVT_WATCHDOG_NS after the take, doubling at each look that finds the
  *    application still polling, up to URVT_WATCHDOG_BACKOFF times that (a
  *    look wakes the progress thread, which on a busy CPU preempts the
@@ -406,17 +406,40 @@ void urvt_net_poll_stalled(struct rvt_dev_info *rdi)
 
 /* The application called a verb again after a poll that returned
  * completions at t (gap: what counts as a leave for that verb): did it
- * wait elsewhere in between? */
+ * wait elsewhere in between? Only a late verb after a WRITE that completes
+ * nothing came in says so: such a WRITE is what a thread that waits
+ * without a verb waits for (it polls the memory). A late verb without one
+ * is a thread busy with what it took (UCX's answers, an MPI rank's
+ * matching) or kept off its CPU, by our progress thread too (both bound
+ * to one core: MPI ranks); taken for leaves, they handed the link to the
+ * progress thread at every few messages, which took the rank's core at
+ * every packet (docs/transport.md "Who receives"). No evidence either
+ * way: the score stays. */
 static void app_back(struct urvt_net *net, uint64_t t, uint64_t now, uint64_t gap)
 {
 	uint32_t s = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
 	atomic_store_explicit(&net->app_ret_cyc, 0, memory_order_relaxed);
-	if (now - t > gap)
-		s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
-	else if (s)
+	if (now - t > gap) {
+		if (atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed) !=
+		    atomic_load_explicit(&net->app_ret_writes, memory_order_relaxed))
+			s = s + 2 > APP_LEAVE_MAX ? APP_LEAVE_MAX : s + 2;
+		else
+			tp_count(net, NULL, URVT_CTR_RX_LATE_NO_WRITE, 1);
+	} else if (s) {
 		s--;
+	}
 	atomic_store_explicit(&net->app_leave, s, memory_order_relaxed);
+}
+
+/* A poll returned completions at c: the application's next verb judges
+ * the gap (app_back). */
+static void app_ret_mark(struct urvt_net *net, uint64_t c)
+{
+	atomic_store_explicit(&net->app_ret_writes,
+			      atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&net->app_ret_cyc, c, memory_order_relaxed);
 }
 
 void urvt_net_app_active(struct rvt_dev_info *rdi)
@@ -669,7 +692,7 @@ static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 	uint32_t leave = atomic_load_explicit(&net->app_leave, memory_order_relaxed);
 
 	if (leave < APP_LEAVER) {
-		atomic_store_explicit(&net->app_ret_cyc, now, memory_order_relaxed);
+		app_ret_mark(net, now);
 		return;
 	}
 	if (app_linger(net, writes)) {
@@ -679,7 +702,7 @@ static void app_returns(struct urvt_net *net, uint64_t now, uint32_t writes)
 		atomic_store_explicit(&net->app_leave, leave, memory_order_relaxed);
 		return;
 	}
-	atomic_store_explicit(&net->app_ret_cyc, urvt_cycles(), memory_order_relaxed);
+	app_ret_mark(net, urvt_cycles());
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		rx_watch(net, URVT_CTR_RX_GIVE_LEAVER);
 		atomic_store_explicit(&net->take_next, true, memory_order_relaxed);

@@ -53,6 +53,7 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	[URVT_CTR_ACKS_WAITED] = "acks_waited",
 	[URVT_CTR_ACKS_REPLACED] = "acks_replaced",
 	[URVT_CTR_ACKS_COALESCED] = "acks_coalesced",
+	[URVT_CTR_RX_LATE_NO_WRITE] = "rx_late_no_write",
 	[URVT_CTR_COMP_DIRECT] = "comp_direct",
 	[URVT_CTR_OOO_EXECUTED] = "ooo_executed",
 	[URVT_CTR_RX_BY_APP] = "rx_datagrams_app",

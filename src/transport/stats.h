@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 8
+#define URVT_STATS_VERSION 9
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 #define URVT_STATS_LINKS 2         /* per-link counter pairs (URVT_CTR_LINK_PKTS) */
 
@@ -84,6 +84,7 @@ enum urvt_ctr {
 	URVT_CTR_ACKS_REPLACED,      /* ... and were replaced by a later one to the same QP */
 	URVT_CTR_COMP_DIRECT,        /* READ response PMTUs the receiving thread completed from the ring (engine.c) */
 	URVT_CTR_ACKS_COALESCED,     /* plain ACKs not sent: a later one of the same receive batch covers them (resp.c) */
+	URVT_CTR_RX_LATE_NO_WRITE,   /* verbs late after completions, with no WRITE in between: not a leave (poll.c) */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
 					which the kernel steered to us, forwarded to their process */
 	URVT_CTR_FWD_IN,             /* ... forwarded to us by another process */

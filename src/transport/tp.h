@@ -200,6 +200,7 @@ struct urvt_net {
 		uint64_t ask_gap_cyc;             /* APP_ASK_GAP_NS in urvt_cycles (poll.c) */
 		_Atomic uint32_t app_leave;       /* leave score: the app waits elsewhere */
 		_Atomic uint64_t app_ret_cyc;     /* a poll returned completions, urvt_cycles (0: came back since) */
+		_Atomic uint32_t app_ret_writes;  /* ... rx_mem_writes then */
 		uint64_t app_leave_cyc;           /* APP_LEAVE_NS in urvt_cycles (poll.c) */
 		uint64_t app_leave_poll_cyc;      /* APP_LEAVE_POLL_NS in urvt_cycles (poll.c) */
 		_Atomic bool take_next;           /* the next empty poll takes the socket */
