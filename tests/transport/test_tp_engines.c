@@ -1083,6 +1083,86 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* A verb that comes late after its thread's completions counts as a leave
+ * (poll.c app_back) only if a WRITE that completes nothing came in
+ * meanwhile, which is what a thread that waits without verbs waits for;
+ * a late verb without one (UCX answering, a rank kept off its core)
+ * leaves the score alone and is counted. */
+static void test_leave_needs_a_write(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
+	static uint8_t target[64], sbuf[64];
+	struct rvt_mregion *mr = ut_mr(pd, target, sizeof(target),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	uint64_t late0;
+	uint8_t data[16];
+	struct urvt_pkt f, p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	(void)state;
+
+	memset(data, 'w', sizeof(data));
+	atomic_store(&net->ack_wait, false); /* ACKs leave at once */
+	app_busy(cq);
+	late0 = dev_ctr(URVT_CTR_RX_LATE_NO_WRITE);
+
+	/* completions, then a SEND 2 ms later with nothing in between */
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	peer_ack(qp, MY_PSN, 1);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_not_equal(atomic_load(&net->app_ret_cyc), 0);
+	usleep(2000);
+	wr.wr_id = 2;
+	ut_post_send(qp, &wr);
+	assert_int_equal(atomic_load(&net->app_ret_cyc), 0); /* judged */
+	assert_int_equal(atomic_load(&net->app_leave), 0);
+	assert_int_equal(dev_ctr(URVT_CTR_RX_LATE_NO_WRITE), late0 + 1);
+
+	/* completions, a WRITE received for the thread (as the progress
+	 * thread would), then the SEND late: a leave */
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	peer_ack(qp, MY_PSN + 1, 2);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 2);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN, true);
+	f.reth = (struct urvt_reth){ .va = (uintptr_t)target, .rkey = mr->lkey, .len = 16 };
+	peer_send(&f, data, sizeof(data));
+	for (int i = 0; i < 2000 && memcmp(target, data, sizeof(data)); i++) {
+		pthread_mutex_lock(&net->rx_lock);
+		urvt_net_rx_batch(net);
+		pthread_mutex_unlock(&net->rx_lock);
+		usleep(1000);
+	}
+	assert_memory_equal(target, data, sizeof(data));
+	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN);
+	usleep(2000);
+	wr.wr_id = 3;
+	ut_post_send(qp, &wr);
+	assert_int_equal(atomic_load(&net->app_leave), 2);
+	assert_int_equal(dev_ctr(URVT_CTR_RX_LATE_NO_WRITE), late0 + 1);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	peer_ack(qp, MY_PSN + 2, 3);
+	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, 3);
+	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
+
+	atomic_store(&net->ack_wait, true);
+	app_fresh();
+	net->watchdog_ns = URVT_WATCHDOG_NS;
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
+	rvt_dereg_mr(smr);
+	rvt_destroy_cq(cq);
+}
+
 /* A UD receive over UDP: its GRH shows the sender's IP traffic class and
  * hop limit, which the socket hands over only while a UD QP exists (the
  * ICRC masks them; an RC-only device's receives skip them). */
@@ -1409,6 +1489,7 @@ int main(void)
 		cmocka_unit_test(test_resp_ack_waits_for_send),
 		cmocka_unit_test(test_resp_acks_of_a_batch),
 		cmocka_unit_test(test_linger_skips_a_write_in_the_batch),
+		cmocka_unit_test(test_leave_needs_a_write),
 		cmocka_unit_test(test_resp_read_atomic_access),
 		cmocka_unit_test(test_resp_atomic_iova),
 		cmocka_unit_test(test_resp_uc_drop_keeps_receive),
