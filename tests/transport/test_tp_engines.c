@@ -1008,6 +1008,58 @@ static void test_resp_acks_of_a_batch(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* An RC QP whose memory the peer WRITEs (a 64-byte target) and which
+ * SENDs 16 bytes to the peer, for the tests of who receives (poll.c). */
+struct memwait {
+	struct rvt_cq *cq;
+	struct rvt_qp *qp;
+	struct rvt_mregion *mr, *smr;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr;
+	uint8_t target[64], sbuf[64];
+	uint8_t data[16]; /* what the peer WRITEs */
+};
+
+/* ... owned by a busy application (app_busy), its ACKs leaving at once. */
+static void memwait_open(struct memwait *m, uint8_t fill)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+
+	m->cq = ut_cq(&dev, 64);
+	m->qp = rc_qp(m->cq, 18, 7); /* 1 s: no resend within the checks */
+	m->mr = ut_mr(pd, m->target, sizeof(m->target),
+		      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	m->smr = ut_mr(pd, m->sbuf, sizeof(m->sbuf), IBV_ACCESS_LOCAL_WRITE);
+	m->sge = (struct ibv_sge){ .addr = (uintptr_t)m->sbuf, .length = 16, .lkey = m->smr->lkey };
+	m->wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = &m->sge, .num_sge = 1,
+				      .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	memset(m->data, fill, sizeof(m->data));
+	atomic_store(&net->ack_wait, false);
+	app_busy(m->cq);
+}
+
+/* The peer's WRITE of m->data into the target. */
+static void memwait_peer_write(struct memwait *m)
+{
+	struct urvt_pkt f = req(m->qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN, true);
+
+	f.reth = (struct urvt_reth){ .va = (uintptr_t)m->target, .rkey = m->mr->lkey, .len = 16 };
+	peer_send(&f, m->data, sizeof(m->data));
+}
+
+static void memwait_close(struct memwait *m)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+
+	atomic_store(&net->ack_wait, true);
+	app_fresh();
+	net->watchdog_ns = URVT_WATCHDOG_NS;
+	rvt_destroy_qp(m->qp);
+	rvt_dereg_mr(m->mr);
+	rvt_dereg_mr(m->smr);
+	rvt_destroy_cq(m->cq);
+}
+
 /* An application that waits on memory after its completions (a "leaver",
  * poll.c; ib_write_lat) and whose poll takes in the peer's ACK and the
  * peer's next WRITE in one batch does not linger for another WRITE: it
@@ -1016,56 +1068,43 @@ static void test_resp_acks_of_a_batch(void **state)
 static void test_linger_skips_a_write_in_the_batch(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
-	struct rvt_cq *cq = ut_cq(&dev, 64);
-	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
-	static uint8_t target[64], sbuf[64];
-	struct rvt_mregion *mr = ut_mr(pd, target, sizeof(target),
-				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct memwait m;
 	uint64_t give0;
-	uint8_t data[16];
-	struct urvt_pkt f, p;
+	struct urvt_pkt p;
 	uint8_t buf[5000];
 	struct ibv_wc wc;
 	(void)state;
 
-	memset(data, 'v', sizeof(data));
-	atomic_store(&net->ack_wait, false); /* the WRITE's ACK leaves at once */
-	app_busy(cq);
+	memwait_open(&m, 'v');
 
 	/* the ACK of our SEND and the peer's WRITE, together in the socket */
-	ut_post_send(qp, &wr);
+	ut_post_send(m.qp, &m.wr);
 	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
 	atomic_store(&net->app_leave, 8);
 	atomic_store(&net->app_ret_cyc, 0);
 	atomic_store(&net->app_linger, 4);
 	give0 = dev_ctr(URVT_CTR_RX_GIVE_LEAVER);
-	peer_ack(qp, MY_PSN, 1);
-	f = req(qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN, true);
-	f.reth = (struct urvt_reth){ .va = (uintptr_t)target, .rkey = mr->lkey, .len = 16 };
-	peer_send(&f, data, sizeof(data));
+	peer_ack(m.qp, MY_PSN, 1);
+	memwait_peer_write(&m);
 	usleep(300); /* both in the socket (well within the watchdog's 60 s) */
-	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(app_poll(m.cq, &wc, 2000), 1);
 	assert_int_equal(wc.wr_id, 1);
-	assert_memory_equal(target, data, sizeof(data));
+	assert_memory_equal(m.target, m.data, sizeof(m.data));
 	assert_true(atomic_load(&net->aside));
 	assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_LEAVER), give0);
 	assert_int_equal(atomic_load(&net->app_linger), 5);
 	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN);
 
 	/* the ACK alone: the linger waits for a WRITE that does not come */
-	wr.wr_id = 2;
-	ut_post_send(qp, &wr);
+	m.wr.wr_id = 2;
+	ut_post_send(m.qp, &m.wr);
 	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
 	atomic_store(&net->app_leave, 8);
 	atomic_store(&net->app_ret_cyc, 0);
 	atomic_store(&net->app_linger, 4);
-	peer_ack(qp, MY_PSN + 1, 2);
+	peer_ack(m.qp, MY_PSN + 1, 2);
 	usleep(300);
-	assert_int_equal(app_poll(cq, &wc, 2000), 1);
+	assert_int_equal(app_poll(m.cq, &wc, 2000), 1);
 	assert_int_equal(wc.wr_id, 2);
 	assert_false(atomic_load(&net->aside));
 	assert_int_equal(dev_ctr(URVT_CTR_RX_GIVE_LEAVER), give0 + 1);
@@ -1073,14 +1112,23 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 	/* a tail-loss probe of the SEND (timeout/16, ~60 ms) may have left
 	 * before our ACK was taken in, on a slow sanitized run under load */
 	peer_quiet_but_probes(10, MY_PSN + 1);
+	memwait_close(&m);
+}
 
-	atomic_store(&net->ack_wait, true);
-	app_fresh();
-	net->watchdog_ns = URVT_WATCHDOG_NS;
-	rvt_destroy_qp(qp);
-	rvt_dereg_mr(mr);
-	rvt_dereg_mr(smr);
-	rvt_destroy_cq(cq);
+/* SEND k (k = 1, 2, ...) of the application, then the peer's ACK of it
+ * and the application's poll of its completion. */
+static void memwait_send_acked(struct memwait *m, uint32_t k)
+{
+	struct urvt_pkt p;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+
+	m->wr.wr_id = k;
+	ut_post_send(m->qp, &m->wr);
+	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
+	peer_ack(m->qp, MY_PSN + k - 1, k);
+	assert_int_equal(app_poll(m->cq, &wc, 2000), 1);
+	assert_int_equal(wc.wr_id, k);
 }
 
 /* A verb that comes late after its thread's completions counts as a leave
@@ -1091,76 +1139,38 @@ static void test_linger_skips_a_write_in_the_batch(void **state)
 static void test_leave_needs_a_write(void **state)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
-	struct rvt_cq *cq = ut_cq(&dev, 64);
-	struct rvt_qp *qp = rc_qp(cq, 18, 7); /* 1 s: no resend within the checks */
-	static uint8_t target[64], sbuf[64];
-	struct rvt_mregion *mr = ut_mr(pd, target, sizeof(target),
-				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	struct rvt_mregion *smr = ut_mr(pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = 16, .lkey = smr->lkey };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct memwait m;
 	uint64_t late0;
-	uint8_t data[16];
-	struct urvt_pkt f, p;
-	uint8_t buf[5000];
-	struct ibv_wc wc;
 	(void)state;
 
-	memset(data, 'w', sizeof(data));
-	atomic_store(&net->ack_wait, false); /* ACKs leave at once */
-	app_busy(cq);
+	memwait_open(&m, 'w');
 	late0 = dev_ctr(URVT_CTR_RX_LATE_NO_WRITE);
 
 	/* completions, then a SEND 2 ms later with nothing in between */
-	ut_post_send(qp, &wr);
-	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
-	peer_ack(qp, MY_PSN, 1);
-	assert_int_equal(app_poll(cq, &wc, 2000), 1);
-	assert_int_equal(wc.wr_id, 1);
+	memwait_send_acked(&m, 1);
 	assert_int_not_equal(atomic_load(&net->app_ret_cyc), 0);
 	usleep(2000);
-	wr.wr_id = 2;
-	ut_post_send(qp, &wr);
-	assert_int_equal(atomic_load(&net->app_ret_cyc), 0); /* judged */
+	memwait_send_acked(&m, 2); /* its post_send judged the gap */
 	assert_int_equal(atomic_load(&net->app_leave), 0);
 	assert_int_equal(dev_ctr(URVT_CTR_RX_LATE_NO_WRITE), late0 + 1);
 
 	/* completions, a WRITE received for the thread (as the progress
 	 * thread would), then the SEND late: a leave */
-	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
-	peer_ack(qp, MY_PSN + 1, 2);
-	assert_int_equal(app_poll(cq, &wc, 2000), 1);
-	assert_int_equal(wc.wr_id, 2);
-	f = req(qp->qpn, URVT_OP_RC_RDMA_WRITE_ONLY, PEER_PSN, true);
-	f.reth = (struct urvt_reth){ .va = (uintptr_t)target, .rkey = mr->lkey, .len = 16 };
-	peer_send(&f, data, sizeof(data));
-	for (int i = 0; i < 2000 && memcmp(target, data, sizeof(data)); i++) {
+	memwait_peer_write(&m);
+	for (int i = 0; i < 2000 && memcmp(m.target, m.data, sizeof(m.data)); i++) {
 		pthread_mutex_lock(&net->rx_lock);
 		urvt_net_rx_batch(net);
 		pthread_mutex_unlock(&net->rx_lock);
 		usleep(1000);
 	}
-	assert_memory_equal(target, data, sizeof(data));
+	assert_memory_equal(m.target, m.data, sizeof(m.data));
 	expect_ack(URVT_AETH_SYN_ACK_UNLIMITED, PEER_PSN);
 	usleep(2000);
-	wr.wr_id = 3;
-	ut_post_send(qp, &wr);
+	memwait_send_acked(&m, 3);
 	assert_int_equal(atomic_load(&net->app_leave), 2);
 	assert_int_equal(dev_ctr(URVT_CTR_RX_LATE_NO_WRITE), late0 + 1);
-	peer_expect(&p, buf, URVT_OP_RC_SEND_ONLY);
-	peer_ack(qp, MY_PSN + 2, 3);
-	assert_int_equal(app_poll(cq, &wc, 2000), 1);
-	assert_int_equal(wc.wr_id, 3);
-	rvt_req_notify_cq(cq, 0); /* the progress thread receives again */
-
-	atomic_store(&net->ack_wait, true);
-	app_fresh();
-	net->watchdog_ns = URVT_WATCHDOG_NS;
-	rvt_destroy_qp(qp);
-	rvt_dereg_mr(mr);
-	rvt_dereg_mr(smr);
-	rvt_destroy_cq(cq);
+	rvt_req_notify_cq(m.cq, 0); /* the progress thread receives again */
+	memwait_close(&m);
 }
 
 /* A UD receive over UDP: its GRH shows the sender's IP traffic class and
