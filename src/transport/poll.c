@@ -198,11 +198,16 @@ static void net_rx_cb(void *arg)
 {
 	struct urvt_net_wake *w = arg;
 	struct urvt_net *net = w->net;
+	struct urvt_link *l = net->links[w->k];
 
-	for (int k = 0; k < URVT_LINKS; k++)
-		if (net->links[k] && net->links[k]->ops->ack_wake)
-			net->links[k]->ops->ack_wake(net->links[k]);
-	net_rx_drain(net, !net->links[w->k]->cheap_poll, URVT_CTR_RX_BY_PROGRESS);
+	/* this link's wake-up only, as a waiter does (urvt_net_wait_event):
+	 * acking every link read the idle rings' doorbell, a system call
+	 * returning EAGAIN, at each wake-up for the socket (a WRITE stream
+	 * between two namespaces). A doorbell rung meanwhile fires its own
+	 * callback, in this round or the next. */
+	if (l->ops->ack_wake)
+		l->ops->ack_wake(l);
+	net_rx_drain(net, !l->cheap_poll, URVT_CTR_RX_BY_PROGRESS);
 	/* armed again by net_sleep, when the thread stops spinning */
 }
 
