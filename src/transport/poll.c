@@ -31,11 +31,12 @@
  *    application has been seen to leave after its completions (its next
  *    verb came more than APP_LEAVE_NS later, after a WRITE into its
  *    memory, repeatedly: it waits on memory; app_back) -- it takes the
- *    socket again at its next empty poll --; or when the watchdog saw no poll_cq for its period:
- *    URVT_WATCHDOG_NS after the take, doubling at each look that finds the
- *    application still polling, up to URVT_WATCHDOG_BACKOFF times that (a
- *    look wakes the progress thread, which on a busy CPU preempts the
- *    poller: 500 a second at 2 ms were most of ib_send_lat's wakeups).
+ *    socket again at its next empty poll --; or when the watchdog saw no
+ *    poll_cq for its period: URVT_WATCHDOG_NS after the take, doubling at
+ *    each look that finds the application still polling, up to
+ *    URVT_WATCHDOG_BACKOFF times that (a look wakes the progress thread,
+ *    which on a busy CPU preempts the poller: 500 a second at 2 ms were
+ *    most of ib_send_lat's wakeups).
  *
  * No clock read per poll: a run is timed once per APP_RUN polls, the gap
  * after a poll that returned completions once. (Until 8f743b5 the
