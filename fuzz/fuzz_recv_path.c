@@ -651,7 +651,7 @@ static void inject(struct reader *r)
 	if (((ctl >> 5) & 3) && len >= 16)
 		urvt_icrc_put(b + len - 4, urvt_icrc(&ip, b, len - 4));
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, b, len, &ip, 0);
+	urvt_recv_pkt(net, b, len, &ip, 0, 0);
 	{
 		struct urvt_txq *q = urvt_txq_get();
 		if (q)

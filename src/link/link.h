@@ -79,6 +79,9 @@ struct urvt_link_rx {
 					     copy what is parsed, read it once */
 	bool spans;                       /* from a link whose sender may join a request's
 					     PMTUs into one packet (tx_span) */
+	int cma_pid;                      /* the sending process, whose memory this
+					     process may read (process_vm_readv) where
+					     a packet says so (urvt_link.cma); 0: none */
 	struct urvt_ipinfo ip;            /* addresses as GIDs, ports, TOS/TTL; IPv4 ID unknown */
 };
 
@@ -178,6 +181,9 @@ struct urvt_link {
 	bool cheap_poll;                  /* an empty recv_batch makes no system call */
 	bool builds_in_place;             /* tx_reserve, tx_commit and tx_kick are there */
 	bool reaches_any;                 /* every GID is an address (resolve never fails) */
+	bool cma;                         /* a peer's packets may refer to its memory:
+					     urvt_link_rx.cma_pid (docs/shm.md
+					     "Single copy") */
 };
 
 static inline unsigned urvt_link_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)

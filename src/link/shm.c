@@ -68,6 +68,7 @@
  * its address handle's route: lookup finds a connected peer without a
  * system call, resolve_later has the progress thread connect (service).
  */
+#include "base/env.h"
 #include "link/shm_priv.h"
 
 /* ------------------------------------------------------------------ */
@@ -862,6 +863,10 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 	uint32_t tail = p->rx_tail, taken = 0;
 	unsigned got = 0;
 	bool caught_up = false;
+	/* a gone peer's pid may name another process soon */
+	int cma_pid = s->link.cma && atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_UP
+			      ? p->pid
+			      : 0;
 
 	if (p->rx_caught_up && max > 1)
 		max = 1;
@@ -901,7 +906,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 		taken += need;
 		/* len was read once, here: the peer may keep writing the record */
 		*r = (struct urvt_link_rx){ .data = rec->data, .len = len, .no_icrc = true,
-					    .shared = true, .spans = true };
+					    .shared = true, .spans = true, .cma_pid = cma_pid };
 		memcpy(r->ip.sgid, p->gid, 16);
 		memcpy(r->ip.dgid, &s->link.info.addr6, 16);
 		r->ip.sport = r->ip.dport = URVT_ROCE_UDP_PORT;
@@ -1096,6 +1101,9 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 	s->listen_fd = s->epfd = s->doorbell = s->ask_fd = -1;
 	s->uid = geteuid();
 	s->slot = slot;
+	/* docs/shm.md "Single copy": opt-in, URVT_CMA=1 (on this project's
+	 * 2-CPU machine two copies on two cores stream faster) */
+	s->link.cma = urvt_env_on("URVT_CMA");
 	s->to_self = to_self;
 	urvt_spin_init(&s->wants_lock);
 	memcpy(&s->link.info.addr6, gid, 16);

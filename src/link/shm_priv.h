@@ -74,6 +74,7 @@ struct shm_peer {
 	bool connector;                   /* we made the region (we are A) */
 	uint8_t gid[16];
 	uint8_t slot;                     /* its host registry slot (0: none) */
+	int pid;                          /* its process (SO_PEERCRED), 0: unknown */
 	int sock;
 	_Atomic int doorbell;             /* the peer's eventfd, -1 until known */
 	struct shm_region *region;
@@ -138,12 +139,17 @@ static inline struct urvt_shm *shm_of(struct urvt_link *l)
 	return container_of(l, struct urvt_shm, link);
 }
 
+/* Is the peer's process of our user? Its pid, for reads of its memory
+ * (docs/shm.md "Single copy"; 0 when our PID namespace cannot name it). */
 static inline bool peer_is_us(struct shm_peer *p, uid_t uid)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 
-	return !getsockopt(p->sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) && cr.uid == uid;
+	if (getsockopt(p->sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) || cr.uid != uid)
+		return false;
+	p->pid = cr.pid;
+	return true;
 }
 
 static inline void ring_doorbell(int fd)

@@ -6,6 +6,7 @@
  * filled by whichever thread receives them.
  */
 #include <string.h>
+#include <sys/uio.h>
 
 #include "base/progress.h"
 #include "core/odp.h"
@@ -19,6 +20,7 @@
 bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 {
 	bool cur = qp->s_cur == qp->s_last;
+	bool cma = wqe->wqe_flags & RVT_SWQE_T_CMA;
 	uint32_t last = qp->s_last;
 
 	if (qp_tp(qp)->rd_valid && qp_tp(qp)->rd_idx == qp->s_last)
@@ -28,6 +30,8 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	 * nothing any more and the reset discards the rest itself */
 	if (qp->s_last == last)
 		return false;
+	if (cma)
+		qp_tp(qp)->cma_reads--;
 	if (cur) {
 		/* rvt_send_complete moved s_cur along with s_last */
 		qp->s_offset = 0;
@@ -164,8 +168,54 @@ static void comp_drop(struct rvt_qp *qp, int reason)
 	qp_count(qp, URVT_CTR_DROP_BASE + (enum urvt_ctr)reason, 1);
 }
 
-/* READ response payload (rc-protocol §4 step 5). Returns false to drop the packet. */
-static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
+/*
+ * A piece of a READ answer by reference (recv.c comp_enqueue_ref,
+ * docs/shm.md "Single copy"): reth.va is where its bytes are in the
+ * responder's process, reth.len the bytes from there to the end of the
+ * answer. The first piece the completer takes reads all of them into the
+ * WQE at off, with one system call; the pieces after it find them there
+ * (*placed). 1 ok, 0 drop, -1 they could not be read.
+ */
+static int comp_read_ref(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt,
+			 uint64_t off, bool *placed)
+{
+	struct iovec local[URVT_MAX_SGE], remote;
+	struct rvt_sge_state ss;
+	uint32_t len = pkt->reth.len, n = 0;
+	int pid = atomic_load_explicit(&qp_tp(qp)->cma_pid, memory_order_relaxed);
+
+	if (*placed)
+		return 1;
+	if (off + len > wqe->length)
+		return 0;
+	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
+	urvt_sge_skip(&ss, (uint32_t)off);
+	for (uint32_t left = len; left;) {
+		uint32_t k = ss.sge.length < left ? ss.sge.length : left;
+
+		if (!ss.num_sge || !k || n == URVT_MAX_SGE)
+			return 0;
+		local[n].iov_base = ss.sge.vaddr;
+		local[n++].iov_len = k;
+		urvt_sge_skip(&ss, k);
+		left -= k;
+	}
+	remote.iov_base = (void *)(uintptr_t)pkt->reth.va;
+	remote.iov_len = len;
+	if (!pid || process_vm_readv(pid, local, n, &remote, 1, 0) != (ssize_t)len)
+		return -1;
+	*placed = true;
+	qp_count(qp, URVT_CTR_CMA_PULLS, 1);
+	qp_count(qp, URVT_CTR_CMA_BYTES, len);
+	/* a piece with data (a replay) places rd_sge again */
+	qp_tp(qp)->rd_valid = false;
+	return 1;
+}
+
+/* READ response payload (rc-protocol §4 step 5). 1 ok, 0 drop the packet,
+ * -1 an answer by reference could not be read. */
+static int comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt,
+			  bool *placed)
 {
 	uint32_t idx = (uint32_t)urvt_psn_diff(pkt->psn, wqe->psn);
 	uint64_t off = (uint64_t)idx * qp->pmtu;
@@ -173,7 +223,7 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	uint8_t op = pkt->opcode;
 
 	if (off > wqe->length)
-		return false;
+		return 0;
 	want = wqe->length - (uint32_t)off;
 	if (want > qp->pmtu)
 		want = qp->pmtu;
@@ -186,9 +236,11 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	 * on where requests began. Only the WQE's last PSN must end a request. */
 	if (pkt->psn == wqe->lpsn && op != URVT_OP_RC_RDMA_READ_RESPONSE_LAST &&
 	    op != URVT_OP_RC_RDMA_READ_RESPONSE_ONLY)
-		return false;
+		return 0;
 	if (pkt->paylen != want)
-		return false;
+		return 0;
+	if (pkt->cma)
+		return comp_read_ref(qp, wqe, pkt, off, placed);
 	if (!qp_tp(qp)->rd_valid || qp_tp(qp)->rd_idx != qp->s_last || pkt->psn == wqe->psn) {
 		rvt_sge_state_init(&qp_tp(qp)->rd_sge, wqe->sg_list, wqe->num_sge, wqe->length);
 		urvt_sge_skip(&qp_tp(qp)->rd_sge, (uint32_t)off);
@@ -197,7 +249,7 @@ static bool comp_read_data(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct
 	}
 	if (want)
 		rvt_copy_sge(&qp_tp(qp)->rd_sge, pkt->payload, want, false, false);
-	return true;
+	return 1;
 }
 
 static const enum ibv_wc_status nak_status[32] = {
@@ -264,6 +316,8 @@ struct comp_ctx {
 	struct rvt_swqe *wqe;
 	int drop_reason;                  /* COMPST_DROP: URVT_TDROP_* */
 	enum ibv_wc_status status;        /* COMPST_ERROR */
+	bool *placed;                     /* a piece of an answer by reference:
+					     the answer's bytes are read (comp_read_ref) */
 };
 
 static enum comp_state comp_drop_as(struct comp_ctx *c, int reason)
@@ -364,9 +418,18 @@ static enum comp_state comp_read(struct comp_ctx *c)
 	struct rvt_qp *qp = c->qp;
 	uint8_t op = c->pkt->opcode;
 
-	if (!comp_read_data(qp, c->wqe, c->pkt)) {
-		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
+	int r = comp_read_data(qp, c->wqe, c->pkt, c->placed);
+
+	if (unlikely(r < 0)) {
+		/* the responder's memory cannot be read from here (no
+		 * ptrace access, the process went, the region was unmapped):
+		 * ask again, for the data this time */
+		qp_count(qp, URVT_CTR_CMA_FAILS, 1);
+		qp_tp(qp)->cma_off = true;
+		return COMPST_ERROR_RETRY;
 	}
+	if (!r)
+		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
 	qp_tp(qp)->comp_opcode = op;
 	advance_comp_psn(qp, urvt_psn_next(c->pkt->psn));
 	if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST || op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
@@ -436,9 +499,9 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 	}
 }
 
-void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+static enum comp_state comp_run(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *placed)
 {
-	struct comp_ctx c = { .qp = qp, .pkt = pkt };
+	struct comp_ctx c = { .qp = qp, .pkt = pkt, .placed = placed };
 	enum comp_state st = COMPST_GET_WQE;
 
 	/* a response for a PSN never sent */
@@ -469,17 +532,82 @@ void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 			break;
 		case COMPST_ERROR_RETRY:
 			comp_retry(qp, true);
-			return;
+			return st;
 		case COMPST_ERROR:
 			comp_error(qp, c.wqe, c.status);
-			return;
+			return st;
 		case COMPST_DROP:
 			comp_drop(qp, c.drop_reason);
-			return;
+			return st;
 		case COMPST_DONE:
-			return;
+			return st;
 		}
 	}
+}
+
+bool urvt_span_len_ok(uint8_t opcode, uint32_t len, uint32_t n, uint32_t pmtu)
+{
+	bool ends = opcode == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
+		    opcode == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+
+	/* each PMTU full but the last of a LAST/ONLY */
+	return len <= n * pmtu && len > (n - 1) * pmtu && (ends || len == n * pmtu);
+}
+
+void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, struct urvt_pkt *o)
+{
+	uint32_t n = pkt->span_more + 1, off = j * pmtu;
+	uint8_t op = pkt->opcode;
+	bool starts = op == URVT_OP_RC_RDMA_READ_RESPONSE_FIRST ||
+		      op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+	bool ends = op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
+		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
+
+	*o = *pkt;
+	if (j == 0 && starts)
+		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
+					: URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
+	else
+		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
+					: URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
+	o->opcode = op;
+	o->mask = urvt_opcode[op].mask;
+	o->psn = urvt_psn_add(pkt->psn, j);
+	o->paylen = pkt->paylen - off < pmtu ? pkt->paylen - off : pmtu;
+	o->span_more = 0;
+	if (pkt->cma) {
+		/* by reference (comp_read_ref): where this piece's bytes are,
+		 * and the bytes to the answer's end */
+		o->reth.va = pkt->reth.va + off;
+		o->reth.len = pkt->paylen - off;
+	} else {
+		o->payload = pkt->payload + off;
+	}
+}
+
+/* A READ answer by reference: its PMTU pieces, in order, as packets with
+ * data would come; after a piece that rewinds or fails the QP, none. */
+static void comp_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	bool placed = false;
+
+	for (uint32_t j = 0; j <= pkt->span_more; j++) {
+		struct urvt_pkt piece;
+		enum comp_state st;
+
+		urvt_span_piece(pkt, j, qp->pmtu, &piece);
+		st = comp_run(qp, &piece, &placed);
+		if (st == COMPST_ERROR_RETRY || st == COMPST_ERROR)
+			return;
+	}
+}
+
+void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	if (unlikely(pkt->cma))
+		comp_ref(qp, pkt);
+	else
+		(void)comp_run(qp, pkt, NULL);
 }
 
 /* Retransmit timer expiry (rc-protocol §4.2), engine context. */

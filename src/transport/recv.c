@@ -30,33 +30,6 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 	return urvt_opcode_transport(qp->allowed_ops);
 }
 
-/* Piece j of a READ response span: the PMTU packet it stands for, its
- * payload where it lies in the span (opcode and PSN as the responder would
- * have sent them). */
-static void span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, struct urvt_pkt *o)
-{
-	uint32_t n = pkt->span_more + 1, off = j * pmtu;
-	uint8_t op = pkt->opcode;
-	bool starts = op == URVT_OP_RC_RDMA_READ_RESPONSE_FIRST ||
-		      op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
-	bool ends = op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
-		    op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
-
-	*o = *pkt;
-	if (j == 0 && starts)
-		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY
-					: URVT_OP_RC_RDMA_READ_RESPONSE_FIRST;
-	else
-		op = j == n - 1 && ends ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST
-					: URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE;
-	o->opcode = op;
-	o->mask = urvt_opcode[op].mask;
-	o->psn = urvt_psn_add(pkt->psn, j);
-	o->paylen = pkt->paylen - off < pmtu ? pkt->paylen - off : pmtu;
-	o->payload = pkt->payload + off;
-	o->span_more = 0;
-}
-
 /*
  * A READ response span (docs/shm.md "Spans"): the completer takes one PMTU
  * at a time, as from any other link, so the span is cut into the packets
@@ -67,17 +40,13 @@ static void span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, st
 static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	uint32_t n = pkt->span_more + 1, pmtu = qp->pmtu;
-	bool ends = pkt->opcode == URVT_OP_RC_RDMA_READ_RESPONSE_LAST ||
-		    pkt->opcode == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY;
 	struct urvt_pkt piece;
 
-	/* as long as its PMTUs: each full but the last of a LAST/ONLY */
-	if (pkt->paylen > n * pmtu || pkt->paylen <= (n - 1) * pmtu ||
-	    (!ends && pkt->paylen != n * pmtu))
+	if (!urvt_span_len_ok(pkt->opcode, pkt->paylen, n, pmtu))
 		return URVT_DROP_BAD_LENGTH;
 	if (urvt_comp_direct_begin(qp)) {
 		for (uint32_t j = 0; j < n; j++) {
-			span_piece(pkt, j, pmtu, &piece);
+			urvt_span_piece(pkt, j, pmtu, &piece);
 			urvt_comp_direct_pkt(qp, &piece);
 		}
 		urvt_comp_direct_end(qp);
@@ -94,7 +63,7 @@ static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const stru
 			urvt_pkt_free_list(net, head);
 			return URVT_TDROP_NO_BUF;
 		}
-		span_piece(pkt, j, pmtu, &piece);
+		urvt_span_piece(pkt, j, pmtu, &piece);
 		memcpy(b->data, piece.payload, piece.paylen);
 		b->len = piece.paylen;
 		b->pkt = piece;
@@ -114,11 +83,61 @@ static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const stru
 	return 0;
 }
 
+/*
+ * A READ answer by reference from process pid (docs/shm.md "Single copy"):
+ * its payload says where the bytes of its PSNs are. The completer reads
+ * them (comp.c) when it takes the answer, here or from its queue; the
+ * answer keeps the address in reth.va (a response has no RETH) and no
+ * payload. 0, or the drop reason.
+ */
+static int comp_enqueue_ref(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt, int pid)
+{
+	struct urvt_cma_ref ref;
+	struct urvt_pktbuf *b;
+	bool consumed;
+
+	if (pkt->paylen != sizeof(ref))
+		return URVT_DROP_BAD_LENGTH;
+	memcpy(&ref, pkt->payload, sizeof(ref)); /* once: the peer may write on */
+	if (ref.zero || !urvt_span_len_ok(pkt->opcode, ref.len, pkt->span_more + 1, qp->pmtu))
+		return URVT_DROP_BAD_LENGTH;
+	pkt->paylen = ref.len;
+	pkt->payload = NULL;
+	pkt->reth.va = ref.addr;
+	atomic_store_explicit(&qp_tp(qp)->cma_pid, pid, memory_order_relaxed);
+	if (urvt_comp_direct_begin(qp)) {
+		urvt_comp_direct_pkt(qp, pkt);
+		urvt_comp_direct_end(qp);
+		return 0;
+	}
+	b = urvt_pkt_alloc(net);
+	if (unlikely(!b))
+		return URVT_TDROP_NO_BUF;
+	b->len = 0;
+	b->pkt = *pkt;
+	b->pkt.bth = b->data;
+	urvt_comp_enqueue(net, qp, b, &consumed);
+	if (!consumed)
+		urvt_pkt_free(net, b);
+	return 0;
+}
+
+/* A READ request that may be answered by reference, or such an answer, is
+ * heard from a peer whose memory we can read only (docs/shm.md "Single
+ * copy"); from anywhere else the bit is BTH's reserved 0. */
+static bool cma_heard(const struct urvt_pkt *pkt, int cma_pid)
+{
+	return cma_pid && (pkt->opcode == URVT_OP_RC_RDMA_READ_REQUEST ||
+			   (pkt->opcode >= URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
+			    pkt->opcode <= URVT_OP_RC_RDMA_READ_RESPONSE_ONLY));
+}
+
 /* A packet for qp (referenced: the reference is ours to drop): the checks
- * of the QP, then the responder or the completer. */
+ * of the QP, then the responder or the completer. cma_pid: the sending
+ * process, if its memory may be read (link.h urvt_link_rx.cma_pid). */
 static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt,
 		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip,
-		       unsigned flags)
+		       unsigned flags, int cma_pid)
 {
 	struct urvt_pktbuf *b;
 	int ret, state;
@@ -185,6 +204,8 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	    ((pkt->mask & URVT_REQ_MASK) ? !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK))
 					  : !(pkt->mask & URVT_PAYLOAD_MASK))) /* READ responses */
 		pkt->span_more = 0;
+	if (unlikely(pkt->cma))
+		pkt->cma = cma_heard(pkt, cma_pid);
 	if (pkt->mask & URVT_REQ_MASK) {
 		/* an RDMA WRITE that completes nothing: its reader polls
 		 * memory (net.c app_linger); writers hold rx_lock */
@@ -195,6 +216,13 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 					      memory_order_relaxed);
 		}
 		urvt_resp_rcv(qp, pkt, ip);
+		rvt_put_qp(qp);
+		return;
+	}
+	if (unlikely(pkt->cma)) {
+		ret = comp_enqueue_ref(net, qp, pkt, cma_pid);
+		if (ret)
+			goto drop_qp;
 		rvt_put_qp(qp);
 		return;
 	}
@@ -243,13 +271,13 @@ static int recv_mcast(struct urvt_net *net, struct urvt_pkt *pkt, const uint8_t 
 		return URVT_TDROP_MCAST;
 	for (unsigned i = 0; i < n; i++) {
 		struct urvt_pkt each = *pkt; /* the engines may write theirs */
-		recv_on_qp(net, qps[i], &each, data, len, ip, 0);
+		recv_on_qp(net, qps[i], &each, data, len, ip, 0, 0);
 	}
 	return 0;
 }
 
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags)
+		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
 	uint8_t hdr[URVT_HDR_MAX];
@@ -294,7 +322,7 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		ret = URVT_DROP_NO_QP;
 		goto drop_pkt;
 	}
-	recv_on_qp(net, qp, pkt, data, len, ip, flags);
+	recv_on_qp(net, qp, pkt, data, len, ip, flags, cma_pid);
 	return;
 
 drop_pkt:

@@ -253,6 +253,26 @@ static uint32_t rd_req_cap(const struct rvt_qp *qp)
 }
 
 /*
+ * May this READ request be answered by reference (docs/shm.md "Single
+ * copy"): the responder names where its bytes are and our completer reads
+ * them from its process? Then the WQE holds back what follows it until it
+ * is done (urvt_req_run).
+ */
+static bool rd_ask_cma(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t len)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+
+	if (len < URVT_CMA_MIN || tp->cma_off || (wqe->wqe_flags & RVT_SWQE_ODP) ||
+	    !urvt_tx_cma(qp_net(qp), &qp->remote_av))
+		return false;
+	if (!(wqe->wqe_flags & RVT_SWQE_T_CMA)) {
+		wqe_flags_set(wqe, RVT_SWQE_T_CMA);
+		tp->cma_reads++;
+	}
+	return true;
+}
+
+/*
  * READ request (rc-protocol §2.3 RETH with the remainder) or atomic
  * (AtomicETH). Under congestion control a READ is asked for in pieces that
  * fit the window, each an ordinary READ request for the next bytes (the
@@ -309,6 +329,7 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 		f.reth.va = wqe->wr.rdma.remote_addr + qp->s_offset;
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = left;
+		f.cma = rd_ask_cma(qp, wqe, left);
 		qp->s_offset += left;
 	} else if (wqe->opcode == IBV_WR_ATOMIC_WRITE) {
 		/* qp-semantics §2.10: RETH for 8 bytes, the value as payload */
@@ -461,6 +482,12 @@ static void req_run(struct rvt_qp *qp, struct urvt_txq *q)
 			}
 			/* rc-protocol §2.2 fence, rxe rule: wait until it is the oldest */
 			if ((wqe->send_flags & IBV_SEND_FENCE) && qp->s_cur != qp->s_last)
+				return;
+			/* an answer by reference is read after the responder went
+			 * on: nothing that could make it change what it answered
+			 * (a WRITE, a SEND it reacts to, an atomic) may reach it
+			 * before the answer is read (docs/shm.md "Single copy") */
+			if (qp_tp(qp)->cma_reads && wqe->opcode != IBV_WR_RDMA_READ)
 				return;
 			if (rvt_swqe_rd_atomic(wqe) && !(wqe->wqe_flags & RVT_SWQE_T_CREDIT)) {
 				/* rc-protocol §2.2 initiator depth */

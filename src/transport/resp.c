@@ -199,12 +199,13 @@ static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
  * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
  */
 static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
-			 bool restart)
+			 bool restart, bool by_ref)
 {
 	struct urvt_txq *q = urvt_txq_get();
 	/* to a peer whose link joins PMTUs: spans of them (docs/shm.md
-	 * "Spans"; the requester's receive path cuts them up again) */
-	uint32_t k = urvt_tx_span(qp_net(qp), peer_av(qp)) / qp->pmtu;
+	 * "Spans"; the requester's receive path cuts them up again); by
+	 * reference, the most a span's PSN count can say */
+	uint32_t k = by_ref ? URVT_BTH_SPAN_MAX + 1 : urvt_tx_span(qp_net(qp), peer_av(qp)) / qp->pmtu;
 	uint32_t span = (k > 1 ? (k > URVT_BTH_SPAN_MAX + 1 ? URVT_BTH_SPAN_MAX + 1 : k) : 1) *
 			qp->pmtu;
 	struct rvt_sge_state ss;
@@ -235,8 +236,21 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		f.span_more = paylen ? (paylen - 1) / qp->pmtu : 0;
 		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED; /* FIRST/LAST/ONLY only */
 		f.aeth.msn = qp->r_msn;
-		p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
-		urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
+		if (by_ref) {
+			/* where the bytes are, not the bytes */
+			struct urvt_cma_ref ref = { .addr = (uintptr_t)ss.sge.vaddr, .len = paylen };
+
+			f.cma = true;
+			f.paylen = sizeof(ref);
+			p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
+			memcpy(p + h, &ref, sizeof(ref));
+			urvt_build_finish(qp, q, p, h + sizeof(ref));
+			urvt_sge_skip(&ss, paylen);
+			qp_count(qp, URVT_CTR_CMA_REFS_SENT, 1);
+		} else {
+			p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
+			urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
+		}
 		left -= paylen;
 		psn = urvt_psn_add(psn, f.span_more + 1);
 		first = false;
@@ -478,6 +492,17 @@ static struct rvt_ack_entry *res_save(struct rvt_qp *qp, const struct urvt_pkt *
 	return e;
 }
 
+/* Answer the READ request pkt for len bytes at sge by reference (docs/shm.md
+ * "Single copy")? Where the requester asked (recv.c passes that on only
+ * from a link whose peer can read us) and the bytes are worth a system
+ * call. Not ODP memory: its pages may not be there yet. */
+static bool read_by_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct rvt_sge *sge,
+			uint32_t len)
+{
+	return pkt->cma && len >= URVT_CMA_MIN && !rvt_sge_odp(sge) &&
+	       urvt_tx_cma(qp_net(qp), peer_av(qp));
+}
+
 static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	struct rvt_sge sge;
@@ -493,7 +518,7 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	res_save(qp, pkt, urvt_psn_add(pkt->psn, npkts - 1), pkt->reth.va, pkt->reth.rkey, len);
-	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true);
+	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true, read_by_ref(qp, pkt, &sge, len));
 	if (len)
 		rvt_put_sge(&sge);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_add(pkt->psn, npkts);
@@ -549,7 +574,7 @@ static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt 
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	/* saved: a duplicate is answered again, never executed again */
 	res_save(qp, pkt, pkt->psn, pkt->reth.va, pkt->reth.rkey, sizeof(val));
-	read_respond(qp, NULL, 0, pkt->psn, true);
+	read_respond(qp, NULL, 0, pkt->psn, true, false);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	return RESP_OK;
 }
@@ -578,7 +603,7 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		}
 		if (pkt->mask & URVT_ATOMIC_WRITE_MASK) {
 			if (pkt->psn == e->psn)
-				read_respond(qp, NULL, 0, pkt->psn, true);
+				read_respond(qp, NULL, 0, pkt->psn, true, false);
 			return;
 		}
 		/* READ: the duplicate must ask for a part of the original */
@@ -591,7 +616,7 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 					 IBV_ACCESS_REMOTE_READ) != RVT_RKEY_OK)
 				break;
 			read_respond(qp, pkt->reth.len ? &sge : NULL, pkt->reth.len, pkt->psn,
-				     pkt->psn == e->psn);
+				     pkt->psn == e->psn, read_by_ref(qp, pkt, &sge, pkt->reth.len));
 			if (pkt->reth.len)
 				rvt_put_sge(&sge);
 			return;

@@ -41,7 +41,8 @@ static int rx_link(struct urvt_net *net, unsigned k)
 				urvt_recv_pkt(net, r->data + off, n, &ip,
 					      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
 						      (r->shared ? URVT_RX_SHARED : 0) |
-						      (r->spans ? URVT_RX_SPANS : 0));
+						      (r->spans ? URVT_RX_SPANS : 0),
+					      r->cma_pid);
 			}
 	}
 	/* the device's counters once per batch, not three locked adds per

@@ -12,7 +12,7 @@
 #include "wire/drop.h"
 
 #define URVT_STATS_MAGIC 0x75727673u /* "urvs" */
-#define URVT_STATS_VERSION 9
+#define URVT_STATS_VERSION 10
 #define URVT_STATS_QP_SLOTS 1024   /* per-QP tables; QPs beyond share none */
 #define URVT_STATS_LINKS 2         /* per-link counter pairs (URVT_CTR_LINK_PKTS) */
 
@@ -85,6 +85,10 @@ enum urvt_ctr {
 	URVT_CTR_COMP_DIRECT,        /* READ response PMTUs the receiving thread completed from the ring (engine.c) */
 	URVT_CTR_ACKS_COALESCED,     /* plain ACKs not sent: a later one of the same receive batch covers them (resp.c) */
 	URVT_CTR_RX_LATE_NO_WRITE,   /* verbs late after completions, with no WRITE in between: not a leave (poll.c) */
+	URVT_CTR_CMA_REFS_SENT,      /* READ answers by reference sent (resp.c; docs/shm.md "Single copy") */
+	URVT_CTR_CMA_PULLS,          /* answers by reference read from the responder's process (comp.c) */
+	URVT_CTR_CMA_BYTES,          /* ... their bytes */
+	URVT_CTR_CMA_FAILS,          /* ... that could not be read: the READ is asked for again with data */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
 					which the kernel steered to us, forwarded to their process */
 	URVT_CTR_FWD_IN,             /* ... forwarded to us by another process */

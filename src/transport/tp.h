@@ -46,6 +46,8 @@ struct urvt_pktbuf {
 enum {
 	RVT_SWQE_T_SENT = 1 << 8,         /* every packet sent at least once (rc-protocol §2.1 pending) */
 	RVT_SWQE_T_CREDIT = 1 << 9,       /* holds an rd_atomic credit (rc-protocol §2.2) */
+	RVT_SWQE_T_CMA = 1 << 10,         /* a READ that asked for answers by reference
+					     (counted in cma_reads) */
 };
 
 /* The engine sets its flag bits with a relaxed atomic store: a dereg reads
@@ -419,7 +421,7 @@ enum {
 	URVT_RX_SPANS = 1 << 2,           /* a request may be a span (link.h urvt_link_rx.spans) */
 };
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags);
+		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);
@@ -436,6 +438,12 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
  * (a reset landed: callers looping over WQEs must stop). */
 bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st);
 void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt);
+/* A READ response of n PSNs (a span, docs/shm.md "Spans", or an answer by
+ * reference, "Single copy"): is len bytes its length (each PMTU full but
+ * the last of a LAST/ONLY)? Its piece j: the PMTU packet it stands for,
+ * opcode and PSN as the responder would have sent them. */
+bool urvt_span_len_ok(uint8_t opcode, uint32_t len, uint32_t n, uint32_t pmtu);
+void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, struct urvt_pkt *o);
 void urvt_comp_timeout(struct rvt_qp *qp, struct urvt_txq *q);
 void urvt_comp_flush(struct rvt_qp *qp);
 /* Arm the retransmit timer if anything is unacknowledged and it is not armed. */
@@ -501,6 +509,12 @@ void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 /* Payload bytes one request packet to av may carry as a span (several
  * PMTUs of one message: link.h tx_span, docs/shm.md "Spans"); 0: none. */
 uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
+/* May READs to and from av be answered by reference, the requester
+ * reading the responder's memory itself (link.h urvt_link.cma, docs/shm.md
+ * "Single copy")? From URVT_CMA_MIN bytes (below, one system call costs
+ * more than the ring's second copy). */
+#define URVT_CMA_MIN (16u << 10)
+bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */

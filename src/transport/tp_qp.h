@@ -33,6 +33,8 @@ struct urvt_tp_qp {
 		uint32_t rxq_len;
 		_Atomic bool timeout_fired;
 		_Atomic(struct urvt_stats_qp *) stats; /* counters file slot, NULL: none */
+		_Atomic int cma_pid;      /* the process the last answer by reference came
+					     from (recv.c; docs/shm.md "Single copy") */
 	} __attribute__((aligned(64)));
 
 	/* ---- requester + completer (s_sched holder) ---- */
@@ -50,6 +52,7 @@ struct urvt_tp_qp {
 		bool rtt_valid;           /* rtt_psn is being timed (cc.c) */
 		bool ackreq_valid;        /* ackreq_psn: the newest packet with AckReq */
 		bool cc_undo;             /* a timeout cut the window: undo if spurious */
+		bool cma_off;             /* a pull failed: READs ask for data again */
 		bool nak_one;             /* after a PSN-sequence NAK: resend a few packets ... */
 		bool nak_wait;            /* ... and wait for the answer past nak_psn (req.c) */
 		uint8_t resend_left;      /* packets of that resend still to go */
@@ -60,6 +63,8 @@ struct urvt_tp_qp {
 		uint32_t rewind_psn;
 		uint32_t cur_idx;         /* slot the gather cursor belongs to */
 		uint32_t rd_idx;
+		uint32_t cma_reads;       /* READ WQEs that asked for answers by reference,
+					     not retired: nothing else starts (req.c) */
 		uint64_t progress_ns;     /* last forward progress (retransmit timer) */
 		uint64_t timer_at_ns;     /* the deadline s_timer was last set for (no progress lock to read it) */
 		/* congestion control (cc.c): peer NULL = fixed window (a lossless link, UC, off) */

@@ -545,6 +545,12 @@ uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av)
 	return span < URVT_SPAN_PKT_MAX - 128 ? span : URVT_SPAN_PKT_MAX - 128;
 }
 
+bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av)
+{
+	/* a trace records every packet as it would cross UDP */
+	return av->route && !net->pcap && net->links[urvt_route_link(av->route)]->cma;
+}
+
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen)
 {

@@ -102,6 +102,7 @@ static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool re
 	out->bth = p;
 	out->payload = p + info->length;
 	out->span_more = bth_span_more(p);
+	out->cma = bth_cma(p);
 	if (read_icrc)
 		out->icrc = urvt_icrc_get(p + len - URVT_ICRC_BYTES);
 	return 0;
@@ -132,6 +133,7 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 			   pad << URVT_BTH_PAD_SHIFT | (f->tver & URVT_BTH_TVER_MASK));
 	urvt_put_be16(buf + 2, f->pkey);
 	urvt_put_be32(buf + 4, (f->fecn ? 0x80000000u : 0) | (f->becn ? 0x40000000u : 0) |
+				       (f->cma ? (uint32_t)URVT_BTH_CMA << 24 : 0) |
 				       (f->dest_qpn & URVT_QPN_MASK));
 	urvt_put_be32(buf + 8, (f->ackreq ? 0x80000000u : 0) |
 				       (f->span_more & URVT_BTH_SPAN_MAX) << 24 | (f->psn & 0xffffffu));

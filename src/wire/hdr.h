@@ -97,6 +97,19 @@ static inline bool bth_ackreq(const uint8_t *bth) { return bth[8] & URVT_BTH_ACK
  * "Spans"); receivers from any other link ignore them. */
 #define URVT_BTH_SPAN_MAX 0x7fu
 static inline uint32_t bth_span_more(const uint8_t *bth) { return bth[8] & URVT_BTH_SPAN_MAX; }
+/* The top bit of the 6 reserved bits after BECN (resv6, sent as 0 on the
+ * wire): on urvt's same-host link only, a READ request that may be
+ * answered by reference and the answer by reference (docs/wire.md
+ * "Single copy"); receivers from any other link ignore it. */
+#define URVT_BTH_CMA 0x20
+static inline bool bth_cma(const uint8_t *bth) { return bth[4] & URVT_BTH_CMA; }
+/* The payload of an answer by reference: where the responder's process
+ * holds the bytes the answer stands for (one host: host byte order). */
+struct urvt_cma_ref {
+	uint64_t addr;
+	uint32_t len;
+	uint32_t zero;
+};
 static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 9); }
 
 static inline void bth_set_opcode(uint8_t *bth, uint8_t op) { bth[0] = op; }
@@ -256,6 +269,10 @@ struct urvt_pkt {
 	 * request of several PMTUs that urvt's same-host link carries as one
 	 * packet, says how many more in BTH resv7 (bth_span_more) */
 	uint32_t span_more;
+	/* BTH resv6's top bit (bth_cma): 0 on the wire; on urvt's same-host
+	 * link a READ request that may be answered by reference, or an answer
+	 * whose payload is a reference (struct urvt_cma_ref) */
+	bool cma;
 };
 
 /*

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -729,6 +730,134 @@ static void test_comp_read_and_retry(void **state)
 
 	rvt_destroy_qp(qp);
 	rvt_dereg_mr(mr);
+	rvt_destroy_cq(cq);
+}
+
+/* A packet from the peer as a same-host link would hand it over: spans
+ * kept, and the sender's process pid readable (link.h cma_pid; 0: none).
+ * Here that process is this one. */
+static void peer_inject(struct urvt_pkt *f, const void *payload, uint32_t len, int pid)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct urvt_ipinfo ip = peer_to_dev_ip();
+	uint8_t buf[5000];
+	size_t h, n;
+
+	f->pkey = 0xffff;
+	f->paylen = len;
+	h = urvt_pkt_build_hdr(buf, sizeof(buf), f);
+	assert_true(h > 0);
+	memcpy(buf + h, payload, len);
+	n = urvt_pkt_finish(buf, sizeof(buf), h + len, &ip);
+	assert_true(n > 0);
+	pthread_mutex_lock(&net->rx_lock);
+	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, URVT_RX_SPANS, pid);
+	pthread_mutex_unlock(&net->rx_lock);
+}
+
+/* A READ answer by reference to psn for len bytes at addr (docs/shm.md
+ * "Single copy"), from process pid; it says it stands for the PSNs of
+ * npsn_len bytes. */
+static void peer_ref_psns(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t len,
+			  uint32_t npsn_len, int pid)
+{
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, psn, false);
+	struct urvt_cma_ref ref = { .addr = (uintptr_t)addr, .len = len };
+
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.span_more = (npsn_len - 1) / 1024;
+	f.cma = true;
+	peer_inject(&f, &ref, sizeof(ref), pid);
+}
+
+static void peer_ref(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t len, int pid)
+{
+	peer_ref_psns(qp, psn, addr, len, len, pid);
+}
+
+/*
+ * The completer takes a READ answer by reference (docs/shm.md "Single
+ * copy"): the bytes are read from the responder's process (this one) into
+ * the WQE's SGEs, split over two MRs, with one system call. A reference
+ * that cannot be read costs a retry and turns the QP's references off,
+ * the data then come as packets; a reference of the wrong length, or one
+ * from a link without a readable peer (taken as 16 bytes of data), is
+ * dropped and changes nothing.
+ */
+static void test_comp_read_by_ref(void **state)
+{
+	enum { LEN = 16384, CUT = 5000 };
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 14, 3);
+	static uint8_t la[LEN], lb[LEN], remote[LEN];
+	struct rvt_mregion *ma = ut_mr(pd, la, sizeof(la), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *mb = ut_mr(pd, lb, sizeof(lb), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge[2] = { { .addr = (uintptr_t)la, .length = CUT, .lkey = ma->lkey },
+				  { .addr = (uintptr_t)lb, .length = LEN - CUT, .lkey = mb->lkey } };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = sge, .num_sge = 2,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	uint64_t pulls = dev_ctr(URVT_CTR_CMA_PULLS), fails = dev_ctr(URVT_CTR_CMA_FAILS);
+	uint64_t badlen = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH);
+	struct urvt_pkt p, f;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+	void *gone;
+
+	ut_fill(remote, sizeof(remote), 9);
+	wr.wr.rdma.remote_addr = 0x20000;
+	wr.wr.rdma.rkey = 0x77;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	assert_false(p.cma); /* UDP cannot carry an answer by reference */
+	/* hostile or broken: a length its PSNs cannot have; no readable peer */
+	peer_ref_psns(qp, p.psn, remote, LEN - 2048, LEN, getpid());
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
+	peer_ref(qp, p.psn, remote, LEN, 0); /* 16 bytes for 16 PSNs */
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 2);
+	assert_int_equal(rvt_poll_cq(cq, 1, &wc), 0);
+	peer_ref(qp, p.psn, remote, LEN, getpid());
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RDMA_READ);
+	assert_memory_equal(la, remote, CUT);
+	assert_memory_equal(lb, remote + CUT, LEN - CUT);
+	assert_int_equal(dev_ctr(URVT_CTR_CMA_PULLS), pulls + 1);
+	assert_false(qp_tp(qp)->cma_off);
+
+	/* a reference into memory that is gone: asked again, data as packets */
+	gone = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(gone != MAP_FAILED);
+	munmap(gone, LEN);
+	memset(la, 0, sizeof(la));
+	memset(lb, 0, sizeof(lb));
+	wr.wr_id = 2;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	peer_ref(qp, p.psn, gone, LEN, getpid());
+	assert_int_equal(dev_ctr(URVT_CTR_CMA_FAILS), fails + 1);
+	assert_true(qp_tp(qp)->cma_off);
+	assert_int_equal(rvt_poll_cq(cq, 1, &wc), 0);
+	peer_expect(&f, buf, URVT_OP_RC_RDMA_READ_REQUEST); /* the retry */
+	assert_int_equal(f.psn, p.psn);
+	assert_int_equal(f.reth.len, LEN);
+	for (uint32_t i = 0; i < LEN / 1024; i++) {
+		f = req(qp->qpn, i == 0 ? URVT_OP_RC_RDMA_READ_RESPONSE_FIRST :
+				 i == LEN / 1024 - 1 ? URVT_OP_RC_RDMA_READ_RESPONSE_LAST :
+						       URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+			p.psn + i, false);
+		f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+		peer_send(&f, remote + i * 1024, 1024);
+	}
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_memory_equal(la, remote, CUT);
+	assert_memory_equal(lb, remote + CUT, LEN - CUT);
+	assert_int_equal(dev_ctr(URVT_CTR_CMA_PULLS), pulls + 1);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(ma);
+	rvt_dereg_mr(mb);
 	rvt_destroy_cq(cq);
 }
 
@@ -1508,6 +1637,7 @@ int main(void)
 		cmocka_unit_test(test_comp_send_coalesced_nak),
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
+		cmocka_unit_test(test_comp_read_by_ref),
 		cmocka_unit_test(test_exit_quiesce),
 		cmocka_unit_test(test_timer_pushed_by_late_progress),
 		cmocka_unit_test(test_watchdog_backs_off),

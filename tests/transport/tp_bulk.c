@@ -4,7 +4,8 @@
  * device, so parent and child each get their own urvt device and address;
  * they exchange QP numbers over a socketpair.
  *
- *   tp_bulk [-b BYTES] [-s MSG] [-m send|write|read] [-k] [-t TIMEOUT] [-w DEPTH]
+ *   tp_bulk [-b BYTES] [-s MSG] [-m send|write|read|rw] [-k] [-t TIMEOUT] [-w DEPTH]
+ *           [-c COUNTER]
  *
  * send:  the parent (requester) SENDs BYTES in MSG-sized messages; each
  *        carries its sequence number and a pattern; the child checks that
@@ -13,6 +14,13 @@
  *        imm = sequence number; the child checks slot contents.
  * read:  the parent RDMA READs BYTES from a patterned region of the child
  *        and checks what arrives.
+ * rw:    as read, but each READ of a slot is followed at once, on the same
+ *        QP, by an RDMA WRITE of the slot's next pattern: the READ must
+ *        still see the old one (RC executes a QP's requests in order; with
+ *        answers by reference, docs/shm.md "Single copy", the requester
+ *        holds the WRITE back until the READ's bytes are in).
+ * -c CTR: the requester's counter CTR (urvt-stat) must be above 0 at the
+ *        end (that the path under test was taken).
  * -k:    kill the child (SIGKILL) half-way; every outstanding WR of the
  *        parent must then complete, the first with IBV_WC_RETRY_EXC_ERR,
  *        within the retry budget ((retry_cnt + 1) x timeout, x2 slack).
@@ -46,6 +54,7 @@ static bool kill_mode;
 static int timeout_code = 14;
 static int depth = 16;
 static int retry_cnt = 7;
+static const char *need_ctr;
 
 struct peer {
 	uint32_t qpn, psn, rkey;
@@ -185,6 +194,28 @@ static void print_counters(const char *who)
 	}
 }
 
+/* Is our counter name above 0 (urvt-stat -q)? */
+static bool counter_positive(const char *name)
+{
+	char cmd[256], line[256], key[128];
+	unsigned long long v;
+	const char *stat = getenv("TP_BULK_STAT");
+	bool found = false;
+	FILE *f;
+
+	if (!stat)
+		return false;
+	snprintf(cmd, sizeof(cmd), "%s -q %d", stat, (int)getpid());
+	f = popen(cmd, "r");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%127s %llu", key, &v) == 2 && !strcmp(key, name) && v > 0)
+			found = true;
+	pclose(f);
+	return found;
+}
+
 static int post_recv(struct ctx *c, int slot)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)c->buf + (size_t)slot * msg, .length = msg,
@@ -286,7 +317,9 @@ static int run_requester(int sock, pid_t child)
 	struct ctx c;
 	struct peer p;
 	uint64_t nmsg = total / msg, posted = 0, done = 0, checked = 0;
-	bool is_read = !strcmp(mode, "read"), is_write = !strcmp(mode, "write");
+	bool is_rw = !strcmp(mode, "rw"), is_read = is_rw || !strcmp(mode, "read");
+	bool is_write = !strcmp(mode, "write");
+	uint64_t nslots = (64u << 20) / msg;
 	size_t len = (size_t)depth * msg;
 	double t0, t_kill = 0;
 	int ret = setup(&c, len), errors = 0;
@@ -294,6 +327,8 @@ static int run_requester(int sock, pid_t child)
 
 	if (ret)
 		return ret;
+	if (is_rw)
+		nmsg *= 2; /* a READ and a WRITE per message */
 	if (write(sock, &c.me, sizeof(c.me)) != sizeof(c.me) ||
 	    read(sock, &p, sizeof(p)) != sizeof(p))
 		return 1;
@@ -315,8 +350,15 @@ static int run_requester(int sock, pid_t child)
 			struct ibv_sge sge = { .addr = (uintptr_t)b, .length = msg, .lkey = c.mr->lkey };
 			struct ibv_send_wr wr = { .wr_id = posted, .sg_list = &sge, .num_sge = 1,
 						  .send_flags = IBV_SEND_SIGNALED }, *bad;
-			if (is_read) {
-				uint64_t rslot = posted % ((64u << 20) / msg);
+			if (is_rw && (posted & 1)) {
+				/* the next pattern of the slot pair posted / 2 read */
+				uint64_t k = posted / 2;
+				fill(b, msg, k + nslots);
+				wr.opcode = IBV_WR_RDMA_WRITE;
+				wr.wr.rdma.remote_addr = p.addr + (k % nslots) * msg;
+				wr.wr.rdma.rkey = p.rkey;
+			} else if (is_read) {
+				uint64_t rslot = (is_rw ? posted / 2 : posted) % nslots;
 				wr.opcode = IBV_WR_RDMA_READ;
 				wr.wr.rdma.remote_addr = p.addr + rslot * msg;
 				wr.wr.rdma.rkey = p.rkey;
@@ -382,8 +424,10 @@ static int run_requester(int sock, pid_t child)
 				}
 				continue;
 			}
-			if (is_read) {
-				uint64_t rslot = wc[i].wr_id % ((64u << 20) / msg);
+			if (is_read && !(is_rw && (wc[i].wr_id & 1))) {
+				/* rw: pair k reads the pattern k (slot k % nslots,
+				 * written by pair k - nslots) */
+				uint64_t rslot = is_rw ? wc[i].wr_id / 2 : wc[i].wr_id % nslots;
 				if (!check(c.buf + (wc[i].wr_id % (uint64_t)depth) * msg, msg, rslot)) {
 					fprintf(stderr, "requester: READ %" PRIu64 " data wrong\n",
 						(uint64_t)wc[i].wr_id);
@@ -406,6 +450,11 @@ static int run_requester(int sock, pid_t child)
 		       (uint64_t)nmsg * msg, mode, dt, (double)nmsg * msg * 8 / dt / 1e9);
 	}
 	print_counters("requester");
+	if (need_ctr && !counter_positive(need_ctr)) {
+		fprintf(stderr, "requester: counter %s is 0: the path under test was not taken\n",
+			need_ctr);
+		return 1;
+	}
 	if (write(sock, "D", 1) != 1) {
 		/* the responder may be gone (kill mode) */
 	}
@@ -430,18 +479,19 @@ int main(int argc, char **argv)
 	int opt, sv[2], st, ret;
 	pid_t child;
 
-	while ((opt = getopt(argc, argv, "b:s:m:kt:w:r:")) != -1) {
+	while ((opt = getopt(argc, argv, "b:s:m:kt:w:r:c:")) != -1) {
 		switch (opt) {
 		case 'b': total = parse_size(optarg); break;
 		case 's': msg = (uint32_t)parse_size(optarg); break;
 		case 'm': mode = optarg; break;
 		case 'k': kill_mode = true; break;
+		case 'c': need_ctr = optarg; break;
 		case 't': timeout_code = atoi(optarg); break;
 		case 'w': depth = atoi(optarg); break;
 		case 'r': retry_cnt = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: tp_bulk [-b bytes] [-s msg] [-m send|write|read] [-k] "
-					"[-t timeout] [-w depth] [-r retry_cnt]\n");
+			fprintf(stderr, "usage: tp_bulk [-b bytes] [-s msg] [-m send|write|read|rw] "
+					"[-k] [-t timeout] [-w depth] [-r retry_cnt] [-c counter]\n");
 			return 2;
 		}
 	}
