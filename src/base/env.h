@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The environment's on/off knobs (docs/usage.md): "0" turns one off; an
- * opt-in one is on when set to anything else. */
+/* The environment's on/off knobs (docs/usage.md): "0" turns one off. */
 #ifndef URVT_BASE_ENV_H
 #define URVT_BASE_ENV_H
 
@@ -13,13 +12,6 @@ static inline bool urvt_env_off(const char *name)
 	const char *v = getenv(name);
 
 	return v && !strcmp(v, "0");
-}
-
-static inline bool urvt_env_on(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v && strcmp(v, "0");
 }
 
 #endif

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "wire/hdr.h"
 #include "wire/ip.h"
@@ -154,6 +155,19 @@ struct urvt_link_ops {
 	/* After the commits of a batch: wake dst's receiver if it sleeps
 	 * (once per peer: urvt_link_peer_same). */
 	void (*tx_kick)(struct urvt_link *l, const union urvt_link_addr *dst);
+	/* Optional, with cma (docs/shm.md "Single copy"): the epoch a push of
+	 * READ data from dst into our memory must name now (urvt_cma_push). */
+	uint32_t (*cma_epoch)(struct urvt_link *l, const union urvt_link_addr *dst);
+	/* Optional, with cma: no push from dst named an earlier epoch lands
+	 * after this returns (a READ that asked for one ends without its
+	 * answer: its memory is the application's again). May wait for a
+	 * push under way, bounded. */
+	void (*cma_fence)(struct urvt_link *l, const union urvt_link_addr *dst);
+	/* Optional, with cma: write len bytes from local (n segments) into the
+	 * memory of dst's process at addr, if epoch is still its epoch. true
+	 * if every byte was written. */
+	bool (*cma_push)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t epoch,
+			 const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
 	/* Optional: receive what is sent to multicast group gid (0 or a
 	 * negative errno), or stop receiving it. Slow path. */
 	int (*mcast_join)(struct urvt_link *l, const uint8_t gid[16]);
@@ -184,6 +198,8 @@ struct urvt_link {
 	bool cma;                         /* a peer's packets may refer to its memory:
 					     urvt_link_rx.cma_pid (docs/shm.md
 					     "Single copy") */
+	bool cma_push;                    /* ... and its READ requests may ask for pushes
+					     (cma_epoch, cma_fence, cma_push) */
 };
 
 static inline unsigned urvt_link_send(struct urvt_link *l, struct urvt_link_tx *p, unsigned n)

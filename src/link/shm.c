@@ -726,7 +726,7 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 
 /* Enter the peer a packet goes to, if it is up and the one dst names (no
  * lock: the gate at the top); tx_leave once done with it, kick included. */
-static struct shm_peer *tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst)
+struct shm_peer *shm_tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
 	uint32_t idx = SHM_ID_IDX(dst->peer.id);
@@ -743,7 +743,7 @@ static struct shm_peer *tx_enter(struct urvt_shm *s, const union urvt_link_addr 
 	return NULL;
 }
 
-static void tx_leave(struct shm_peer *p)
+void shm_tx_leave(struct shm_peer *p)
 {
 	atomic_fetch_sub_explicit(&p->users, 1, memory_order_release);
 }
@@ -755,13 +755,13 @@ static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *
 
 	if (maxlen > SHM_PKT_MAX)
 		return NULL;
-	p = tx_enter(shm_of(l), dst);
+	p = shm_tx_enter(shm_of(l), dst);
 	if (!p)
 		return NULL;
 	urvt_spin_lock(&p->tx_lock);
 	if (!tx_room_for(p, maxlen, patient)) {
 		urvt_spin_unlock(&p->tx_lock);
-		tx_leave(p);
+		shm_tx_leave(p);
 		return NULL;
 	}
 	return tx_head_rec(p)->data;
@@ -776,16 +776,16 @@ static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, 
 	tx_end_rec(p, len);
 	tx_publish(p);
 	urvt_spin_unlock(&p->tx_lock);
-	tx_leave(p);
+	shm_tx_leave(p);
 }
 
 static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
 {
-	struct shm_peer *p = tx_enter(shm_of(l), dst);
+	struct shm_peer *p = shm_tx_enter(shm_of(l), dst);
 
 	if (p) {
 		tx_kick_peer(p);
-		tx_leave(p);
+		shm_tx_leave(p);
 	}
 }
 
@@ -806,10 +806,10 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 			pk[j].fault = 0;
 			j++;
 		}
-		p = tx_enter(s, pk[i].dst);
+		p = shm_tx_enter(s, pk[i].dst);
 		if (p) {
 			lost += tx_peer(p, pk + i, j - i);
-			tx_leave(p);
+			shm_tx_leave(p);
 		} else {
 			lost += j - i;
 		}
@@ -1080,6 +1080,9 @@ static const struct urvt_link_ops shm_ops = {
 	.tx_span = shm_tx_span,
 	.tx_commit = shm_tx_commit,
 	.tx_kick = shm_tx_kick,
+	.cma_epoch = shm_cma_epoch,
+	.cma_fence = shm_cma_fence,
+	.cma_push = shm_cma_push,
 	.close = shm_close,
 };
 
@@ -1101,9 +1104,9 @@ struct urvt_link *urvt_shm_open_slot(const struct in6_addr *gid, uint8_t slot, b
 	s->listen_fd = s->epfd = s->doorbell = s->ask_fd = -1;
 	s->uid = geteuid();
 	s->slot = slot;
-	/* docs/shm.md "Single copy": opt-in, URVT_CMA=1 (on this project's
-	 * 2-CPU machine two copies on two cores stream faster) */
-	s->link.cma = urvt_env_on("URVT_CMA");
+	/* docs/shm.md "Single copy"; URVT_CMA=0 turns it off */
+	s->link.cma = !urvt_env_off("URVT_CMA");
+	s->link.cma_push = s->link.cma && !urvt_env_off("URVT_CMA_PUSH");
 	s->to_self = to_self;
 	urvt_spin_init(&s->wants_lock);
 	memcpy(&s->link.info.addr6, gid, 16);

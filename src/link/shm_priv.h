@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -189,6 +190,14 @@ static inline bool doorbell_take(struct urvt_shm *s, int fd)
 /* ---- shm_peer.c: slots, regions, the handshake's messages ---- */
 struct shm_peer *shm_peer_new(struct urvt_shm *s);
 void shm_region_park(struct shm_peer *p);
+/* Enter the peer dst names if it is up (no lock); shm_tx_leave once done. */
+struct shm_peer *shm_tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst);
+void shm_tx_leave(struct shm_peer *p);
+/* link.h cma_epoch, cma_fence, cma_push (shm_cma.c) */
+uint32_t shm_cma_epoch(struct urvt_link *l, const union urvt_link_addr *dst);
+void shm_cma_fence(struct urvt_link *l, const union urvt_link_addr *dst);
+bool shm_cma_push(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t epoch,
+		  const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
 bool shm_region_place(struct shm_peer *p, int fd);
 uint64_t shm_peer_tag(struct urvt_shm *s, struct shm_peer *p);
 bool shm_peer_map_dirs(struct shm_peer *p);

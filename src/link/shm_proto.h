@@ -29,9 +29,9 @@
 #define SHM_PKT_MAX (SHM_SPAN_PAYLOAD + 128)
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 6                     /* 2: 2 MiB rings; 3: ready marks;
+#define SHM_VERSION 7                     /* 2: 2 MiB rings; 3: ready marks;
 					     4: peers are (GID, slot); 5: win;
-					     6: spans */
+					     6: spans; 7: cma_epoch, cma_busy */
 
 /* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
  * follows a WRAP record from any offset but 0), here for the tests. Past
@@ -75,6 +75,11 @@ struct shm_ctrl {
 	_Atomic uint32_t win;                           /* producer: 0 is SHM_RING_BYTES */
 	_Atomic uint32_t tail __cacheline_aligned;      /* consumer */
 	_Atomic uint32_t need_wake __cacheline_aligned; /* consumer sets, producer clears */
+	/* pushes of READ data into the producer's memory (docs/shm.md "Single
+	 * copy"): the producer's epoch, which a push must name; the pushes of
+	 * the consumer under way */
+	_Atomic uint32_t cma_epoch __cacheline_aligned; /* producer */
+	_Atomic uint32_t cma_busy __cacheline_aligned;  /* consumer */
 } __cacheline_aligned;
 
 struct shm_rec {

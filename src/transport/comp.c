@@ -30,8 +30,14 @@ bool urvt_retire(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status st)
 	 * nothing any more and the reset discards the rest itself */
 	if (qp->s_last == last)
 		return false;
-	if (cma)
+	if (cma) {
 		qp_tp(qp)->cma_reads--;
+		/* it ends without its answer: a push it asked for (req.c
+		 * rd_ask_push) must not land in memory that is the
+		 * application's again (docs/shm.md "Single copy") */
+		if (st != IBV_WC_SUCCESS)
+			urvt_tx_cma_fence(qp_net(qp), &qp->remote_av);
+	}
 	if (cur) {
 		/* rvt_send_complete moved s_cur along with s_last */
 		qp->s_offset = 0;
@@ -188,6 +194,14 @@ static int comp_read_ref(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct u
 		return 1;
 	if (off + len > wqe->length)
 		return 0;
+	if (!pkt->reth.va) {
+		/* pushed: the responder wrote them into our buffers already;
+		 * only into a READ that asked for it (req.c rd_ask_push) */
+		if (!(wqe->wqe_flags & RVT_SWQE_T_CMA))
+			return 0;
+		*placed = true;
+		return 1;
+	}
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
 	urvt_sge_skip(&ss, (uint32_t)off);
 	for (uint32_t left = len; left;) {
@@ -578,7 +592,7 @@ void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, stru
 	if (pkt->cma) {
 		/* by reference (comp_read_ref): where this piece's bytes are,
 		 * and the bytes to the answer's end */
-		o->reth.va = pkt->reth.va + off;
+		o->reth.va = pkt->reth.va ? pkt->reth.va + off : 0; /* 0: pushed */
 		o->reth.len = pkt->paylen - off;
 	} else {
 		o->payload = pkt->payload + off;
@@ -586,7 +600,8 @@ void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, stru
 }
 
 /* A READ answer by reference: its PMTU pieces, in order, as packets with
- * data would come; after a piece that rewinds or fails the QP, none. */
+ * data would come; after a piece that rewinds or fails the QP, or one
+ * dropped that was not old (the next would be a gap), none. */
 static void comp_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	bool placed = false;
@@ -597,7 +612,8 @@ static void comp_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 
 		urvt_span_piece(pkt, j, qp->pmtu, &piece);
 		st = comp_run(qp, &piece, &placed);
-		if (st == COMPST_ERROR_RETRY || st == COMPST_ERROR)
+		if (st == COMPST_ERROR_RETRY || st == COMPST_ERROR ||
+		    (st == COMPST_DROP && urvt_psn_cmp(piece.psn, qp_tp(qp)->comp_psn) >= 0))
 			return;
 	}
 }

@@ -247,6 +247,9 @@ void urvt_tp_qp_reset(struct rvt_qp *qp)
 		urvt_net_acks_flush(net, !urvt_in_rx());
 	}
 	atomic_store(&qp_tp(qp)->timeout_fired, false);
+	/* READs that asked for pushes end unanswered (docs/shm.md "Single copy") */
+	if (net && qp_tp(qp)->cma_reads)
+		urvt_tx_cma_fence(net, &qp->remote_av);
 	urvt_cc_qp_release(qp);
 	if (qp_tp(qp)->r_rdma_valid)
 		rvt_put_sge(&qp->r_rdma_sge);

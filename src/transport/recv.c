@@ -124,12 +124,17 @@ static int comp_enqueue_ref(struct urvt_net *net, struct rvt_qp *qp, struct urvt
 
 /* A READ request that may be answered by reference, or such an answer, is
  * heard from a peer whose memory we can read only (docs/shm.md "Single
- * copy"); from anywhere else the bit is BTH's reserved 0. */
-static bool cma_heard(const struct urvt_pkt *pkt, int cma_pid)
+ * copy"); from anywhere else the bit is BTH's reserved 0, and the push
+ * address such a request may carry (hdr.c) is the payload an opcode
+ * without one must not have. 0, or the drop reason. */
+static int cma_check(struct urvt_pkt *pkt, int cma_pid)
 {
-	return cma_pid && (pkt->opcode == URVT_OP_RC_RDMA_READ_REQUEST ||
-			   (pkt->opcode >= URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
-			    pkt->opcode <= URVT_OP_RC_RDMA_READ_RESPONSE_ONLY));
+	pkt->cma = pkt->cma && cma_pid &&
+		   (pkt->opcode == URVT_OP_RC_RDMA_READ_REQUEST ||
+		    (pkt->opcode >= URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
+		     pkt->opcode <= URVT_OP_RC_RDMA_READ_RESPONSE_ONLY));
+	return pkt->paylen && !pkt->cma && !(pkt->mask & URVT_PAYLOAD_MASK) ? URVT_DROP_BAD_LENGTH
+									    : 0;
 }
 
 /* A packet for qp (referenced: the reference is ours to drop): the checks
@@ -204,8 +209,8 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	    ((pkt->mask & URVT_REQ_MASK) ? !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK))
 					  : !(pkt->mask & URVT_PAYLOAD_MASK))) /* READ responses */
 		pkt->span_more = 0;
-	if (unlikely(pkt->cma))
-		pkt->cma = cma_heard(pkt, cma_pid);
+	if (unlikely(pkt->cma) && (ret = cma_check(pkt, cma_pid)))
+		goto drop_qp;
 	if (pkt->mask & URVT_REQ_MASK) {
 		/* an RDMA WRITE that completes nothing: its reader polls
 		 * memory (net.c app_linger); writers hold rx_lock */

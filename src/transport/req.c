@@ -273,6 +273,37 @@ static bool rd_ask_cma(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t len)
 }
 
 /*
+ * Ask the responder to write the second half of this request's left bytes
+ * (from a PMTU boundary, inside one SGE) straight into our buffer while we
+ * read the first half out of it: two cores copy at once (docs/shm.md
+ * "Single copy"). The bytes start at WQE offset off. sizeof(*push), or 0:
+ * not asked.
+ */
+static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t off, uint32_t left,
+			    struct urvt_cma_push *push)
+{
+	uint32_t half = (left / 2 + qp->pmtu - 1) / qp->pmtu * qp->pmtu;
+	uint64_t o = (uint64_t)off + half;
+
+	if (half >= left || !qp_net(qp)->links[urvt_route_link(qp->remote_av.route)]->cma_push)
+		return 0;
+	for (uint32_t i = 0; i < wqe->num_sge; i++) {
+		const struct rvt_sge *g = &wqe->sg_list[i];
+
+		if (o < g->sge_length) {
+			if (o + (left - half) > g->sge_length)
+				return 0;
+			push->addr = (uintptr_t)g->vaddr + o;
+			push->len = left - half;
+			push->epoch = urvt_tx_cma_epoch(qp_net(qp), &qp->remote_av);
+			return sizeof(*push);
+		}
+		o -= g->sge_length;
+	}
+	return 0;
+}
+
+/*
  * READ request (rc-protocol §2.3 RETH with the remainder) or atomic
  * (AtomicETH). Under congestion control a READ is asked for in pieces that
  * fit the window, each an ordinary READ request for the next bytes (the
@@ -288,6 +319,8 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 	bool resend = urvt_psn_cmp(psn, tp->psn_hi) < 0;
 	int32_t base = urvt_psn_diff(psn, tp->comp_psn);
 	struct urvt_pkt f;
+	struct urvt_cma_push push;
+	const void *pay = &wqe->wr.atomic.compare_add;
 	uint32_t h, npsn = 1;
 	uint8_t *p;
 	int ret = 1;
@@ -330,6 +363,12 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 		f.reth.rkey = wqe->wr.rdma.rkey;
 		f.reth.len = left;
 		f.cma = rd_ask_cma(qp, wqe, left);
+		/* a request asked again never asks for a push: an answer that
+		 * completes the WQE must not be followed by a write into it */
+		if (f.cma && !resend) {
+			f.paylen = rd_ask_push(qp, wqe, qp->s_offset, left, &push);
+			pay = &push;
+		}
 		qp->s_offset += left;
 	} else if (wqe->opcode == IBV_WR_ATOMIC_WRITE) {
 		/* qp-semantics §2.10: RETH for 8 bytes, the value as payload */
@@ -349,7 +388,7 @@ static int req_rd_atomic(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_tx
 	}
 	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
 	if (f.paylen)
-		memcpy(p + h, &wqe->wr.atomic.compare_add, f.paylen);
+		memcpy(p + h, pay, f.paylen);
 	urvt_build_finish(qp, q, p, h + f.paylen);
 	tp->ackreq_psn = urvt_psn_add(psn, npsn - 1);
 	tp->ackreq_valid = true;

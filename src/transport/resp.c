@@ -198,8 +198,23 @@ static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
  * first PSN psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its
  * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
  */
+/* Write the last push->len bytes at ss into the requester (docs/shm.md
+ * "Single copy"); false: it must read them itself. */
+static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
+		      const struct urvt_cma_push *push)
+{
+	struct iovec local = { .iov_base = ss->sge.vaddr, .iov_len = push->len };
+
+	if (!urvt_tx_cma_push(qp_net(qp), peer_av(qp), push->epoch, &local, 1, push->addr,
+			      push->len))
+		return false;
+	qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
+	qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, push->len);
+	return true;
+}
+
 static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
-			 bool restart, bool by_ref)
+			 bool restart, bool by_ref, const struct urvt_cma_push *push)
 {
 	struct urvt_txq *q = urvt_txq_get();
 	/* to a peer whose link joins PMTUs: spans of them (docs/shm.md
@@ -210,7 +225,10 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 			qp->pmtu;
 	struct rvt_sge_state ss;
 	uint32_t left = len;
-	bool first = true;
+	/* a push (exec_read): answers for the bytes before it first, so that
+	 * the requester reads those while we write the rest */
+	uint32_t push_at = push ? len - push->len : len;
+	bool first = true, pushed = false;
 
 	if (unlikely(!q))
 		return;
@@ -218,9 +236,16 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 	if (src)
 		rvt_sge_state_init(&ss, src, 1, len);
 	do {
+		uint32_t done = len - left;
 		uint32_t paylen = left > span ? span : left;
-		bool last = left <= span;
 		uint8_t op;
+		bool last;
+
+		if (done < push_at && done + paylen > push_at)
+			paylen = push_at - done;
+		else if (done == push_at && push)
+			pushed = read_push(qp, &ss, push);
+		last = paylen == left;
 		struct urvt_pkt f;
 		uint32_t h;
 		uint8_t *p;
@@ -238,7 +263,8 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		f.aeth.msn = qp->r_msn;
 		if (by_ref) {
 			/* where the bytes are, not the bytes */
-			struct urvt_cma_ref ref = { .addr = (uintptr_t)ss.sge.vaddr, .len = paylen };
+			struct urvt_cma_ref ref = { .addr = pushed ? 0 : (uintptr_t)ss.sge.vaddr,
+						    .len = paylen };
 
 			f.cma = true;
 			f.paylen = sizeof(ref);
@@ -247,6 +273,7 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 			urvt_build_finish(qp, q, p, h + sizeof(ref));
 			urvt_sge_skip(&ss, paylen);
 			qp_count(qp, URVT_CTR_CMA_REFS_SENT, 1);
+			qp_count(qp, URVT_CTR_CMA_REF_BYTES, paylen);
 		} else {
 			p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 			urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
@@ -503,11 +530,24 @@ static bool read_by_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt, const str
 	       urvt_tx_cma(qp_net(qp), peer_av(qp));
 }
 
+/* Does the READ request pkt for len bytes ask for a push we can make: its
+ * last bytes, from a PMTU boundary (req.c rd_ask_push)? Then *push. */
+static bool read_push_asked(struct rvt_qp *qp, const struct urvt_pkt *pkt, uint32_t len,
+			    struct urvt_cma_push *push)
+{
+	if (pkt->paylen != sizeof(*push))
+		return false;
+	memcpy(push, pkt->payload, sizeof(*push)); /* once: the ring is shared */
+	return push->addr && push->len && push->len < len && !((len - push->len) % qp->pmtu);
+}
+
 static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	struct rvt_sge sge;
+	struct urvt_cma_push push;
 	uint32_t len = pkt->reth.len, npkts;
 	enum rvt_rkey_res r;
+	bool by_ref;
 
 	if (!qp->max_dest_rd_atomic)
 		return RESP_NAK_INV; /* no responder resources */
@@ -518,7 +558,9 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	res_save(qp, pkt, urvt_psn_add(pkt->psn, npkts - 1), pkt->reth.va, pkt->reth.rkey, len);
-	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true, read_by_ref(qp, pkt, &sge, len));
+	by_ref = read_by_ref(qp, pkt, &sge, len);
+	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true, by_ref,
+		     by_ref && read_push_asked(qp, pkt, len, &push) ? &push : NULL);
 	if (len)
 		rvt_put_sge(&sge);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_add(pkt->psn, npkts);
@@ -574,7 +616,7 @@ static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt 
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	/* saved: a duplicate is answered again, never executed again */
 	res_save(qp, pkt, pkt->psn, pkt->reth.va, pkt->reth.rkey, sizeof(val));
-	read_respond(qp, NULL, 0, pkt->psn, true, false);
+	read_respond(qp, NULL, 0, pkt->psn, true, false, NULL);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	return RESP_OK;
 }
@@ -603,7 +645,7 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		}
 		if (pkt->mask & URVT_ATOMIC_WRITE_MASK) {
 			if (pkt->psn == e->psn)
-				read_respond(qp, NULL, 0, pkt->psn, true, false);
+				read_respond(qp, NULL, 0, pkt->psn, true, false, NULL);
 			return;
 		}
 		/* READ: the duplicate must ask for a part of the original */
@@ -616,7 +658,8 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 					 IBV_ACCESS_REMOTE_READ) != RVT_RKEY_OK)
 				break;
 			read_respond(qp, pkt->reth.len ? &sge : NULL, pkt->reth.len, pkt->psn,
-				     pkt->psn == e->psn, read_by_ref(qp, pkt, &sge, pkt->reth.len));
+				     pkt->psn == e->psn, read_by_ref(qp, pkt, &sge, pkt->reth.len),
+				     NULL); /* a replay never pushes (req.c rd_ask_push) */
 			if (pkt->reth.len)
 				rvt_put_sge(&sge);
 			return;

@@ -86,9 +86,12 @@ enum urvt_ctr {
 	URVT_CTR_ACKS_COALESCED,     /* plain ACKs not sent: a later one of the same receive batch covers them (resp.c) */
 	URVT_CTR_RX_LATE_NO_WRITE,   /* verbs late after completions, with no WRITE in between: not a leave (poll.c) */
 	URVT_CTR_CMA_REFS_SENT,      /* READ answers by reference sent (resp.c; docs/shm.md "Single copy") */
+	URVT_CTR_CMA_REF_BYTES,      /* ... the READ bytes they stood for (read by the requester or pushed) */
 	URVT_CTR_CMA_PULLS,          /* answers by reference read from the responder's process (comp.c) */
 	URVT_CTR_CMA_BYTES,          /* ... their bytes */
 	URVT_CTR_CMA_FAILS,          /* ... that could not be read: the READ is asked for again with data */
+	URVT_CTR_CMA_PUSHES,         /* READ bytes written into the requester's process (resp.c) */
+	URVT_CTR_CMA_PUSH_BYTES,     /* ... their bytes */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
 					which the kernel steered to us, forwarded to their process */
 	URVT_CTR_FWD_IN,             /* ... forwarded to us by another process */

@@ -515,6 +515,12 @@ uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
  * more than the ring's second copy). */
 #define URVT_CMA_MIN (16u << 10)
 bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
+/* Pushes of READ data (link.h cma_epoch, cma_fence, cma_push) over av,
+ * which urvt_tx_cma allowed (the fence: any av). */
+uint32_t urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av);
+void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av);
+bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint32_t epoch,
+		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */

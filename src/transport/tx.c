@@ -551,6 +551,38 @@ bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av)
 	return av->route && !net->pcap && net->links[urvt_route_link(av->route)]->cma;
 }
 
+uint32_t urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av)
+{
+	struct urvt_link *l = net->links[urvt_route_link(av->route)];
+	union urvt_link_addr dst;
+
+	peer_dst(&dst, av);
+	return l->ops->cma_epoch ? l->ops->cma_epoch(l, &dst) : 0;
+}
+
+void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av)
+{
+	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	union urvt_link_addr dst;
+
+	if (!l || !l->ops->cma_fence)
+		return;
+	peer_dst(&dst, av);
+	l->ops->cma_fence(l, &dst);
+}
+
+bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint32_t epoch,
+		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len)
+{
+	struct urvt_link *l = net->links[urvt_route_link(av->route)];
+	union urvt_link_addr dst;
+
+	if (!l->ops->cma_push)
+		return false;
+	peer_dst(&dst, av);
+	return l->ops->cma_push(l, &dst, epoch, local, n, addr, len);
+}
+
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen)
 {

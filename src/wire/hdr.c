@@ -8,6 +8,17 @@
 
 const struct urvt_pkt urvt_pkt_zero;
 
+/* The one payload an opcode without one may carry: a READ request that
+ * asks for an answer by reference may say where to push (docs/wire.md
+ * "Single copy"). */
+static bool cma_push_payload(const uint8_t *bth, size_t paylen)
+{
+	uint8_t op = bth_opcode(bth);
+
+	return bth_cma(bth) && paylen == sizeof(struct urvt_cma_push) &&
+	       (op == URVT_OP_RC_RDMA_READ_REQUEST || op == URVT_OP_XRC_RDMA_READ_REQUEST);
+}
+
 static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool read_icrc)
 {
 	*out = urvt_pkt_zero;
@@ -39,7 +50,7 @@ static int pkt_parse(const uint8_t *p, size_t len, struct urvt_pkt *out, bool re
 		/* roce-wire §5: no-payload opcodes have PadCnt 0 */
 		if (pad)
 			return -URVT_DROP_BAD_PAD;
-		if (data)
+		if (data && !cma_push_payload(p, data))
 			return -URVT_DROP_BAD_LENGTH;
 	} else if (pad > data) {
 		return -URVT_DROP_BAD_PAD;
@@ -190,7 +201,7 @@ static size_t finish_layout(uint8_t *buf, size_t cap, size_t len, bool v4, uint8
 	size_t paylen = len - info->length;
 	if (pad != urvt_pad_for((uint32_t)paylen) && (info->mask & URVT_PAYLOAD_MASK))
 		return 0;
-	if (!(info->mask & URVT_PAYLOAD_MASK) && (pad || paylen))
+	if (!(info->mask & URVT_PAYLOAD_MASK) && (pad || (paylen && !cma_push_payload(buf, paylen))))
 		return 0;
 	size_t total = len + pad + URVT_ICRC_BYTES;
 	/* the IPv4 total length / UDP length must fit 16 bits */

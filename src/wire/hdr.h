@@ -104,11 +104,20 @@ static inline uint32_t bth_span_more(const uint8_t *bth) { return bth[8] & URVT_
 #define URVT_BTH_CMA 0x20
 static inline bool bth_cma(const uint8_t *bth) { return bth[4] & URVT_BTH_CMA; }
 /* The payload of an answer by reference: where the responder's process
- * holds the bytes the answer stands for (one host: host byte order). */
+ * holds the bytes the answer stands for (one host: host byte order); addr
+ * 0: the responder wrote them into the requester's buffers already (a push). */
 struct urvt_cma_ref {
 	uint64_t addr;
 	uint32_t len;
 	uint32_t zero;
+};
+/* The payload a READ request that asks for an answer by reference may
+ * carry: where the responder may write the request's last len bytes in
+ * the requester's process, if the requester's epoch is still epoch. */
+struct urvt_cma_push {
+	uint64_t addr;
+	uint32_t len;
+	uint32_t epoch;
 };
 static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 9); }
 

@@ -798,6 +798,7 @@ static void test_comp_read_by_ref(void **state)
 				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
 	uint64_t pulls = dev_ctr(URVT_CTR_CMA_PULLS), fails = dev_ctr(URVT_CTR_CMA_FAILS);
 	uint64_t badlen = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH);
+	uint64_t badresp = dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP);
 	struct urvt_pkt p, f;
 	uint8_t buf[5000];
 	struct ibv_wc wc;
@@ -814,6 +815,8 @@ static void test_comp_read_by_ref(void **state)
 	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
 	peer_ref(qp, p.psn, remote, LEN, 0); /* 16 bytes for 16 PSNs */
 	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 2);
+	peer_ref(qp, p.psn, NULL, LEN, getpid()); /* "pushed", but nobody asked */
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP), badresp + 1);
 	assert_int_equal(rvt_poll_cq(cq, 1, &wc), 0);
 	peer_ref(qp, p.psn, remote, LEN, getpid());
 	ut_poll1(cq, &wc);
@@ -858,6 +861,51 @@ static void test_comp_read_by_ref(void **state)
 	rvt_destroy_qp(qp);
 	rvt_dereg_mr(ma);
 	rvt_dereg_mr(mb);
+	rvt_destroy_cq(cq);
+}
+
+/*
+ * A READ request that asks for an answer by reference and a push, from a
+ * link that names no readable peer (UDP): the bit is BTH's reserved 0 and
+ * the push address a payload a READ request must not have: dropped
+ * (bad_length), nothing answered. The same request without the payload is
+ * answered with data, as any READ.
+ */
+static void test_resp_read_push_from_udp(void **state)
+{
+	struct rvt_cq *cq = ut_cq(&dev, 16);
+	struct rvt_qp *qp = rc_qp(cq, 14, 3);
+	static uint8_t target[8192];
+	struct rvt_mregion *mr = ut_mr(pd, target, sizeof(target),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	struct urvt_cma_push push = { .addr = 0x1000, .len = 4096, .epoch = 0 };
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_RDMA_READ_REQUEST, PEER_PSN, true), p;
+	uint64_t badlen = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH);
+	uint8_t buf[5000];
+
+	ut_fill(target, sizeof(target), 3);
+	f.reth.va = (uintptr_t)target;
+	f.reth.rkey = mr->lkey;
+	f.reth.len = sizeof(target);
+	f.cma = true;
+	peer_send(&f, &push, sizeof(push));
+	peer_quiet(100);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
+	f.cma = false;
+	peer_send(&f, NULL, 0);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_FIRST);
+	assert_false(p.cma);
+	assert_int_equal(p.paylen, 1024);
+	assert_memory_equal(p.payload, target, 1024);
+	for (int i = 1; i < 8; i++) {
+		peer_expect(&p, buf, i < 7 ? URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE
+					   : URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
+		assert_memory_equal(p.payload, target + i * 1024, 1024);
+	}
+	peer_quiet(50);
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(mr);
 	rvt_destroy_cq(cq);
 }
 
@@ -1638,6 +1686,7 @@ int main(void)
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
 		cmocka_unit_test(test_comp_read_by_ref),
+		cmocka_unit_test(test_resp_read_push_from_udp),
 		cmocka_unit_test(test_exit_quiesce),
 		cmocka_unit_test(test_timer_pushed_by_late_progress),
 		cmocka_unit_test(test_watchdog_backs_off),

@@ -152,8 +152,65 @@ static void check_consistent(const struct urvt_pkt *p, const uint8_t *buf, size_
 	assert_ptr_equal(p->payload, buf + p->hdr_len);
 	assert_int_equal(p->len, len);
 	assert_int_equal(len % 4, 0);
-	if (!(p->mask & URVT_PAYLOAD_MASK))
+	/* no payload but a READ request's push address (docs/wire.md "Single copy") */
+	if (!(p->mask & URVT_PAYLOAD_MASK) &&
+	    !(p->cma && p->paylen == sizeof(struct urvt_cma_push) && !p->padcnt &&
+	      (p->opcode == URVT_OP_RC_RDMA_READ_REQUEST ||
+	       p->opcode == URVT_OP_XRC_RDMA_READ_REQUEST)))
 		assert_int_equal(p->paylen + p->padcnt, 0);
+}
+
+/* The one payload of an opcode without one (docs/wire.md "Single copy"): a
+ * READ request with BTH's CMA bit may carry 16 bytes, built and parsed;
+ * without the bit, with another length, or on another such opcode, the
+ * builder refuses it and the parser drops it (bad_length). */
+static void test_cma_push_payload(void **state)
+{
+	static const struct {
+		uint8_t op;
+		bool cma;
+		uint32_t len;
+		bool ok;
+	} cases[] = {
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 16, true },
+		{ URVT_OP_XRC_RDMA_READ_REQUEST, true, 16, true },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, false, 16, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 20, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 12, false },
+		{ URVT_OP_RC_ACKNOWLEDGE, true, 16, false },
+		{ URVT_OP_RC_COMPARE_SWAP, true, 16, false },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct urvt_pkt f = urvt_pkt_zero, p;
+		uint8_t buf[256];
+		struct urvt_ipinfo ip;
+		size_t h, n;
+
+		urvt_ipinfo_v4(&ip, 0x0100007f, 0x0200007f, 49152, URVT_ROCE_UDP_PORT);
+		f.opcode = cases[i].op;
+		f.pkey = 0xffff;
+		f.dest_qpn = 0x11;
+		f.cma = cases[i].cma;
+		f.paylen = cases[i].len;
+		h = urvt_pkt_build_hdr(buf, sizeof(buf), &f);
+		assert_true(h > 0);
+		memset(buf + h, 0x5a, cases[i].len);
+		n = urvt_pkt_finish(buf, sizeof(buf), h + cases[i].len, &ip);
+		assert_int_equal(n > 0, cases[i].ok);
+		if (!n) {
+			/* as a peer could send it anyway: ICRC over what is there */
+			n = h + cases[i].len + URVT_ICRC_BYTES;
+			urvt_icrc_put(buf + n - URVT_ICRC_BYTES, urvt_icrc(&ip, buf, n - URVT_ICRC_BYTES));
+		}
+		assert_int_equal(urvt_pkt_parse(buf, n, &p),
+				 cases[i].ok ? 0 : -URVT_DROP_BAD_LENGTH);
+		if (cases[i].ok) {
+			assert_true(p.cma);
+			assert_int_equal(p.paylen, 16);
+			assert_memory_equal(p.payload, buf + h, 16);
+		}
+	}
 }
 
 /* Build -> finish -> parse -> same fields, for every opcode, v4 and v6, many lengths. */
@@ -500,7 +557,7 @@ int main(void)
 		cmocka_unit_test(test_table),	     cmocka_unit_test(test_transport_check),
 		cmocka_unit_test(test_roundtrip),    cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_every_opcode_byte), cmocka_unit_test(test_rejections),
-		cmocka_unit_test(test_garbage),	     cmocka_unit_test(test_drop_names),
+		cmocka_unit_test(test_garbage),	     cmocka_unit_test(test_cma_push_payload),	     cmocka_unit_test(test_drop_names),
 		cmocka_unit_test(test_pkey),	     cmocka_unit_test(test_headers_only),
 		cmocka_unit_test(test_parse_hdr_only),
 	};
