@@ -511,9 +511,9 @@ void urvt_sge_skip(struct rvt_sge_state *ss, uint32_t n);
 uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
 /* May READs to and from av be answered by reference, the requester
  * reading the responder's memory itself (link.h urvt_link.cma, docs/shm.md
- * "Single copy")? From URVT_CMA_MIN bytes (below, one system call costs
- * more than the ring's second copy). */
-#define URVT_CMA_MIN (16u << 10)
+ * "Single copy")? From URVT_CMA_MIN bytes: below, the ring's two copies
+ * on two cores were as fast (ib_read_bw at 16 KiB). */
+#define URVT_CMA_MIN (32u << 10)
 bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
 /* Pushes of READ data (link.h cma_epoch, cma_fence, cma_push) over av,
  * which urvt_tx_cma allowed (the fence: any av). */
