@@ -285,7 +285,9 @@ static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t of
 	uint32_t half = (left / 2 + qp->pmtu - 1) / qp->pmtu * qp->pmtu;
 	uint64_t o = (uint64_t)off + half;
 
-	if (half >= left || !qp_net(qp)->links[urvt_route_link(qp->remote_av.route)]->cma_push)
+	uint32_t epoch;
+
+	if (half >= left || !urvt_tx_cma_epoch(qp_net(qp), &qp->remote_av, &epoch))
 		return 0;
 	for (uint32_t i = 0; i < wqe->num_sge; i++) {
 		const struct rvt_sge *g = &wqe->sg_list[i];
@@ -295,7 +297,7 @@ static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t of
 				return 0;
 			push->addr = (uintptr_t)g->vaddr + o;
 			push->len = left - half;
-			push->epoch = urvt_tx_cma_epoch(qp_net(qp), &qp->remote_av);
+			push->epoch = epoch;
 			return sizeof(*push);
 		}
 		o -= g->sge_length;

@@ -193,11 +193,6 @@ static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
 	ack_pkt(qp, URVT_OP_RC_ATOMIC_ACKNOWLEDGE, URVT_AETH_SYN_ACK_UNLIMITED, psn, orig);
 }
 
-/*
- * rc-protocol §3.9 READ responses for len bytes at src (NULL when len is 0),
- * first PSN psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its
- * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
- */
 /* Write the last push->len bytes at ss into the requester (docs/shm.md
  * "Single copy"); false: it must read them itself. */
 static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
@@ -213,6 +208,14 @@ static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
 	return true;
 }
 
+/*
+ * rc-protocol §3.9 READ responses for len bytes at src (NULL when len is 0),
+ * first PSN psn. restart: FIRST/ONLY opcodes (a new READ or a replay from its
+ * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
+ * by_ref: each says where its bytes are instead of carrying them, and with
+ * push the last push->len bytes are written into the requester (docs/shm.md
+ * "Single copy").
+ */
 static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
 			 bool restart, bool by_ref, const struct urvt_cma_push *push)
 {
@@ -236,9 +239,10 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 	if (src)
 		rvt_sge_state_init(&ss, src, 1, len);
 	do {
-		uint32_t done = len - left;
+		uint32_t done = len - left, h;
 		uint32_t paylen = left > span ? span : left;
-		uint8_t op;
+		struct urvt_pkt f;
+		uint8_t op, *p;
 		bool last;
 
 		if (done < push_at && done + paylen > push_at)
@@ -246,9 +250,6 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		else if (done == push_at && push)
 			pushed = read_push(qp, &ss, push);
 		last = paylen == left;
-		struct urvt_pkt f;
-		uint32_t h;
-		uint8_t *p;
 
 		if (first && restart)
 			op = last ? URVT_OP_RC_RDMA_READ_RESPONSE_ONLY

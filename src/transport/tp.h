@@ -516,8 +516,9 @@ uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
 #define URVT_CMA_MIN (32u << 10)
 bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
 /* Pushes of READ data (link.h cma_epoch, cma_fence, cma_push) over av,
- * which urvt_tx_cma allowed (the fence: any av). */
-uint32_t urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av);
+ * which urvt_tx_cma allowed (the fence: any av). The epoch: false if av's
+ * link takes no pushes (urvt_link.cma_push). */
+bool urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av, uint32_t *epoch);
 void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av);
 bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint32_t epoch,
 		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);

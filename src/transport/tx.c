@@ -551,13 +551,16 @@ bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av)
 	return av->route && !net->pcap && net->links[urvt_route_link(av->route)]->cma;
 }
 
-uint32_t urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av)
+bool urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av, uint32_t *epoch)
 {
 	struct urvt_link *l = net->links[urvt_route_link(av->route)];
 	union urvt_link_addr dst;
 
+	if (!l->cma_push || !l->ops->cma_epoch)
+		return false;
 	peer_dst(&dst, av);
-	return l->ops->cma_epoch ? l->ops->cma_epoch(l, &dst) : 0;
+	*epoch = l->ops->cma_epoch(l, &dst);
+	return true;
 }
 
 void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av)
