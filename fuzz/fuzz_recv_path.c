@@ -650,8 +650,13 @@ static void inject(struct reader *r)
 	/* three in four get a correct ICRC */
 	if (((ctl >> 5) & 3) && len >= 16)
 		urvt_icrc_put(b + len - 4, urvt_icrc(&ip, b, len - 4));
+	/* with BTH's CMA bit, from the peer's address: as a same-host peer
+	 * would send it, spans kept and its memory readable, here this
+	 * process's (docs/shm.md "Single copy": answers by reference read from
+	 * wherever they say) */
+	bool same_host = len >= 12 && bth_cma(b) && ((ctl >> 3) & 3) < 2;
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, b, len, &ip, 0, 0);
+	urvt_recv_pkt(net, b, len, &ip, same_host ? URVT_RX_SPANS : 0, same_host ? getpid() : 0);
 	{
 		struct urvt_txq *q = urvt_txq_get();
 		if (q)
