@@ -123,13 +123,17 @@ static int comp_enqueue_ref(struct urvt_net *net, struct rvt_qp *qp, struct urvt
 }
 
 /* A READ request that may be answered by reference, or such an answer, is
- * heard from a peer whose memory we can read only (docs/shm.md "Single
- * copy"); from anywhere else the bit is BTH's reserved 0, and the push
- * address such a request may carry (hdr.c) is the payload an opcode
- * without one must not have. 0, or the drop reason. */
-static int cma_check(struct urvt_pkt *pkt, int cma_pid)
+ * heard from urvt's same-host link only (docs/shm.md "Single copy"; flags
+ * URVT_RX_SPANS); from anywhere else the bit is BTH's reserved 0, and the
+ * push address such a request may carry (hdr.c) is the payload an opcode
+ * without one must not have. Whether the peer's memory can be read is the
+ * reader's question (comp.c: a pid of 0 fails the read, and the READ is
+ * asked for again with data), not a reason to drop: a same-host peer whose
+ * pid we cannot see, or whose device has URVT_CMA=0, still gets its READs.
+ * 0, or the drop reason. */
+static int cma_check(struct urvt_pkt *pkt, unsigned flags)
 {
-	pkt->cma = pkt->cma && cma_pid &&
+	pkt->cma = pkt->cma && (flags & URVT_RX_SPANS) &&
 		   (pkt->opcode == URVT_OP_RC_RDMA_READ_REQUEST ||
 		    (pkt->opcode >= URVT_OP_RC_RDMA_READ_RESPONSE_FIRST &&
 		     pkt->opcode <= URVT_OP_RC_RDMA_READ_RESPONSE_ONLY));
@@ -209,7 +213,7 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	    ((pkt->mask & URVT_REQ_MASK) ? !(pkt->mask & (URVT_SEND_MASK | URVT_WRITE_MASK))
 					  : !(pkt->mask & URVT_PAYLOAD_MASK))) /* READ responses */
 		pkt->span_more = 0;
-	if (unlikely(pkt->cma) && (ret = cma_check(pkt, cma_pid)))
+	if (unlikely(pkt->cma) && (ret = cma_check(pkt, flags)))
 		goto drop_qp;
 	if (pkt->mask & URVT_REQ_MASK) {
 		/* an RDMA WRITE that completes nothing: its reader polls

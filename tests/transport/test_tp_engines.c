@@ -733,10 +733,11 @@ static void test_comp_read_and_retry(void **state)
 	rvt_destroy_cq(cq);
 }
 
-/* A packet from the peer as a same-host link would hand it over: spans
- * kept, and the sender's process pid readable (link.h cma_pid; 0: none).
- * Here that process is this one. */
-static void peer_inject(struct urvt_pkt *f, const void *payload, uint32_t len, int pid)
+/* A packet from the peer as a link would hand it over with flags
+ * (URVT_RX_SPANS: the same-host link) and the sender's process pid
+ * readable (link.h cma_pid; 0: none). Here that process is this one. */
+static void peer_inject_as(struct urvt_pkt *f, const void *payload, uint32_t len, unsigned flags,
+			   int pid)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	struct urvt_ipinfo ip = peer_to_dev_ip();
@@ -751,13 +752,25 @@ static void peer_inject(struct urvt_pkt *f, const void *payload, uint32_t len, i
 	n = urvt_pkt_finish(buf, sizeof(buf), h + len, &ip);
 	assert_true(n > 0);
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, URVT_RX_SPANS, pid);
+	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, flags, pid);
+	{
+		/* what the engines queued on this thread leaves now, as at the
+		 * end of a receive batch */
+		struct urvt_txq *q = urvt_txq_get();
+		if (q)
+			urvt_txq_flush(net, q);
+	}
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
+static void peer_inject(struct urvt_pkt *f, const void *payload, uint32_t len, int pid)
+{
+	peer_inject_as(f, payload, len, URVT_RX_SPANS, pid);
+}
+
 /* A READ answer by reference to psn for len bytes at addr (docs/shm.md
- * "Single copy"), from process pid; it says it stands for the PSNs of
- * npsn_len bytes. */
+ * "Single copy"), from process pid over the same-host link (or over UDP:
+ * pid -1); it says it stands for the PSNs of npsn_len bytes. */
 static void peer_ref_psns(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t len,
 			  uint32_t npsn_len, int pid)
 {
@@ -767,7 +780,10 @@ static void peer_ref_psns(struct rvt_qp *qp, uint32_t psn, const void *addr, uin
 	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
 	f.span_more = (npsn_len - 1) / 1024;
 	f.cma = true;
-	peer_inject(&f, &ref, sizeof(ref), pid);
+	if (pid < 0)
+		peer_inject_as(&f, &ref, sizeof(ref), 0, 0);
+	else
+		peer_inject(&f, &ref, sizeof(ref), pid);
 }
 
 static void peer_ref(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t len, int pid)
@@ -781,8 +797,8 @@ static void peer_ref(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t
  * the WQE's SGEs, split over two MRs, with one system call. A reference
  * that cannot be read costs a retry and turns the QP's references off,
  * the data then come as packets; a reference of the wrong length, or one
- * from a link without a readable peer (taken as 16 bytes of data), is
- * dropped and changes nothing.
+ * from UDP (the bit reserved: taken as 16 bytes of data), is dropped and
+ * changes nothing.
  */
 static void test_comp_read_by_ref(void **state)
 {
@@ -813,10 +829,11 @@ static void test_comp_read_by_ref(void **state)
 	/* hostile or broken: a length its PSNs cannot have; no readable peer */
 	peer_ref_psns(qp, p.psn, remote, LEN - 2048, LEN, getpid());
 	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
-	peer_ref(qp, p.psn, remote, LEN, 0); /* 16 bytes for 16 PSNs */
-	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 2);
-	peer_ref(qp, p.psn, NULL, LEN, getpid()); /* "pushed", but nobody asked */
+	peer_ref(qp, p.psn, remote, LEN, -1); /* from UDP: an ONLY of 16 bytes */
 	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP), badresp + 1);
+	peer_ref(qp, p.psn, NULL, LEN, getpid()); /* "pushed", but nobody asked */
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP), badresp + 2);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
 	assert_int_equal(rvt_poll_cq(cq, 1, &wc), 0);
 	peer_ref(qp, p.psn, remote, LEN, getpid());
 	ut_poll1(cq, &wc);
@@ -865,11 +882,12 @@ static void test_comp_read_by_ref(void **state)
 }
 
 /*
- * A READ request that asks for an answer by reference and a push, from a
- * link that names no readable peer (UDP): the bit is BTH's reserved 0 and
- * the push address a payload a READ request must not have: dropped
- * (bad_length), nothing answered. The same request without the payload is
- * answered with data, as any READ.
+ * A READ request that asks for an answer by reference and a push, from
+ * UDP: the bit is BTH's reserved 0 and the push address a payload a READ
+ * request must not have: dropped (bad_length), nothing answered. The same
+ * request without the payload is answered with data, as any READ; so is
+ * the request with it from a same-host peer, to a responder that does not
+ * answer by reference.
  */
 static void test_resp_read_push_from_udp(void **state)
 {
@@ -902,6 +920,25 @@ static void test_resp_read_push_from_udp(void **state)
 					   : URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
 		assert_memory_equal(p.payload, target + i * 1024, 1024);
 	}
+	peer_quiet(50);
+	/* the same request from a same-host peer whose process we cannot
+	 * read, to a responder whose route carries no answers by reference
+	 * (URVT_CMA=0 there): a plain READ, the push address unused */
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_REQUEST, PEER_PSN + 8, true);
+	f.reth.va = (uintptr_t)target;
+	f.reth.rkey = mr->lkey;
+	f.reth.len = sizeof(target);
+	f.cma = true;
+	peer_inject_as(&f, &push, sizeof(push), URVT_RX_SPANS, 0);
+	for (int i = 0; i < 8; i++) {
+		peer_expect(&p, buf, i == 0 ? URVT_OP_RC_RDMA_READ_RESPONSE_FIRST :
+				     i < 7  ? URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE :
+					      URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
+		assert_false(p.cma);
+		assert_int_equal(p.paylen, 1024);
+		assert_memory_equal(p.payload, target + i * 1024, 1024);
+	}
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
 	peer_quiet(50);
 
 	rvt_destroy_qp(qp);
