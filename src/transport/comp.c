@@ -599,10 +599,11 @@ void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, stru
 	}
 }
 
-/* A READ answer by reference: its PMTU pieces, in order, as packets with
- * data would come; after a piece that rewinds or fails the QP, or one
- * dropped that was not old (the next would be a gap), none. */
-static void comp_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+/* A READ response span (docs/shm.md "Spans") or answer by reference
+ * ("Single copy"): its PMTU pieces, in order, as packets from any link
+ * would come; after a piece that rewinds or fails the QP, or one dropped
+ * that was not old (the next would be a gap, and a second rewind), none. */
+static void comp_span(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	bool placed = false;
 
@@ -620,8 +621,8 @@ static void comp_ref(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 
 void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
-	if (unlikely(pkt->cma))
-		comp_ref(qp, pkt);
+	if (unlikely(pkt->span_more || pkt->cma))
+		comp_span(qp, pkt);
 	else
 		(void)comp_run(qp, pkt, NULL);
 }

@@ -45,10 +45,7 @@ static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const stru
 	if (!urvt_span_len_ok(pkt->opcode, pkt->paylen, n, pmtu))
 		return URVT_DROP_BAD_LENGTH;
 	if (urvt_comp_direct_begin(qp)) {
-		for (uint32_t j = 0; j < n; j++) {
-			urvt_span_piece(pkt, j, pmtu, &piece);
-			urvt_comp_direct_pkt(qp, &piece);
-		}
+		urvt_comp_direct_pkt(qp, pkt); /* cut there (comp.c comp_span) */
 		urvt_comp_direct_end(qp);
 		qp_count(qp, URVT_CTR_COMP_DIRECT, n);
 		return 0;
