@@ -656,7 +656,8 @@ static void inject(struct reader *r)
 	 * wherever they say) */
 	bool same_host = len >= 12 && bth_cma(b) && ((ctl >> 3) & 3) < 2;
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, b, len, &ip, same_host ? URVT_RX_SPANS : 0, same_host ? getpid() : 0);
+	urvt_recv_pkt(net, b, len, &ip, same_host ? URVT_RX_SPANS : 0, same_host ? getpid() : 0,
+		      NULL);
 	{
 		struct urvt_txq *q = urvt_txq_get();
 		if (q)

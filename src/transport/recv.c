@@ -12,6 +12,7 @@
 #include "wire/pcap.h"
 #include "wire/psn.h"
 
+/* Counted against qp if known (its reference stays the caller's). */
 static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 {
 	if (reason < 0)
@@ -20,8 +21,6 @@ static void drop(struct urvt_net *net, struct rvt_qp *qp, int reason)
 	URVT_DBG("drop %s (qp %u)", reason < URVT_DROP_NUM ? urvt_wire_drop_str(reason) :
 				     urvt_ctr_name[URVT_CTR_DROP_BASE + reason] + 5,
 		 qp ? qp->qpn : 0);
-	if (qp)
-		rvt_put_qp(qp);
 }
 
 /* The QP's opcode class: its opcode prefix (qp-semantics §4.4). */
@@ -138,9 +137,9 @@ static int cma_check(struct urvt_pkt *pkt, unsigned flags)
 									    : 0;
 }
 
-/* A packet for qp (referenced: the reference is ours to drop): the checks
- * of the QP, then the responder or the completer. cma_pid: the sending
- * process, if its memory may be read (link.h urvt_link_rx.cma_pid). */
+/* A packet for qp (referenced by the caller, who drops the reference): the
+ * checks of the QP, then the responder or the completer. cma_pid: the
+ * sending process, if its memory may be read (link.h urvt_link_rx.cma_pid). */
 static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt,
 		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip,
 		       unsigned flags, int cma_pid)
@@ -222,21 +221,18 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 					      memory_order_relaxed);
 		}
 		urvt_resp_rcv(qp, pkt, ip);
-		rvt_put_qp(qp);
 		return;
 	}
 	if (unlikely(pkt->cma)) {
 		ret = comp_enqueue_ref(net, qp, pkt, cma_pid);
 		if (ret)
 			goto drop_qp;
-		rvt_put_qp(qp);
 		return;
 	}
 	if (unlikely(pkt->span_more)) {
 		ret = comp_enqueue_span(net, qp, pkt);
 		if (ret)
 			goto drop_qp;
-		rvt_put_qp(qp);
 		return;
 	}
 	/* a response: a copy goes to the QP's completer (the receive slot is
@@ -254,7 +250,6 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	urvt_comp_enqueue(net, qp, b, &consumed);
 	if (!consumed)
 		urvt_pkt_free(net, b);
-	rvt_put_qp(qp);
 	return;
 drop_qp:
 	drop(net, qp, ret);
@@ -278,12 +273,21 @@ static int recv_mcast(struct urvt_net *net, struct urvt_pkt *pkt, const uint8_t 
 	for (unsigned i = 0; i < n; i++) {
 		struct urvt_pkt each = *pkt; /* the engines may write theirs */
 		recv_on_qp(net, qps[i], &each, data, len, ip, 0, 0);
+		rvt_put_qp(qps[i]);
 	}
 	return 0;
 }
 
+void urvt_recv_release(struct rvt_qp **held)
+{
+	if (held && *held) {
+		rvt_put_qp(*held);
+		*held = NULL;
+	}
+}
+
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid)
+		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
 	uint8_t hdr[URVT_HDR_MAX];
@@ -317,6 +321,13 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		ret = URVT_DROP_BAD_QPN;
 		goto drop_pkt;
 	}
+	/* the held QP's number cannot change while it is referenced (a
+	 * recycled structure is cleared only at refcount 0: core/qp.c) */
+	if (held && *held && (*held)->qpn == pkt->dest_qpn) {
+		recv_on_qp(net, *held, pkt, data, len, ip, flags, cma_pid);
+		return;
+	}
+	urvt_recv_release(held);
 	if (unlikely(pkt->dest_qpn == URVT_MULTICAST_QPN)) {
 		ret = recv_mcast(net, pkt, data, len, ip);
 		if (ret)
@@ -329,6 +340,10 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		goto drop_pkt;
 	}
 	recv_on_qp(net, qp, pkt, data, len, ip, flags, cma_pid);
+	if (held)
+		*held = qp;
+	else
+		rvt_put_qp(qp);
 	return;
 
 drop_pkt:

@@ -13,6 +13,7 @@ static int rx_link(struct urvt_net *net, unsigned k)
 	struct urvt_link_rx *rx = net->rx;
 	int got = urvt_link_recv(net->links[k], rx, URVT_RX_BATCH);
 	uint64_t pkts = 0, bytes = 0;
+	struct rvt_qp *held = NULL; /* recv.c: one lookup per run of one QP */
 
 	for (int i = 0; i < got; i++) {
 		const struct urvt_link_rx *r = &rx[i];
@@ -42,9 +43,10 @@ static int rx_link(struct urvt_net *net, unsigned k)
 					      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
 						      (r->shared ? URVT_RX_SHARED : 0) |
 						      (r->spans ? URVT_RX_SPANS : 0),
-					      r->cma_pid);
+					      r->cma_pid, &held);
 			}
 	}
+	urvt_recv_release(&held);
 	/* the device's counters once per batch, not three locked adds per
 	 * packet (the QP's, in recv_on_qp, stay per packet) */
 	if (pkts) {

@@ -414,6 +414,13 @@ void urvt_net_ud_qps(struct urvt_net *net, int delta);
  * of a GRO train). ip holds the addresses (ID unknown for IPv4; the
  * recovered one is stored); flags URVT_RX_*. Requests run here; responses
  * are copied to a pool buffer for the QP's completer.
+ *
+ * held (NULL: none): the receive batch's QP reference. The packet's QP is
+ * kept there for the next packet, whose lookup it spares when that one is
+ * for the same QP (a GRO train is one QP's packets, most often); another
+ * QPN releases it first, so one reference at most is held. The batch
+ * releases it at its end (urvt_recv_release): a reset or destroy of that
+ * QP waits for it (core/qp.c rvt_reset_qp), a batch at most.
  */
 enum {
 	URVT_RX_NO_ICRC = 1 << 0,         /* from a lossless link: it carries no ICRC */
@@ -421,7 +428,8 @@ enum {
 	URVT_RX_SPANS = 1 << 2,           /* a request may be a span (link.h urvt_link_rx.spans) */
 };
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid);
+		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held);
+void urvt_recv_release(struct rvt_qp **held);
 
 /* ---- req.c ---- */
 void urvt_req_run(struct rvt_qp *qp, struct urvt_txq *q);

@@ -752,7 +752,7 @@ static void peer_inject_as(struct urvt_pkt *f, const void *payload, uint32_t len
 	n = urvt_pkt_finish(buf, sizeof(buf), h + len, &ip);
 	assert_true(n > 0);
 	pthread_mutex_lock(&net->rx_lock);
-	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, flags, pid);
+	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, flags, pid, NULL);
 	{
 		/* what the engines queued on this thread leaves now, as at the
 		 * end of a receive batch */
