@@ -121,17 +121,25 @@ static inline __attribute__((always_inline)) T128 __m128i ld1(const uint8_t *p, 
 	return v;
 }
 
+/* Barrett reduction of CRC-32 (reflected, 33 bits each): x^64 div P and
+ * P itself (test_wire_icrc holds every implementation to the tables). */
+#define BARRETT_MU 0x1f7011641ull
+#define BARRETT_P 0x1db710641ull
+
 /* The low lane of r, a carry-less product of two reflected 32-bit words,
  * mod P. Bit p of the product is x^(62-p); one shift up and the high word
  * is the part of degree < 32, the low word the part above times x^-32,
- * which the tables reduce as a register followed by four zero bytes. */
+ * reduced as a register followed by four zero bytes by Barrett's two
+ * products: no table, whose lines a stream of packet data evicts. */
 static inline __attribute__((always_inline)) T128 uint32_t reduce_product(__m128i r)
 {
 	uint64_t v = (uint64_t)_mm_cvtsi128_si64(r) << 1;
-	uint32_t lo = (uint32_t)v;
+	__m128i lo = _mm_cvtsi32_si128((int)(uint32_t)v);
+	__m128i t = _mm_clmulepi64_si128(lo, _mm_cvtsi64_si128((long long)BARRETT_MU), 0x00);
 
-	return (uint32_t)(v >> 32) ^ tab[3][lo & 0xff] ^ tab[2][(lo >> 8) & 0xff] ^
-	       tab[1][(lo >> 16) & 0xff] ^ tab[0][lo >> 24];
+	t = _mm_and_si128(t, _mm_cvtsi32_si128(-1));
+	t = _mm_clmulepi64_si128(t, _mm_cvtsi64_si128((long long)BARRETT_P), 0x00);
+	return (uint32_t)(v >> 32) ^ (uint32_t)_mm_extract_epi32(t, 1);
 }
 
 /* finish_k = { x^128, x^64 } and { x^96, x^32 } mod P: the raw CRC of a

@@ -17,6 +17,11 @@
 #define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (roce-wire §9 step 1) */
 #define PREFIX_MAX (LRH_STANDIN + URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES + URVT_BTH_BYTES)
 
+/* x^(8n) mod P, n < 65536 (below, with its tables). */
+static uint32_t x8_pow(uint32_t n);
+/* x^32 mod P is P's terms below x^32: P itself in the reflected form */
+#define GF2_X32 0xedb88320u
+
 /*
  * buf holds 8 x FF + the masked IP and UDP headers (hlen bytes in all).
  * Append the masked BTH and run the CRC over it and the packet's next
@@ -148,16 +153,57 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 	return icrc_finish(buf, pre, bth, len);
 }
 
+/*
+ * A built packet's headers when they are the BTH alone (a SEND or WRITE
+ * middle packet: most of a stream), kept per thread for the last one:
+ * the next differs only in BTH bytes 8..11 (AckReq, PSN), the last four
+ * the CRC reads before the payload, and a change d of the last four input
+ * bytes changes the register by d x^32 mod P. One product then, instead
+ * of the masked prefix built and CRCed again (docs/wire.md).
+ */
+struct bth_only_memo {
+	uint64_t addrs, id_ports, bth_lo;  /* saddr daddr; ID, ports; BTH 0..7 */
+	size_t len;
+	bool df, used;
+	uint32_t w8;                       /* BTH bytes 8..11 of crc */
+	uint32_t crc;
+};
+static __thread struct bth_only_memo bth_memo __attribute__((tls_model("initial-exec")));
+
+static uint32_t le32_at(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
 			 size_t len)
 {
 	uint8_t buf[PREFIX_MAX];
-	size_t pre = urvt_ipinfo_is_v4(ip) ?
-			     put_v4_prefix(buf, urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid),
-					   ip->ip_id, ip->df, ip->sport, ip->dport, len) :
-			     put_v6_prefix(buf, ip->sgid, ip->dgid, ip->sport, ip->dport, len);
+	size_t n = hlen < len ? hlen : len;
+	bool v4 = urvt_ipinfo_is_v4(ip), memo = v4 && n == URVT_BTH_BYTES;
+	struct bth_only_memo *m = &bth_memo;
+	uint64_t addrs = 0, id_ports = 0, bth_lo = 0;
 
-	return icrc_finish(buf, pre, bth, hlen < len ? hlen : len);
+	if (memo) {
+		addrs = (uint64_t)urvt_gid_to_v4(ip->sgid) << 32 | urvt_gid_to_v4(ip->dgid);
+		id_ports = (uint64_t)ip->ip_id << 32 | (uint64_t)ip->sport << 16 | ip->dport;
+		/* byte 4 as the ICRC sees it (roce-wire §9 step 4) */
+		bth_lo = ((uint64_t)le32_at(bth + 4) << 32 | le32_at(bth)) | 0xffull << 32;
+		if (m->used && m->addrs == addrs && m->id_ports == id_ports && m->bth_lo == bth_lo &&
+		    m->len == len && m->df == ip->df)
+			return m->crc ^ urvt_gf2_mulmod(le32_at(bth + 8) ^ m->w8, GF2_X32);
+	}
+	size_t pre = v4 ? put_v4_prefix(buf, urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid),
+					ip->ip_id, ip->df, ip->sport, ip->dport, len) :
+			  put_v6_prefix(buf, ip->sgid, ip->dgid, ip->sport, ip->dport, len);
+	uint32_t crc = icrc_finish(buf, pre, bth, n);
+
+	if (memo) {
+		*m = (struct bth_only_memo){ .addrs = addrs, .id_ports = id_ports, .bth_lo = bth_lo,
+					     .len = len, .df = ip->df, .used = true,
+					     .w8 = le32_at(bth + 8), .crc = crc };
+	}
+	return crc;
 }
 
 uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
@@ -232,6 +278,22 @@ static void x8_init(void)
 		x8_hi[i] = urvt_gf2_mulmod(x8_hi[i - 1], big);
 }
 
+/* x^(8n) for the last n asked on this thread: a GSO run of one packet
+ * size asks the same n for each segment (urvt_icrc_v4_id_delta). */
+static __thread uint64_t x8_last __attribute__((tls_model("initial-exec")));
+
+static uint32_t x8_pow(uint32_t n)
+{
+	uint32_t v;
+
+	if (x8_last && (uint32_t)(x8_last >> 32) == n)
+		return (uint32_t)x8_last;
+	pthread_once(&x8_once, x8_init);
+	v = urvt_gf2_mulmod(x8_lo[n & 0xff], x8_hi[(n >> 8) & 0xff]);
+	x8_last = (uint64_t)n << 32 | v;
+	return v;
+}
+
 /*
  * The forward direction of the verifier below: the ID bytes sit in a window
  * followed by j = k + 4 bytes' worth of x^8 factors, so changing ID 0 to id
@@ -246,8 +308,7 @@ uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
 
 	if (!id)
 		return 0;
-	pthread_once(&x8_once, x8_init);
-	return urvt_gf2_mulmod(urvt_gf2_mulmod(w, x8_lo[j & 0xff]), x8_hi[(j >> 8) & 0xff]);
+	return urvt_gf2_mulmod(w, x8_pow(j));
 }
 
 /*

@@ -164,6 +164,49 @@ static void test_finish_in_two_steps(void **state)
 	assert_int_equal(urvt_pkt_finish_begin(a, h + 8, h, 5, &ip4, &crc), 0);
 }
 
+/* A stream of one template (urvt_icrc_start keeps the headers' CRC of the
+ * last BTH-only packet and adjusts it for AckReq and the PSN): each packet
+ * as urvt_pkt_finish builds it, whatever changes from one to the next (the
+ * PSN, AckReq, or one field of the key: an address, a port, the IP ID or
+ * DF, the opcode, the destination QP, the length, byte 4). */
+static void test_finish_stream_of_one_template(void **state)
+{
+	(void)state;
+	static uint8_t pay[1024], a[1200], b[1200];
+	uint64_t s = 11;
+	struct urvt_ipinfo ip;
+
+	for (size_t i = 0; i < sizeof(pay); i++)
+		pay[i] = (uint8_t)tl_rand(&s);
+	for (int i = 0; i < 3000; i++) {
+		uint64_t r = tl_rand(&s);
+		unsigned change = i % 50 == 49 ? (unsigned)(r % 9) : 9;
+		urvt_ipinfo_v4(&ip, inet_addr(change == 0 ? "10.0.0.9" : "10.0.0.1"),
+			       inet_addr(change == 1 ? "10.0.0.7" : "10.0.0.2"),
+			       change == 2 ? 0xc002 : 0xc001, change == 3 ? 4792 : 4791);
+		ip.ip_id = change == 4 ? 7 : 0;
+		ip.df = change != 5;
+		struct urvt_pkt f = { .opcode = change == 6 ? URVT_OP_RC_SEND_MIDDLE :
+							      URVT_OP_RC_RDMA_WRITE_MIDDLE,
+				      .pkey = 0xffff, .dest_qpn = change == 7 ? 0x13 : 0x12,
+				      .psn = (uint32_t)(r >> 8) & 0xffffff, .ackreq = (r >> 40) & 1,
+				      .paylen = change == 8 ? 512 : 1024 };
+		size_t h = urvt_pkt_build_hdr(a, sizeof(a), &f);
+		uint32_t crc;
+
+		assert_int_equal(h, 12);
+		if ((r >> 41) % 7 == 0)
+			a[4] |= 0x40; /* BECN: byte 4 is masked either way */
+		memcpy(b, a, h);
+		memcpy(a + h, pay, f.paylen);
+		size_t ta = urvt_pkt_finish(a, sizeof(a), h + f.paylen, &ip);
+		assert_int_equal(urvt_pkt_finish_begin(b, sizeof(b), h, f.paylen, &ip, &crc), ta);
+		crc = urvt_crc32_copy(crc, b + h, pay, f.paylen);
+		urvt_pkt_finish_end(b, h + f.paylen, crc);
+		assert_memory_equal(a, b, ta);
+	}
+}
+
 static uint32_t xpow8(uint32_t nbytes)
 {
 	uint32_t x8 = ONE, r = ONE;
@@ -366,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_crc32_impls_agree),
 		cmocka_unit_test(test_gf2_impls_agree),
 		cmocka_unit_test(test_finish_in_two_steps),
+		cmocka_unit_test(test_finish_stream_of_one_template),
 		cmocka_unit_test(test_gf2),
 		cmocka_unit_test(test_unknown_id_all_lengths),
 		cmocka_unit_test(test_unknown_id_every_id),
