@@ -14,7 +14,7 @@
  *       PAYLOAD-byte segments (UDP_SEGMENT) and the receiver takes them
  *       back coalesced (UDP_GRO): the per-packet kernel cost urvt could save.
  *   machine_limits udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME]
- *                  [--ns-rx NAME] [--dst ADDR]
+ *                  [--ns-rx NAME] [--dst ADDR] [--segs N[,N...]]
  *       the floor of a RoCEv2 stream over UDP (issue 34, the two-namespace
  *       rows): a sender process (CPU 1) hands the kernel GSO super-datagrams
  *       (UDP_SEGMENT) of PAYLOAD-byte segments, a receiver process (CPU 0)
@@ -26,6 +26,11 @@
  *       Each segment is a RoCE packet: 12 B BTH + data + 4 B ICRC, so
  *       PAYLOAD = 1040 is an RC WRITE middle packet at RoCE MTU 1024.
  *       Without copy/crc the segments are sent as they are (the kernel alone).
+ *       --segs: segments per send, these counts in turn, instead of as many
+ *       as one send holds (62 of 1040 B): "62,2" is the pattern of an RC
+ *       WRITE of 64 KiB at RoCE MTU 1024 (its first packet, 16 B longer
+ *       with the RETH, cannot share a send with the middle ones: only a
+ *       send's last segment may differ).
  *       crc: the sender builds every segment as a RoCE sender builds a packet
  *       from an MR: the BTH, then one fused copy + CRC pass (urvt_crc32_copy)
  *       of the data out of a 1 MiB source buffer, the CRC stored as the ICRC;
@@ -365,24 +370,37 @@ static uint8_t *mr_alloc(void)
 	return mr;
 }
 
+/* Segments of one GSO send: as many as fit (a stream of one message), or
+ * the counts of --segs in turn (the pattern of one kind of message). */
+#define SEGS_MAX 8
+struct stream_segs {
+	size_t n, count[SEGS_MAX];
+};
+
+static size_t stream_fit(size_t payload)
+{
+	size_t fit = 65000 / payload;
+
+	return fit > 64 ? 64 : fit; /* UDP_MAX_SEGMENTS of older kernels */
+}
+
 /* Sender of udp-stream: GSO super-datagrams of nseg segments; each segment
  * built from the source MR first (copy, crc). Runs until killed. */
 static void stream_sender(int fd, const struct sockaddr_in *dst, size_t payload,
-			  enum stream_work work)
+			  enum stream_work work, const struct stream_segs *segs)
 {
 	static uint8_t buf[65536];
-	size_t nseg = 65000 / payload, len, data = payload - ROCE_BTH - ROCE_ICRC, off = 0;
+	size_t nseg, len, data = payload - ROCE_BTH - ROCE_ICRC, off = 0;
 	uint8_t *mr = mr_alloc();
 	int seg = (int)payload;
 	uint32_t psn = 0;
 
-	if (nseg > 64)
-		nseg = 64; /* UDP_MAX_SEGMENTS of older kernels */
-	len = nseg * payload;
 	memset(buf, 0x5a, sizeof(buf));
 	if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)))
 		die("setsockopt UDP_SEGMENT");
-	for (;;) {
+	for (size_t k = 0;; k = segs->n ? (k + 1) % segs->n : 0) {
+		nseg = segs->n ? segs->count[k] : stream_fit(payload);
+		len = nseg * payload;
 		for (size_t s = 0; work != WORK_NONE && s < nseg; s++) {
 			uint8_t *p = buf + s * payload;
 
@@ -421,7 +439,7 @@ static void stream_sender(int fd, const struct sockaddr_in *dst, size_t payload,
 }
 
 static int do_udp_stream(size_t payload, double secs, enum stream_work work, const char *ns_tx,
-			 const char *ns_rx, const char *dst)
+			 const char *ns_rx, const char *dst, const struct stream_segs *segs)
 {
 	struct sockaddr_in rsin, ssin;
 	int rfd;
@@ -439,7 +457,7 @@ static int do_udp_stream(size_t payload, double secs, enum stream_work work, con
 		enter_netns(ns_tx);
 		int sfd = udp_socket(ns_tx ? "0.0.0.0" : SND_ADDR, &ssin);
 		pin(1);
-		stream_sender(sfd, &rsin, payload, work);
+		stream_sender(sfd, &rsin, payload, work, segs);
 		_exit(0);
 	}
 	pin(0);
@@ -755,6 +773,8 @@ int main(int argc, char **argv)
 	if (argc >= 4 && !strcmp(argv[1], "udp-stream")) {
 		const char *ns_tx = NULL, *ns_rx = NULL, *dst = NULL;
 		enum stream_work work = WORK_NONE;
+		struct stream_segs segs = { 0 };
+		size_t payload = strtoul(argv[2], NULL, 0);
 
 		for (int i = 4; i < argc; i++) {
 			if (!strcmp(argv[i], "crc"))
@@ -767,11 +787,19 @@ int main(int argc, char **argv)
 				ns_rx = argv[++i];
 			else if (i + 1 < argc && !strcmp(argv[i], "--dst"))
 				dst = argv[++i];
-			else
+			else if (i + 1 < argc && !strcmp(argv[i], "--segs")) {
+				/* N[,N...]: each from 1 to what one send holds */
+				for (char *t = strtok(argv[++i], ","); t; t = strtok(NULL, ",")) {
+					size_t c = strtoul(t, NULL, 0);
+					if (segs.n == SEGS_MAX || !payload || c < 1 ||
+					    c > stream_fit(payload))
+						goto usage;
+					segs.count[segs.n++] = c;
+				}
+			} else
 				goto usage;
 		}
-		return do_udp_stream(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL), work, ns_tx,
-				     ns_rx, dst);
+		return do_udp_stream(payload, strtod(argv[3], NULL), work, ns_tx, ns_rx, dst, &segs);
 	}
 	if (argc >= 4 && !strcmp(argv[1], "udp-rtt"))
 		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
@@ -782,6 +810,6 @@ int main(int argc, char **argv)
 usage:
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
 			" | udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME] [--ns-rx NAME]"
-			" [--dst ADDR] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
+			" [--dst ADDR] [--segs N[,N...]] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
 	return 2;
 }
