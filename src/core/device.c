@@ -158,14 +158,8 @@ static void init_attrs(struct rvt_dev_info *rdi)
 	p->max_msg_sz = URVT_MAX_MSG_SZ;
 	p->pkey_tbl_len = URVT_PKEY_TABLE_LEN;
 	p->max_vl_num = 1;
-	/* 12X FDR, 168.75 Gb/s: about what urvt moves between two processes
-	 * (docs/performance.md "MPI on one host"). Middleware sizes its
-	 * protocols by it: with 4X EDR (100 Gb/s, until 2026-12-06) UCX kept
-	 * 64 KiB messages eager (Open MPI 4.6 GB/s), with 4X HDR it went to
-	 * rendezvous already at 16 KiB (slower there), with this between 32 and
-	 * 64 KiB (64 KiB 9.1, 16 KiB as before) */
-	p->active_width = 8;  /* 12X */
-	p->active_speed = 16; /* FDR */
+	p->active_width = 2;  /* 4X */
+	p->active_speed = 32; /* EDR: what the port says; urvt is as fast as the CPU */
 	p->phys_state = 5;    /* LinkUp */
 	p->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
