@@ -170,11 +170,6 @@ struct bth_only_memo {
 };
 static __thread struct bth_only_memo bth_memo __attribute__((tls_model("initial-exec")));
 
-static uint32_t le32_at(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
 			 size_t len)
 {
@@ -188,10 +183,10 @@ uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_
 		addrs = (uint64_t)urvt_gid_to_v4(ip->sgid) << 32 | urvt_gid_to_v4(ip->dgid);
 		id_ports = (uint64_t)ip->ip_id << 32 | (uint64_t)ip->sport << 16 | ip->dport;
 		/* byte 4 as the ICRC sees it (roce-wire §9 step 4) */
-		bth_lo = ((uint64_t)le32_at(bth + 4) << 32 | le32_at(bth)) | 0xffull << 32;
+		bth_lo = ((uint64_t)urvt_icrc_get(bth + 4) << 32 | urvt_icrc_get(bth)) | 0xffull << 32;
 		if (m->used && m->addrs == addrs && m->id_ports == id_ports && m->bth_lo == bth_lo &&
 		    m->len == len && m->df == ip->df)
-			return m->crc ^ urvt_gf2_mulmod(le32_at(bth + 8) ^ m->w8, GF2_X32);
+			return m->crc ^ urvt_gf2_mulmod(urvt_icrc_get(bth + 8) ^ m->w8, GF2_X32);
 	}
 	size_t pre = v4 ? put_v4_prefix(buf, urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid),
 					ip->ip_id, ip->df, ip->sport, ip->dport, len) :
@@ -201,7 +196,7 @@ uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_
 	if (memo) {
 		*m = (struct bth_only_memo){ .addrs = addrs, .id_ports = id_ports, .bth_lo = bth_lo,
 					     .len = len, .df = ip->df, .used = true,
-					     .w8 = le32_at(bth + 8), .crc = crc };
+					     .w8 = urvt_icrc_get(bth + 8), .crc = crc };
 	}
 	return crc;
 }
