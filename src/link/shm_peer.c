@@ -125,6 +125,7 @@ bool shm_peer_map_dirs(struct shm_peer *p)
 	p->tx_win_n = 0;
 	WRITE_ONCE(p->rx_tail, atomic_load_explicit(&p->rx_ctrl->tail, memory_order_relaxed));
 	p->rx_released = p->rx_tail;
+	p->rx_empty_looks = 0;
 	return head == tail && head % SHM_REC_ALIGN == 0 && p->rx_tail % SHM_REC_ALIGN == 0;
 }
 

@@ -87,9 +87,9 @@ struct shm_peer {
 	uint32_t tx_head;
 	uint32_t tx_tail_seen;            /* the tail at our last look: at most the
 					     real one, so room by it is room */
-	uint32_t tx_clear;                /* slots in [tx_head, tx_clear) have their
-					     mark cleared since the consumer freed
-					     them (tx_mark) */
+	uint32_t tx_clear;                /* slots in [tx_head, tx_clear) do not read
+					     as their mark: cleared or checked since
+					     the consumer freed them (tx_mark) */
 	uint32_t tx_rewind_look;          /* no rewind look before this head */
 	uint32_t tx_win;                  /* records end within this much of the ring ... */
 	uint32_t tx_win_n;                /* ... chosen for this many regions */
@@ -102,6 +102,7 @@ struct shm_peer {
 					     are in the caller's hands until the
 					     next recv_batch */
 	bool rx_caught_up;                /* the last look found no record */
+	uint32_t rx_empty_looks;          /* looks that found none (rx_peer: head) */
 };
 
 struct urvt_shm {
