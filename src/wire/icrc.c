@@ -213,80 +213,77 @@ uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
 /* x^-1 = (P + 1) / x: the reflected P shifted up one degree, x^31 term set */
 #define GF2_XINV ((CRC32_POLY_REFL << 1) | 1u)
 
-/* x^(-8i) and x^(-2048i), i < 256: any x^(-8n), n < 65536, in two products. */
-static uint32_t xinv8_lo[256], xinv8_hi[256];
-static pthread_once_t xinv8_once = PTHREAD_ONCE_INIT;
+/*
+ * Powers x^(8n) or x^(-8n), n < 65536, in two products: a table of s^i and
+ * one of s^(256i), i < 256, for the step s = x^8 or x^-8. A stream of one
+ * packet size asks the same n for each packet: each thread keeps the last
+ * n it asked of a table and its power (a memo), which it then has without
+ * a product.
+ */
+struct gf2_pow8 {
+	uint32_t lo[256], hi[256];
+};
 
-static void xinv8_init(void)
+static void gf2_pow8_init(struct gf2_pow8 *t, uint32_t step)
 {
-	uint32_t step = GF2_ONE;
+	t->lo[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		t->lo[i] = urvt_gf2_mulmod(t->lo[i - 1], step);
+	uint32_t big = urvt_gf2_mulmod(t->lo[255], step); /* s^256 */
+	t->hi[0] = GF2_ONE;
+	for (int i = 1; i < 256; i++)
+		t->hi[i] = urvt_gf2_mulmod(t->hi[i - 1], big);
+}
+
+static uint32_t gf2_pow8_get(const struct gf2_pow8 *t, uint32_t n)
+{
+	return urvt_gf2_mulmod(t->lo[n & 0xff], t->hi[(n >> 8) & 0xff]);
+}
+
+static struct gf2_pow8 xinv8, x8;
+static pthread_once_t pow8_once = PTHREAD_ONCE_INIT;
+static __thread uint64_t xinv8_last __attribute__((tls_model("initial-exec")));
+static __thread uint64_t x8_last __attribute__((tls_model("initial-exec")));
+
+static void pow8_init(void)
+{
+	uint32_t xinv = GF2_ONE;
 
 	for (int i = 0; i < 8; i++)
-		step = urvt_gf2_mulmod(step, GF2_XINV);
-	xinv8_lo[0] = GF2_ONE;
-	for (int i = 1; i < 256; i++)
-		xinv8_lo[i] = urvt_gf2_mulmod(xinv8_lo[i - 1], step);
-	uint32_t big = urvt_gf2_mulmod(xinv8_lo[255], step); /* x^(-8*256) */
-	xinv8_hi[0] = GF2_ONE;
-	for (int i = 1; i < 256; i++)
-		xinv8_hi[i] = urvt_gf2_mulmod(xinv8_hi[i - 1], big);
+		xinv = urvt_gf2_mulmod(xinv, GF2_XINV);
+	gf2_pow8_init(&xinv8, xinv);
+	gf2_pow8_init(&x8, GF2_ONE >> 8); /* x^8 in the reflected representation */
+}
+
+/* The memo: last is n << 32 | its power, 0 for none yet. */
+static uint32_t gf2_pow8_memo(uint64_t *last, const struct gf2_pow8 *t, uint32_t n)
+{
+	uint32_t v;
+
+	if (*last && (uint32_t)(*last >> 32) == n)
+		return (uint32_t)*last;
+	pthread_once(&pow8_once, pow8_init);
+	v = gf2_pow8_get(t, n);
+	*last = (uint64_t)n << 32 | v;
+	return v;
 }
 
 uint32_t urvt_gf2_xinv8(uint32_t nbytes)
 {
-	pthread_once(&xinv8_once, xinv8_init);
-	return urvt_gf2_mulmod(xinv8_lo[nbytes & 0xff], xinv8_hi[(nbytes >> 8) & 0xff]);
+	pthread_once(&pow8_once, pow8_init);
+	return gf2_pow8_get(&xinv8, nbytes);
 }
 
-/* x^(-8j) for the last j asked, j < 65536, kept as j << 32 | value (0:
- * none yet): a stream of one packet size (PMTU segments) asks the same j
- * each time and pays one product instead of three. Any thread may replace
- * it; a word read whole is always a matching pair. */
-static _Atomic uint64_t xinv8_last;
-
+/* x^(-8j) for the verifier (a received packet's ID) */
 static uint32_t xinv8_cached(uint32_t j)
 {
-	uint64_t e = atomic_load_explicit(&xinv8_last, memory_order_relaxed);
-	uint32_t v;
-
-	if (e && (uint32_t)(e >> 32) == j)
-		return (uint32_t)e;
-	v = urvt_gf2_xinv8(j);
-	atomic_store_explicit(&xinv8_last, (uint64_t)j << 32 | v, memory_order_relaxed);
-	return v;
+	return gf2_pow8_memo(&xinv8_last, &xinv8, j);
 }
 
-/* x^(8i) and x^(2048i), i < 256: any x^(8n), n < 65536, in two products. */
-static uint32_t x8_lo[256], x8_hi[256];
-static pthread_once_t x8_once = PTHREAD_ONCE_INIT;
-
-static void x8_init(void)
-{
-	uint32_t step = GF2_ONE >> 8; /* x^8 in the reflected representation */
-
-	x8_lo[0] = GF2_ONE;
-	for (int i = 1; i < 256; i++)
-		x8_lo[i] = urvt_gf2_mulmod(x8_lo[i - 1], step);
-	uint32_t big = urvt_gf2_mulmod(x8_lo[255], step); /* x^(8*256) */
-	x8_hi[0] = GF2_ONE;
-	for (int i = 1; i < 256; i++)
-		x8_hi[i] = urvt_gf2_mulmod(x8_hi[i - 1], big);
-}
-
-/* x^(8n) for the last n asked on this thread: a GSO run of one packet
- * size asks the same n for each segment (urvt_icrc_v4_id_delta). */
-static __thread uint64_t x8_last __attribute__((tls_model("initial-exec")));
-
+/* x^(8n) for the sender's GSO ID patch (urvt_icrc_v4_id_delta) */
 static uint32_t x8_pow(uint32_t n)
 {
-	uint32_t v;
-
-	if (x8_last && (uint32_t)(x8_last >> 32) == n)
-		return (uint32_t)x8_last;
-	pthread_once(&x8_once, x8_init);
-	v = urvt_gf2_mulmod(x8_lo[n & 0xff], x8_hi[(n >> 8) & 0xff]);
-	x8_last = (uint64_t)n << 32 | v;
-	return v;
+	return gf2_pow8_memo(&x8_last, &x8, n);
 }
 
 /*
