@@ -867,7 +867,6 @@ static bool rx_pending(struct shm_peer *p, bool heads)
  * its miss, which depends on this record's length, would otherwise delay
  * a ping-pong's every message; the next call reads on. */
 #define SHM_RX_BATCH_BYTES (256u << 10)
-#define SHM_HEAD_LOOKS 64
 static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link_rx *rx,
 			unsigned max)
 {

@@ -44,6 +44,11 @@
 #define SHM_REWIND_MAX_PKT 256
 #define SHM_REWIND_EVERY (64u << 10)
 
+/* The consumer looks at head at the first empty look after connecting and
+ * at every SHM_HEAD_LOOKS-th after (shm.c rx_peer): not protocol, here for
+ * the tests. */
+#define SHM_HEAD_LOOKS 64
+
 /* The producer's window (shm.c tx_win_for): it wraps at or before win
  * bytes into the ring, so that a device with many peers touches few pages
  * of each ring (docs/shm.md "Memory"). Not protocol either: the consumer

@@ -1050,6 +1050,41 @@ static void prep_rx_tail_unaligned(struct shm_region *r, int *bell)
 	atomic_store(&r->ctrl[0].head, 13);
 }
 
+/* A head that turns impossible after the connection's first empty look
+ * (the consumer then reads head only every SHM_HEAD_LOOKS empty looks) is
+ * still caught, within that many looks, and nothing is delivered. */
+static void test_hostile_head_later(void **state)
+{
+	struct urvt_link *v = open_shm("127.0.96.26");
+	struct in6_addr from = gid_of("127.0.96.27");
+	struct fake f = fake_connect(v, &from, sizeof(struct shm_region), true, SHM_VERSION);
+	struct shm_rec *rec = (struct shm_rec *)f.r->ring[0];
+	struct urvt_link_rx rx[32];
+	struct urvt_shm_stats st;
+	unsigned looks = 0;
+
+	(void)state;
+	rec->len = 40;
+	memset(rec->data, 0x5a, 40);
+	atomic_store(&rec->mark, shm_rec_mark(0));
+	atomic_store(&f.r->ctrl[0].head, shm_rec_bytes(40));
+	assert_int_equal(urvt_link_recv(v, rx, 32), 1);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(urvt_link_recv(v, rx, 32), 0);
+	/* more than a ring ahead of the tail */
+	atomic_store(&f.r->ctrl[0].head, shm_rec_bytes(40) + SHM_RING_BYTES + SHM_REC_ALIGN);
+	do {
+		assert_int_equal(urvt_link_recv(v, rx, 32), 0);
+		urvt_shm_get_stats(v, &st);
+		looks++;
+	} while (st.peers_dead == 0 && looks <= 2 * SHM_HEAD_LOOKS);
+	if (st.peers_dead != 1 || looks > SHM_HEAD_LOOKS)
+		fail_msg("broken head caught after %u looks (dead %u)", looks, st.peers_dead);
+	assert_int_equal(st.peers_up, 0);
+	fake_close(&f, sizeof(struct shm_region));
+	urvt_link_close(v);
+}
+
 static void test_hostile_indices(void **state)
 {
 	static void (*const prep[])(struct shm_region *, int *) = {
@@ -1391,6 +1426,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_hello),
 		cmocka_unit_test(test_hostile_ring),
 		cmocka_unit_test(test_hostile_indices),
+		cmocka_unit_test(test_hostile_head_later),
 		cmocka_unit_test(test_hostile_doorbell),
 		cmocka_unit_test(test_other_uid_refused),
 		cmocka_unit_test(test_teardown_leaks_nothing),
