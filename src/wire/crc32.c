@@ -37,7 +37,6 @@
 #define CRC_X86 0
 #endif
 
-#define POLY 0xedb88320u /* P without x^32, reflected */
 #define ONE 0x80000000u  /* x^0 */
 
 enum crc_impl { IMPL_TABLE, IMPL_PCLMUL, IMPL_VPCLMUL, IMPL_NONE };
@@ -55,7 +54,7 @@ static uint32_t mulmod_bits(uint32_t a, uint32_t b)
 	/* walk a from x^0 upward while b runs through b * x^i */
 	for (uint32_t bit = ONE; bit; bit >>= 1) {
 		prod ^= b & (0u - ((a & bit) != 0));
-		b = (b >> 1) ^ (POLY & (0u - (b & 1u)));
+		b = (b >> 1) ^ (URVT_CRC32_POLY_REFL & (0u - (b & 1u)));
 	}
 	return prod;
 }
@@ -291,7 +290,7 @@ static void crc_init(void)
 	for (uint32_t i = 0; i < 256; i++) {
 		uint32_t r = i;
 		for (int b = 0; b < 8; b++)
-			r = (r >> 1) ^ (POLY & (0u - (r & 1u)));
+			r = (r >> 1) ^ (URVT_CRC32_POLY_REFL & (0u - (r & 1u)));
 		tab[0][i] = r;
 	}
 	for (int k = 1; k < 8; k++)

@@ -17,6 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* CRC-32's polynomial P without its x^32 term, reflected (bit 31 = x^0) */
+#define URVT_CRC32_POLY_REFL 0xedb88320u
+
 uint32_t urvt_crc32(uint32_t crc, const void *buf, size_t len);
 
 /* Copy len bytes from src to dst (not overlapping) and return the CRC of

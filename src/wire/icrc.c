@@ -17,10 +17,12 @@
 #define LRH_STANDIN 8 /* the 8 bytes of 0xFF for the masked LRH (roce-wire §9 step 1) */
 #define PREFIX_MAX (LRH_STANDIN + URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES + URVT_BTH_BYTES)
 
-/* x^(8n) mod P, n < 65536 (below, with its tables). */
-static uint32_t x8_pow(uint32_t n);
+/* GF(2)[x] mod P, reflected representation (bit 31 = x^0) */
+#define GF2_ONE 0x80000000u /* x^0 */
 /* x^32 mod P is P's terms below x^32: P itself in the reflected form */
-#define GF2_X32 0xedb88320u
+#define GF2_X32 URVT_CRC32_POLY_REFL
+/* x^-1 = (P + 1) / x: the reflected P shifted up one degree, x^31 term set */
+#define GF2_XINV ((URVT_CRC32_POLY_REFL << 1) | 1u)
 
 /*
  * buf holds 8 x FF + the masked IP and UDP headers (hlen bytes in all).
@@ -206,12 +208,7 @@ uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
 	return urvt_icrc_start(ip, bth, len, len);
 }
 
-/* ---- GF(2)[x] mod P, reflected representation (bit 31 = x^0) ---- */
-
-#define CRC32_POLY_REFL 0xedb88320u /* P without x^32, reflected */
-#define GF2_ONE 0x80000000u	     /* x^0 */
-/* x^-1 = (P + 1) / x: the reflected P shifted up one degree, x^31 term set */
-#define GF2_XINV ((CRC32_POLY_REFL << 1) | 1u)
+/* ---- GF(2)[x] mod P ---- */
 
 /*
  * Powers x^(8n) or x^(-8n), n < 65536, in two products: a table of s^i and

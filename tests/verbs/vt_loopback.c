@@ -203,13 +203,19 @@ static void expect_wc(struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_opcode op, 
 		     (unsigned long long)wr_id, op, len);
 }
 
+/* wc holds one send-side and one receive-side completion, in either order. */
+static void pair_sort(struct ibv_wc wc[2], struct ibv_wc **s, struct ibv_wc **r)
+{
+	*s = (wc[0].opcode & IBV_WC_RECV) ? &wc[1] : &wc[0];
+	*r = (wc[0].opcode & IBV_WC_RECV) ? &wc[0] : &wc[1];
+}
+
 /* Two completions in either order: one send-side, one receive-side. */
 static int pair(struct ibv_wc wc[2], struct ibv_wc **s, struct ibv_wc **r)
 {
 	if (poll_n(wc, 2) != 2)
 		return -1;
-	*s = (wc[0].opcode & IBV_WC_RECV) ? &wc[1] : &wc[0];
-	*r = (wc[0].opcode & IBV_WC_RECV) ? &wc[0] : &wc[1];
+	pair_sort(wc, s, r);
 	return 0;
 }
 
@@ -225,20 +231,16 @@ static int send_unreliable(struct ibv_qp *a, enum ibv_wr_opcode op, uint8_t *src
 			   struct ibv_wc wc[2], struct ibv_wc **s, struct ibv_wc **r)
 {
 	for (int t = 0; t < 3; t++) {
-		struct ibv_wc w[2];
 		int n;
 
 		if (post_send_sg(a, op, src, len, nsge, 0, 0, imm, ah, rqpn))
 			return -1;
-		n = poll_n(w, 2);
-		for (int i = 0; i < n; i++)
-			wc[(w[i].opcode & IBV_WC_RECV) ? 1 : 0] = w[i];
+		n = poll_n(wc, 2);
 		if (n == 2) {
-			*s = &wc[0];
-			*r = &wc[1];
+			pair_sort(wc, s, r);
 			return 0;
 		}
-		if (n == 1 && (w[0].opcode & IBV_WC_RECV))
+		if (n == 1 && (wc[0].opcode & IBV_WC_RECV))
 			return -1; /* a receive without its send's completion */
 		printf("note: %s datagram lost, sent again\n", ah ? "UD" : "UC");
 	}
