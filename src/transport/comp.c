@@ -93,26 +93,44 @@ static void timer_push(struct rvt_qp *qp, uint64_t now)
 		timer_set(qp, deadline);
 }
 
-/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base. */
-static void progress(struct rvt_qp *qp)
-{
-	uint64_t now = urvt_now_ns();
+struct comp_ctx {
+	struct rvt_qp *qp;
+	const struct urvt_pkt *pkt;
+	struct rvt_swqe *wqe;
+	int drop_reason;                  /* COMPST_DROP: URVT_TDROP_* */
+	enum ibv_wc_status status;        /* COMPST_ERROR */
+	bool *placed;                     /* a piece of an answer by reference:
+					     the answer's bytes are read (comp_read_ref) */
+	uint64_t *now;                    /* the clock at the first progress of
+					     this packet or span (0: not read) */
+};
 
+/* Forward progress (rc-protocol §4): reload the retry counters, restart the timer base.
+ * The clock is read once per packet or span, whose pieces follow each other at
+ * once: a read per piece cost Open MPI's 64 KiB run 4 % of both CPUs
+ * (docs/performance.md "MPI on one host"). */
+static void progress(struct comp_ctx *c)
+{
+	struct rvt_qp *qp = c->qp;
+
+	if (!*c->now)
+		*c->now = urvt_now_ns();
 	qp->s_retry = qp->retry_cnt;
 	qp->s_rnr_retry = qp->rnr_retry;
-	qp_tp(qp)->progress_ns = now;
+	qp_tp(qp)->progress_ns = *c->now;
 	qp_tp(qp)->probe_sent = false;
-	timer_push(qp, now);
+	timer_push(qp, *c->now);
 }
 
-static void advance_comp_psn(struct rvt_qp *qp, uint32_t psn)
+static void advance_comp_psn(struct comp_ctx *c, uint32_t psn)
 {
+	struct rvt_qp *qp = c->qp;
 	struct urvt_tp_qp *tp = qp_tp(qp);
 	int32_t n = urvt_psn_diff(psn, tp->comp_psn);
 
 	if (n > 0) {
 		tp->comp_psn = psn;
-		progress(qp);
+		progress(c);
 		/* READ/atomic requests answered in full free their responder
 		 * resource (req.c rd_end) */
 		while (tp->rd_n && urvt_psn_cmp(tp->rd_end[tp->rd_head], psn) <= 0) {
@@ -273,13 +291,15 @@ static const enum ibv_wc_status nak_status[32] = {
 	[URVT_NAK_INVALID_RD_REQUEST] = IBV_WC_REM_OP_ERR,
 };
 
-static void comp_rnr(struct rvt_qp *qp, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
+static void comp_rnr(struct comp_ctx *c, struct rvt_swqe *wqe, const struct urvt_pkt *pkt)
 {
+	struct rvt_qp *qp = c->qp;
+
 	qp_count(qp, URVT_CTR_RNR_NAKS_RCVD, 1);
 	if (qp->s_flags & RVT_S_WAIT_RNR)
 		return;
 	/* everything before the NAK'd PSN is acknowledged */
-	advance_comp_psn(qp, pkt->psn);
+	advance_comp_psn(c, pkt->psn);
 	/* the RNR timer's resend goes on from here: no wait for an answer
 	 * to a resend after a PSN-sequence NAK (req.c) */
 	qp_tp(qp)->nak_one = qp_tp(qp)->nak_wait = false;
@@ -324,16 +344,6 @@ static const char *const comp_state_name[] = {
 	[COMPST_DROP] = "DROP",               [COMPST_DONE] = "DONE",
 };
 
-struct comp_ctx {
-	struct rvt_qp *qp;
-	const struct urvt_pkt *pkt;
-	struct rvt_swqe *wqe;
-	int drop_reason;                  /* COMPST_DROP: URVT_TDROP_* */
-	enum ibv_wc_status status;        /* COMPST_ERROR */
-	bool *placed;                     /* a piece of an answer by reference:
-					     the answer's bytes are read (comp_read_ref) */
-};
-
 static enum comp_state comp_drop_as(struct comp_ctx *c, int reason)
 {
 	c->drop_reason = reason;
@@ -367,7 +377,7 @@ static enum comp_state comp_get_wqe(struct comp_ctx *c)
 		if (rvt_swqe_rd_atomic(c->wqe))
 			return COMPST_ERROR_RETRY;
 		/* rc-protocol §4.1: this SEND/WRITE is done */
-		advance_comp_psn(qp, urvt_psn_next(c->wqe->lpsn));
+		advance_comp_psn(c, urvt_psn_next(c->wqe->lpsn));
 		if (!urvt_retire(qp, c->wqe, IBV_WC_SUCCESS))
 			return COMPST_DONE; /* a reset landed */
 	}
@@ -445,7 +455,7 @@ static enum comp_state comp_read(struct comp_ctx *c)
 	if (!r)
 		return comp_drop_as(c, URVT_TDROP_BAD_RESP);
 	qp_tp(qp)->comp_opcode = op;
-	advance_comp_psn(qp, urvt_psn_next(c->pkt->psn));
+	advance_comp_psn(c, urvt_psn_next(c->pkt->psn));
 	if (op == URVT_OP_RC_RDMA_READ_RESPONSE_LAST || op == URVT_OP_RC_RDMA_READ_RESPONSE_ONLY) {
 		/* the end of one request; the WQE is done with its last PSN */
 		qp_tp(qp)->comp_opcode = 0;
@@ -466,7 +476,7 @@ static enum comp_state comp_atomic(struct comp_ctx *c)
 		else
 			memcpy(c->wqe->sg_list[0].vaddr, &orig, sizeof(orig));
 	}
-	advance_comp_psn(c->qp, urvt_psn_next(c->pkt->psn));
+	advance_comp_psn(c, urvt_psn_next(c->pkt->psn));
 	urvt_retire(c->qp, c->wqe, IBV_WC_SUCCESS);
 	return COMPST_DONE;
 }
@@ -482,12 +492,12 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 		qp_count(qp, URVT_CTR_ACKS_RCVD, 1);
 		if (rvt_swqe_rd_atomic(c->wqe))
 			return COMPST_DONE; /* an ACK cannot complete a READ/atomic */
-		advance_comp_psn(qp, urvt_psn_next(pkt->psn));
+		advance_comp_psn(c, urvt_psn_next(pkt->psn));
 		if (pkt->psn == c->wqe->lpsn)
 			urvt_retire(qp, c->wqe, IBV_WC_SUCCESS);
 		return COMPST_DONE;
 	case URVT_AETH_RNR_NAK:
-		comp_rnr(qp, c->wqe, pkt);
+		comp_rnr(c, c->wqe, pkt);
 		return COMPST_DONE;
 	case URVT_AETH_NAK:
 		code = urvt_aeth_syn_value(pkt->aeth.syn);
@@ -498,7 +508,7 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 			 * expects the next piece while responses of the earlier
 			 * ones may be lost; comp_psn stays until they are in */
 			if (!rvt_swqe_rd_atomic(c->wqe))
-				advance_comp_psn(qp, pkt->psn);
+				advance_comp_psn(c, pkt->psn);
 			if (qp->s_flags & RVT_S_WAIT_RNR)
 				return COMPST_DONE;
 			URVT_DBG("qp %u: NAK psn-seq %#x", qp->qpn, pkt->psn);
@@ -513,9 +523,10 @@ static enum comp_state comp_syndrome(struct comp_ctx *c)
 	}
 }
 
-static enum comp_state comp_run(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *placed)
+static enum comp_state comp_run(struct rvt_qp *qp, const struct urvt_pkt *pkt, bool *placed,
+				 uint64_t *now)
 {
-	struct comp_ctx c = { .qp = qp, .pkt = pkt, .placed = placed };
+	struct comp_ctx c = { .qp = qp, .pkt = pkt, .placed = placed, .now = now };
 	enum comp_state st = COMPST_GET_WQE;
 
 	/* a response for a PSN never sent */
@@ -606,13 +617,14 @@ void urvt_span_piece(const struct urvt_pkt *pkt, uint32_t j, uint32_t pmtu, stru
 static void comp_span(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
 	bool placed = false;
+	uint64_t now = 0;
 
 	for (uint32_t j = 0; j <= pkt->span_more; j++) {
 		struct urvt_pkt piece;
 		enum comp_state st;
 
 		urvt_span_piece(pkt, j, qp->pmtu, &piece);
-		st = comp_run(qp, &piece, &placed);
+		st = comp_run(qp, &piece, &placed, &now);
 		if (st == COMPST_ERROR_RETRY || st == COMPST_ERROR ||
 		    (st == COMPST_DROP && urvt_psn_cmp(piece.psn, qp_tp(qp)->comp_psn) >= 0))
 			return;
@@ -624,7 +636,7 @@ void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	if (unlikely(pkt->span_more || pkt->cma))
 		comp_span(qp, pkt);
 	else
-		(void)comp_run(qp, pkt, NULL);
+		(void)comp_run(qp, pkt, NULL, &(uint64_t){ 0 });
 }
 
 /* Retransmit timer expiry (rc-protocol §4.2), engine context. */
