@@ -47,12 +47,13 @@ static int rx_link(struct urvt_net *net, unsigned k)
 			}
 	}
 	urvt_recv_release(&held);
-	/* the device's counters once per batch, not three locked adds per
-	 * packet (the QP's, in recv_on_qp, stay per packet) */
+	/* the device's counters once per batch (the QP's, in recv_on_qp, stay
+	 * per packet), and as plain adds: every receiving thread holds
+	 * rx_lock, and these three counters have no other writer */
 	if (pkts) {
-		urvt_ctr_add(&net->stats->dev, URVT_CTR_RX_PKTS, pkts);
-		urvt_ctr_add(&net->stats->dev, URVT_CTR_RX_BYTES, bytes);
-		urvt_ctr_add(&net->stats->dev, net->link_ctr[k] + 1, pkts);
+		urvt_ctr_add_rx(&net->stats->dev, URVT_CTR_RX_PKTS, pkts);
+		urvt_ctr_add_rx(&net->stats->dev, URVT_CTR_RX_BYTES, bytes);
+		urvt_ctr_add_rx(&net->stats->dev, net->link_ctr[k] + 1, pkts);
 	}
 	return got > 0 ? got : 0;
 }
