@@ -142,9 +142,9 @@ static inline void urvt_ctr_add(struct urvt_ctrs *c, enum urvt_ctr i, uint64_t n
 	__atomic_fetch_add(&c->v[i], n, __ATOMIC_RELAXED);
 }
 
-/* A counter that one thread at a time writes (a QP's receive counters:
- * the receiving thread holds rx_lock): a plain add, no locked instruction
- * per packet; readers still see whole values. */
+/* A counter that one thread at a time writes (a QP's and the device's
+ * receive counters: the receiving thread holds rx_lock): a plain add, no
+ * locked instruction per packet; readers still see whole values. */
 static inline void urvt_ctr_add_rx(struct urvt_ctrs *c, enum urvt_ctr i, uint64_t n)
 {
 	__atomic_store_n(&c->v[i], __atomic_load_n(&c->v[i], __ATOMIC_RELAXED) + n,
