@@ -54,6 +54,13 @@
  *       CPUs 0 and 1: RTT/2 in microseconds, the better one and both (the
  *       floor for one wake-up per message: what an event-driven receiver
  *       pays at least, TCP's blocking reader included).
+ *   machine_limits line-rtt ITERS
+ *       ping-pong of one cache line between two processes (CPUs 0 and 1)
+ *       through a shared mapping, both spinning on it: each stores the next
+ *       count, the other waits to see it and stores the one after. RTT/2
+ *       in microseconds: the floor of a one-way message through shared
+ *       memory on this machine, what any same-host transport's record or
+ *       fragment pays to reach the other CPU (the MPI 8 B row).
  *   machine_limits cma SIZE SECONDS
  *       single-copy bandwidth between two processes (CPUs 0 and 1): one
  *       process reads SIZE bytes out of the other's malloc'd buffer into
@@ -641,6 +648,52 @@ static int do_wake_rtt(long iters)
 	return 0;
 }
 
+/* line-rtt's wait for the other side's count: bounded, a side that died
+ * must not keep the other spinning (the clock is read once per 2^20
+ * looks, off the measured path's common case) */
+static void line_wait(_Atomic uint64_t *line, uint64_t v, double deadline)
+{
+	for (uint32_t n = 1; atomic_load_explicit(line, memory_order_acquire) != v; n++)
+		if (!(n & 0xfffff) && now_s() > deadline)
+			die("line-rtt: no answer");
+}
+
+/* line-rtt: the two sides take turns on one counter, odd counts the
+ * child's, even ours; iters round trips, within 60 s. */
+static int do_line_rtt(long iters)
+{
+	_Atomic uint64_t *line = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t child;
+	double t0, t;
+
+	if (line == MAP_FAILED || iters < 1)
+		die("line-rtt");
+	atomic_store(line, 0);
+	child = fork_or_die();
+	if (!child) {
+		double end = now_s() + 60;
+
+		pin(1);
+		for (uint64_t i = 1; i < 2 * (uint64_t)iters; i += 2) {
+			line_wait(line, i, end);
+			atomic_store_explicit(line, i + 1, memory_order_release);
+		}
+		_exit(0);
+	}
+	pin(0);
+	t0 = now_s();
+	for (uint64_t i = 0; i < 2 * (uint64_t)iters; i += 2) {
+		atomic_store_explicit(line, i + 1, memory_order_release);
+		line_wait(line, i + 2, t0 + 60);
+	}
+	t = now_s();
+	waitpid(child, NULL, 0);
+	munmap((void *)line, 4096);
+	printf("RESULT line_rtt half_rtt_us=%.4f\n", (t - t0) / (double)iters / 2 * 1e6);
+	return 0;
+}
+
 /* GB/s of reading size bytes at src in process pid in calls of chunk bytes. */
 static double cma_rate(pid_t pid, uint8_t *src, uint8_t *dst, size_t size, size_t chunk,
 		       double secs)
@@ -805,11 +858,14 @@ int main(int argc, char **argv)
 		return do_udp_rtt(strtoul(argv[2], NULL, 0), strtol(argv[3], NULL, 0));
 	if (argc >= 3 && !strcmp(argv[1], "wake-rtt"))
 		return do_wake_rtt(strtol(argv[2], NULL, 0));
+	if (argc >= 3 && !strcmp(argv[1], "line-rtt"))
+		return do_line_rtt(strtol(argv[2], NULL, 0));
 	if (argc >= 4 && !strcmp(argv[1], "cma"))
 		return do_cma(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL));
 usage:
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
 			" | udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME] [--ns-rx NAME]"
-			" [--dst ADDR] [--segs N[,N...]] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS | cma SIZE SECONDS\n");
+			" [--dst ADDR] [--segs N[,N...]] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS"
+			" | line-rtt ITERS | cma SIZE SECONDS\n");
 	return 2;
 }
