@@ -633,10 +633,12 @@ static void comp_span(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 
 void urvt_comp_pkt(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 {
+	uint64_t now = 0; /* comp_ctx.now */
+
 	if (unlikely(pkt->span_more || pkt->cma))
 		comp_span(qp, pkt);
 	else
-		(void)comp_run(qp, pkt, NULL, &(uint64_t){ 0 });
+		(void)comp_run(qp, pkt, NULL, &now);
 }
 
 /* Retransmit timer expiry (rc-protocol §4.2), engine context. */
