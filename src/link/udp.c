@@ -204,21 +204,28 @@ static void msg_set(struct mmsghdr *m, struct iovec *iov, uint8_t *buf, uint32_t
  * each segment's ICRC for it (docs/wire.md). */
 static unsigned gso_run(struct urvt_link_tx *p, unsigned n)
 {
-	uint32_t bytes = p[0].len;
-	unsigned j = 1;
+	uint32_t bytes = p[0].len, delta[GSO_MAX_SEGS];
+	unsigned j = 1, same;
 
 	while (j < n && j < GSO_MAX_SEGS && p[j].len <= p[0].len && p[j - 1].len == p[0].len &&
 	       p[j].buf == p[j - 1].buf + p[j - 1].len && bytes + p[j].len <= GSO_MAX_BYTES &&
 	       p[j].buf[5] == p[0].buf[5] && urvt_link_addr_same(p[j].dst, p[0].dst)) {
-		if (p[0].dst->sa.sa_family == AF_INET) {
-			uint8_t *icrc = p[j].buf + p[j].len - URVT_ICRC_BYTES;
-			urvt_icrc_put(icrc, urvt_icrc_get(icrc) ^
-						    urvt_icrc_v4_id_delta(p[j].len - URVT_ICRC_BYTES,
-									  (uint16_t)j));
-			p[j].ip_id = (uint16_t)j;
-		}
 		bytes += p[j].len;
 		j++;
+	}
+	if (j == 1 || p[0].dst->sa.sa_family != AF_INET)
+		return j;
+	/* the run's full-size packets' patches at once; a shorter last its own */
+	same = p[j - 1].len == p[0].len ? j : j - 1;
+	urvt_icrc_v4_id_deltas(p[0].len - URVT_ICRC_BYTES, same, delta);
+	for (unsigned k = 1; k < j; k++) {
+		uint8_t *icrc = p[k].buf + p[k].len - URVT_ICRC_BYTES;
+		uint32_t d = k < same ? delta[k]
+				      : urvt_icrc_v4_id_delta(p[k].len - URVT_ICRC_BYTES,
+							      (uint16_t)k);
+
+		urvt_icrc_put(icrc, urvt_icrc_get(icrc) ^ d);
+		p[k].ip_id = (uint16_t)k;
 	}
 	return j;
 }

@@ -288,16 +288,37 @@ static uint32_t x8_pow(uint32_t n)
  * followed by j = k + 4 bytes' worth of x^8 factors, so changing ID 0 to id
  * changes the ICRC by W(id) * x^(8j) mod P.
  */
-uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
+static uint32_t id_delta_factor(size_t len)
 {
 	enum { WIN_END = LRH_STANDIN + 7 };
 	size_t n = LRH_STANDIN + URVT_IPV4_HDR_BYTES + URVT_UDP_HDR_BYTES + len;
-	uint32_t j = (uint32_t)(n - WIN_END + 4);
-	uint32_t w = (uint32_t)(id >> 8) << 8 | (uint32_t)(id & 0xff) << 16;
 
+	return x8_pow((uint32_t)(n - WIN_END + 4));
+}
+
+/* W(id): the ID's two bytes in the reflected window word */
+static uint32_t id_window(uint16_t id)
+{
+	return (uint32_t)(id >> 8) << 8 | (uint32_t)(id & 0xff) << 16;
+}
+
+uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
+{
 	if (!id)
 		return 0;
-	return urvt_gf2_mulmod(w, x8_pow(j));
+	return urvt_gf2_mulmod(id_window(id), id_delta_factor(len));
+}
+
+/* W(id) and so the delta are linear in id's bits: one product for each
+ * bit below n, then each delta is an earlier one XOR a product. */
+void urvt_icrc_v4_id_deltas(size_t len, unsigned n, uint32_t *delta)
+{
+	uint32_t bit[16], k = n ? id_delta_factor(len) : 0;
+
+	for (unsigned b = 0; b < 16 && (1u << b) < n; b++)
+		bit[b] = urvt_gf2_mulmod(id_window((uint16_t)(1u << b)), k);
+	for (unsigned id = 0; id < n; id++)
+		delta[id] = id ? delta[id & (id - 1)] ^ bit[__builtin_ctz(id)] : 0;
 }
 
 /*

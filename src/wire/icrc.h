@@ -64,6 +64,9 @@ uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_
  * base + k.
  */
 uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id);
+/* urvt_icrc_v4_id_delta(len, id) for each id < n (n <= 65536) into
+ * delta[id], for less than a product each: a GSO train's IDs 0 .. n-1 */
+void urvt_icrc_v4_id_deltas(size_t len, unsigned n, uint32_t *delta);
 
 /* urvt_icrc_v4_verify_unknown_id() flags */
 enum {

@@ -14,14 +14,6 @@ void urvt_gid_from_v4(uint8_t gid[16], uint32_t addr_be)
 	memcpy(gid + 12, &addr_be, 4);
 }
 
-uint32_t urvt_gid_to_v4(const uint8_t gid[16])
-{
-	uint32_t a;
-
-	memcpy(&a, gid + 12, 4);
-	return a;
-}
-
 void urvt_ipinfo_v4(struct urvt_ipinfo *ip, uint32_t saddr_be, uint32_t daddr_be,
 		    uint16_t sport, uint16_t dport)
 {

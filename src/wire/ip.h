@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define URVT_IPV4_HDR_BYTES 20
 #define URVT_IPV6_HDR_BYTES 40
@@ -33,13 +34,17 @@ struct urvt_ipinfo {
 	bool df;	     /* IPv4 only; covered by the ICRC */
 };
 
+/* ::ffff:a.b.c.d? Two word compares: every packet built or checked asks */
 static inline bool urvt_gid_is_v4(const uint8_t gid[16])
 {
-	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	for (int i = 0; i < 12; i++)
-		if (gid[i] != pfx[i])
-			return false;
-	return true;
+	static const uint8_t pfx_hi[4] = { 0, 0, 0xff, 0xff };
+	uint64_t lo;
+	uint32_t hi, want;
+
+	memcpy(&lo, gid, 8);
+	memcpy(&hi, gid + 8, 4);
+	memcpy(&want, pfx_hi, 4);
+	return !lo && hi == want;
 }
 
 static inline bool urvt_ipinfo_is_v4(const struct urvt_ipinfo *ip)
@@ -49,7 +54,13 @@ static inline bool urvt_ipinfo_is_v4(const struct urvt_ipinfo *ip)
 
 /* a.b.c.d as s_addr (network order in memory) <-> ::ffff:a.b.c.d */
 void urvt_gid_from_v4(uint8_t gid[16], uint32_t addr_be);
-uint32_t urvt_gid_to_v4(const uint8_t gid[16]);
+static inline uint32_t urvt_gid_to_v4(const uint8_t gid[16])
+{
+	uint32_t a;
+
+	memcpy(&a, gid + 12, 4);
+	return a;
+}
 
 /*
  * Fill ip for IPv4 as urvt sends it: ID 0, DF set (docs/wire.md), TOS 0,

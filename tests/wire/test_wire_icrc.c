@@ -333,6 +333,28 @@ static void test_id_delta(void **state)
 	}
 }
 
+/* A GSO train's patches at once: each the same as its own id_delta, for
+ * trains of 1 .. 300 IDs and one of 4096, where each ID's delta is built
+ * on an earlier one's. */
+static void test_id_deltas(void **state)
+{
+	(void)state;
+	static uint32_t delta[4096];
+
+	for (size_t len = 16; len < 4200; len += 211) {
+		for (unsigned n = 1; n <= 300; n += 13) {
+			memset(delta, 0xa5, sizeof(delta));
+			urvt_icrc_v4_id_deltas(len, n, delta);
+			for (unsigned id = 0; id < n; id++)
+				assert_int_equal(delta[id], urvt_icrc_v4_id_delta(len, (uint16_t)id));
+			assert_int_equal(delta[n], 0xa5a5a5a5u); /* nothing past n */
+		}
+		urvt_icrc_v4_id_deltas(len, 4096, delta);
+		for (unsigned id = 0; id < 4096; id += 17)
+			assert_int_equal(delta[id], urvt_icrc_v4_id_delta(len, (uint16_t)id));
+	}
+}
+
 /*
  * About 2^-16 of corrupted packets pass (16 bits of the CRC's 32 are left).
  * Single-byte errors are no longer all caught: at a few distances from the
@@ -414,6 +436,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_id_all_lengths),
 		cmocka_unit_test(test_unknown_id_every_id),
 		cmocka_unit_test(test_id_delta),
+		cmocka_unit_test(test_id_deltas),
 		cmocka_unit_test(test_false_accept_rate),
 		cmocka_unit_test(test_check_errors),
 	};
