@@ -310,10 +310,12 @@ uint32_t urvt_icrc_v4_id_delta(size_t len, uint16_t id)
 }
 
 /* W(id) and so the delta are linear in id's bits: one product for each
- * bit below n, then each delta is an earlier one XOR a product. */
+ * bit below n, then each delta is an earlier one XOR a product. No power
+ * for ID 0 alone: a WRITE's first two packets are a run of their own
+ * whose first length would evict the memo's (x8_pow) for the rest. */
 void urvt_icrc_v4_id_deltas(size_t len, unsigned n, uint32_t *delta)
 {
-	uint32_t bit[16], k = n ? id_delta_factor(len) : 0;
+	uint32_t bit[16], k = n > 1 ? id_delta_factor(len) : 0;
 
 	for (unsigned b = 0; b < 16 && (1u << b) < n; b++)
 		bit[b] = urvt_gf2_mulmod(id_window((uint16_t)(1u << b)), k);
