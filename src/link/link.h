@@ -269,9 +269,7 @@ static inline bool urvt_link_addr_same(const union urvt_link_addr *a,
  * stores, no lookup: the transport calls it per packet. */
 static inline void urvt_link_gid_addr(const uint8_t gid[16], union urvt_link_addr *sa)
 {
-	static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	if (!memcmp(gid, v4prefix, 12)) {
+	if (urvt_gid_is_v4(gid)) {
 		sa->in4 = (struct sockaddr_in){ .sin_family = AF_INET,
 						.sin_port = htons(URVT_ROCE_UDP_PORT) };
 		memcpy(&sa->in4.sin_addr, gid + 12, 4);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static const uint8_t v4mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+#include "wire/ip.h"
 
 socklen_t cma_addrlen(const struct sockaddr *sa)
 {
@@ -91,8 +91,7 @@ void cma_ip2gid(const struct sockaddr *sa, union ibv_gid *gid)
 {
 	memset(gid, 0, sizeof(*gid));
 	if (sa->sa_family == AF_INET) {
-		memcpy(gid->raw, v4mapped_prefix, 12);
-		memcpy(&gid->raw[12], &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		urvt_gid_from_v4(gid->raw, ((const struct sockaddr_in *)sa)->sin_addr.s_addr);
 	} else if (sa->sa_family == AF_INET6) {
 		memcpy(gid->raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 	}
@@ -100,7 +99,7 @@ void cma_ip2gid(const struct sockaddr *sa, union ibv_gid *gid)
 
 bool cma_gid_is_v4(const union ibv_gid *gid)
 {
-	return !memcmp(gid->raw, v4mapped_prefix, 12);
+	return urvt_gid_is_v4(gid->raw);
 }
 
 void cma_gid2ip(const union ibv_gid *gid, uint16_t port, struct sockaddr_storage *ss)

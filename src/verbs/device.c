@@ -20,6 +20,7 @@
 #include "transport/net.h"
 #include "verbs/open_at.h"
 #include "verbs/ops.h"
+#include "wire/ip.h"
 
 /* The header maps these names to inline wrappers; we define the real ones. */
 #undef ibv_get_device_list
@@ -208,8 +209,7 @@ static struct ibv_context *open_context(struct ibv_device *device, const union i
 		return NULL;
 	}
 	if (want) {
-		static const uint8_t v4prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-		bool v4 = !memcmp(want->raw, v4prefix, 12);
+		bool v4 = urvt_gid_is_v4(want->raw);
 
 		inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? &want->raw[12] : want->raw, addr, sizeof(addr));
 	}

@@ -6,14 +6,6 @@
 #include "wire/hdr.h"
 #include "wire/ip.h"
 
-void urvt_gid_from_v4(uint8_t gid[16], uint32_t addr_be)
-{
-	memset(gid, 0, 10);
-	gid[10] = 0xff;
-	gid[11] = 0xff;
-	memcpy(gid + 12, &addr_be, 4);
-}
-
 void urvt_ipinfo_v4(struct urvt_ipinfo *ip, uint32_t saddr_be, uint32_t daddr_be,
 		    uint16_t sport, uint16_t dport)
 {

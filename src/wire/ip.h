@@ -53,7 +53,14 @@ static inline bool urvt_ipinfo_is_v4(const struct urvt_ipinfo *ip)
 }
 
 /* a.b.c.d as s_addr (network order in memory) <-> ::ffff:a.b.c.d */
-void urvt_gid_from_v4(uint8_t gid[16], uint32_t addr_be);
+static inline void urvt_gid_from_v4(uint8_t gid[16], uint32_t addr_be)
+{
+	memset(gid, 0, 10);
+	gid[10] = 0xff;
+	gid[11] = 0xff;
+	memcpy(gid + 12, &addr_be, 4);
+}
+
 static inline uint32_t urvt_gid_to_v4(const uint8_t gid[16])
 {
 	uint32_t a;
