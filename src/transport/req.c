@@ -276,16 +276,17 @@ static bool rd_ask_cma(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t len)
  * Ask the responder to write the last part of this request's left bytes
  * (from a PMTU boundary, inside one SGE) straight into our buffer while we
  * read the first out of it: two cores copy at once (docs/shm.md "Single
- * copy"). We read half, or a quarter of a READ of up to
- * URVT_CMA_QUARTER_MAX: there the requester has the rendezvous's other
- * steps to run too (MPI 64 KiB 9.9-11.1 GB/s against 8.9-10.3, ib_read_bw
- * 17.7-18.1 against 15.0-17.5; 32 and 128 KiB the same either way). The
- * bytes start at WQE offset off. sizeof(*push), or 0: not asked.
+ * copy"). We read half, or 3/8 of a READ of up to URVT_CMA_UNEVEN_MAX:
+ * there the requester has the rendezvous's other steps to run too (Open
+ * MPI 64 KiB with UCX_PROTO_ENABLE=y 13.2-13.8 GB/s at 3/8, 12.0-12.7 at
+ * 1/4, 12.5-13.0 at 1/2; ib_read_bw 32, 64 and 128 KiB 5-13 % above 1/4;
+ * 1 MiB best at half). The bytes start at WQE offset off. sizeof(*push),
+ * or 0: not asked.
  */
 static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t off, uint32_t left,
 			    struct urvt_cma_push *push)
 {
-	uint32_t ours = left <= URVT_CMA_QUARTER_MAX ? left / 4 : left / 2;
+	uint32_t ours = left <= URVT_CMA_UNEVEN_MAX ? left / 8 * 3 : left / 2;
 	uint32_t pull = (ours + qp->pmtu - 1) / qp->pmtu * qp->pmtu;
 	uint64_t o = (uint64_t)off + pull;
 
