@@ -882,6 +882,77 @@ static void test_comp_read_by_ref(void **state)
 }
 
 /*
+ * A READ response span (docs/shm.md "Spans") of four PMTUs: its two MIDDLE
+ * pieces are taken at once (comp.c comp_span_middles), the bytes land
+ * across the SGEs' cut inside them as piece by piece, and the completion
+ * follows the LAST. A span that claims more PSNs than its READ has is taken
+ * piece by piece: the MIDDLE at the READ's last PSN is dropped (bad_resp),
+ * nothing completes, and the right LAST then completes the READ.
+ */
+static void test_comp_read_span(void **state)
+{
+	enum { LEN = 4096, CUT = 1500 };
+	struct rvt_cq *cq = ut_cq(&dev, 64);
+	struct rvt_qp *qp = rc_qp(cq, 14, 3);
+	static uint8_t la[LEN], lb[LEN], remote[LEN];
+	struct rvt_mregion *ma = ut_mr(pd, la, sizeof(la), IBV_ACCESS_LOCAL_WRITE);
+	struct rvt_mregion *mb = ut_mr(pd, lb, sizeof(lb), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge sge[2] = { { .addr = (uintptr_t)la, .length = CUT, .lkey = ma->lkey },
+				  { .addr = (uintptr_t)lb, .length = LEN - CUT, .lkey = mb->lkey } };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = sge, .num_sge = 2,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	uint64_t badresp = dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP);
+	struct urvt_pkt p, f;
+	uint8_t buf[5000];
+	struct ibv_wc wc;
+
+	ut_fill(remote, sizeof(remote), 5);
+	wr.wr.rdma.remote_addr = 0x20000;
+	wr.wr.rdma.rkey = 0x77;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, p.psn, false);
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.span_more = LEN / 1024 - 1;
+	peer_inject(&f, remote, LEN, 0);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, LEN);
+	assert_memory_equal(la, remote, CUT);
+	assert_memory_equal(lb, remote + CUT, LEN - CUT);
+	assert_int_equal(qp_tp(qp)->comp_psn, urvt_psn_add(p.psn, LEN / 1024));
+
+	/* half as long a READ, answered with the four PMTUs again */
+	memset(la, 0, sizeof(la));
+	memset(lb, 0, sizeof(lb));
+	sge[1].length = LEN / 2 - CUT;
+	wr.wr_id = 2;
+	ut_post_send(qp, &wr);
+	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, p.psn, false);
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.span_more = LEN / 1024 - 1;
+	peer_inject(&f, remote, LEN, 0);
+	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP), badresp + 1);
+	assert_int_equal(rvt_poll_cq(cq, 1, &wc), 0);
+	assert_int_equal(qp_tp(qp)->comp_psn, urvt_psn_add(p.psn, 1));
+	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_LAST, urvt_psn_add(p.psn, 1), false);
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	peer_send(&f, remote + 1024, 1024);
+	ut_poll1(cq, &wc);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_memory_equal(la, remote, CUT);
+	assert_memory_equal(lb, remote + CUT, LEN / 2 - CUT);
+	assert_false(lb[LEN / 2 - CUT]); /* nothing past the READ's bytes */
+
+	rvt_destroy_qp(qp);
+	rvt_dereg_mr(ma);
+	rvt_dereg_mr(mb);
+	rvt_destroy_cq(cq);
+}
+
+/*
  * A READ request that asks for an answer by reference and a push, from
  * UDP: the bit is BTH's reserved 0 and the push address a payload a READ
  * request must not have: dropped (bad_length), nothing answered. The same
@@ -1723,6 +1794,7 @@ int main(void)
 		cmocka_unit_test(test_comp_nak_then_rnr),
 		cmocka_unit_test(test_comp_read_and_retry),
 		cmocka_unit_test(test_comp_read_by_ref),
+		cmocka_unit_test(test_comp_read_span),
 		cmocka_unit_test(test_resp_read_push_from_udp),
 		cmocka_unit_test(test_exit_quiesce),
 		cmocka_unit_test(test_timer_pushed_by_late_progress),
