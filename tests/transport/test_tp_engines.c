@@ -791,6 +791,45 @@ static void peer_ref(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t
 	peer_ref_psns(qp, psn, addr, len, len, pid);
 }
 
+/* A signaled READ of len bytes from 0x20000 (rkey 0x77) into la (the
+ * first cut bytes) and lb (the rest), each its own MR, on a new RC QP:
+ * posted, its request taken into req (bytes in buf). */
+struct read2 {
+	struct rvt_cq *cq;
+	struct rvt_qp *qp;
+	struct rvt_mregion *ma, *mb;
+	struct ibv_sge sge[2];
+	struct ibv_send_wr wr;
+};
+
+static void read2_setup(struct read2 *r, uint8_t *la, uint8_t *lb, uint32_t len, uint32_t cut,
+			struct urvt_pkt *req, uint8_t *buf)
+{
+	memset(r, 0, sizeof(*r));
+	r->cq = ut_cq(&dev, 64);
+	r->qp = rc_qp(r->cq, 14, 3);
+	r->ma = ut_mr(pd, la, len, IBV_ACCESS_LOCAL_WRITE);
+	r->mb = ut_mr(pd, lb, len, IBV_ACCESS_LOCAL_WRITE);
+	r->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)la, .length = cut, .lkey = r->ma->lkey };
+	r->sge[1] = (struct ibv_sge){ .addr = (uintptr_t)lb, .length = len - cut,
+				      .lkey = r->mb->lkey };
+	r->wr = (struct ibv_send_wr){ .wr_id = 1, .sg_list = r->sge, .num_sge = 2,
+				      .opcode = IBV_WR_RDMA_READ,
+				      .send_flags = IBV_SEND_SIGNALED };
+	r->wr.wr.rdma.remote_addr = 0x20000;
+	r->wr.wr.rdma.rkey = 0x77;
+	ut_post_send(r->qp, &r->wr);
+	peer_expect(req, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+}
+
+static void read2_teardown(struct read2 *r)
+{
+	rvt_destroy_qp(r->qp);
+	rvt_dereg_mr(r->ma);
+	rvt_dereg_mr(r->mb);
+	rvt_destroy_cq(r->cq);
+}
+
 /*
  * The completer takes a READ answer by reference (docs/shm.md "Single
  * copy"): the bytes are read from the responder's process (this one) into
@@ -803,15 +842,8 @@ static void peer_ref(struct rvt_qp *qp, uint32_t psn, const void *addr, uint32_t
 static void test_comp_read_by_ref(void **state)
 {
 	enum { LEN = 16384, CUT = 5000 };
-	struct rvt_cq *cq = ut_cq(&dev, 64);
-	struct rvt_qp *qp = rc_qp(cq, 14, 3);
 	static uint8_t la[LEN], lb[LEN], remote[LEN];
-	struct rvt_mregion *ma = ut_mr(pd, la, sizeof(la), IBV_ACCESS_LOCAL_WRITE);
-	struct rvt_mregion *mb = ut_mr(pd, lb, sizeof(lb), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_sge sge[2] = { { .addr = (uintptr_t)la, .length = CUT, .lkey = ma->lkey },
-				  { .addr = (uintptr_t)lb, .length = LEN - CUT, .lkey = mb->lkey } };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = sge, .num_sge = 2,
-				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+	struct read2 r;
 	uint64_t pulls = dev_ctr(URVT_CTR_CMA_PULLS), fails = dev_ctr(URVT_CTR_CMA_FAILS);
 	uint64_t badlen = dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH);
 	uint64_t badresp = dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP);
@@ -821,10 +853,9 @@ static void test_comp_read_by_ref(void **state)
 	void *gone;
 
 	ut_fill(remote, sizeof(remote), 9);
-	wr.wr.rdma.remote_addr = 0x20000;
-	wr.wr.rdma.rkey = 0x77;
-	ut_post_send(qp, &wr);
-	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	read2_setup(&r, la, lb, LEN, CUT, &p, buf);
+	struct rvt_cq *cq = r.cq;
+	struct rvt_qp *qp = r.qp;
 	assert_false(p.cma); /* UDP cannot carry an answer by reference */
 	/* hostile or broken: a length its PSNs cannot have; no readable peer */
 	peer_ref_psns(qp, p.psn, remote, LEN - 2048, LEN, getpid());
@@ -850,8 +881,8 @@ static void test_comp_read_by_ref(void **state)
 	munmap(gone, LEN);
 	memset(la, 0, sizeof(la));
 	memset(lb, 0, sizeof(lb));
-	wr.wr_id = 2;
-	ut_post_send(qp, &wr);
+	r.wr.wr_id = 2;
+	ut_post_send(qp, &r.wr);
 	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
 	peer_ref(qp, p.psn, gone, LEN, getpid());
 	assert_int_equal(dev_ctr(URVT_CTR_CMA_FAILS), fails + 1);
@@ -875,10 +906,7 @@ static void test_comp_read_by_ref(void **state)
 	assert_memory_equal(lb, remote + CUT, LEN - CUT);
 	assert_int_equal(dev_ctr(URVT_CTR_CMA_PULLS), pulls + 1);
 
-	rvt_destroy_qp(qp);
-	rvt_dereg_mr(ma);
-	rvt_dereg_mr(mb);
-	rvt_destroy_cq(cq);
+	read2_teardown(&r);
 }
 
 /*
@@ -892,25 +920,17 @@ static void test_comp_read_by_ref(void **state)
 static void test_comp_read_span(void **state)
 {
 	enum { LEN = 4096, CUT = 1500 };
-	struct rvt_cq *cq = ut_cq(&dev, 64);
-	struct rvt_qp *qp = rc_qp(cq, 14, 3);
 	static uint8_t la[LEN], lb[LEN], remote[LEN];
-	struct rvt_mregion *ma = ut_mr(pd, la, sizeof(la), IBV_ACCESS_LOCAL_WRITE);
-	struct rvt_mregion *mb = ut_mr(pd, lb, sizeof(lb), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_sge sge[2] = { { .addr = (uintptr_t)la, .length = CUT, .lkey = ma->lkey },
-				  { .addr = (uintptr_t)lb, .length = LEN - CUT, .lkey = mb->lkey } };
-	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = sge, .num_sge = 2,
-				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
 	uint64_t badresp = dev_ctr(URVT_CTR_DROP_BASE + URVT_TDROP_BAD_RESP);
 	struct urvt_pkt p, f;
 	uint8_t buf[5000];
 	struct ibv_wc wc;
+	struct read2 r;
 
 	ut_fill(remote, sizeof(remote), 5);
-	wr.wr.rdma.remote_addr = 0x20000;
-	wr.wr.rdma.rkey = 0x77;
-	ut_post_send(qp, &wr);
-	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
+	read2_setup(&r, la, lb, LEN, CUT, &p, buf);
+	struct rvt_cq *cq = r.cq;
+	struct rvt_qp *qp = r.qp;
 	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, p.psn, false);
 	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
 	f.span_more = LEN / 1024 - 1;
@@ -925,9 +945,9 @@ static void test_comp_read_span(void **state)
 	/* half as long a READ, answered with the four PMTUs again */
 	memset(la, 0, sizeof(la));
 	memset(lb, 0, sizeof(lb));
-	sge[1].length = LEN / 2 - CUT;
-	wr.wr_id = 2;
-	ut_post_send(qp, &wr);
+	r.sge[1].length = LEN / 2 - CUT;
+	r.wr.wr_id = 2;
+	ut_post_send(qp, &r.wr);
 	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_REQUEST);
 	f = req(qp->qpn, URVT_OP_RC_RDMA_READ_RESPONSE_ONLY, p.psn, false);
 	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
@@ -946,10 +966,7 @@ static void test_comp_read_span(void **state)
 	assert_memory_equal(lb, remote + CUT, LEN / 2 - CUT);
 	assert_false(lb[LEN / 2 - CUT]); /* nothing past the READ's bytes */
 
-	rvt_destroy_qp(qp);
-	rvt_dereg_mr(ma);
-	rvt_dereg_mr(mb);
-	rvt_destroy_cq(cq);
+	read2_teardown(&r);
 }
 
 /*
