@@ -20,8 +20,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/netns.sh"
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 # both sides together, retries included: under ctest's 180 s, so that a hang
-# still ends with both sides' output printed
+# still ends with both sides' output printed. A side still running then gets
+# SIGABRT, on which a sanitized build prints where it was (handle_abort)
 tmo=${CM_PAIR_TIMEOUT:-90}
+stop="timeout -s ABRT -k 5"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_abort=1"
 out=$(mktemp -d)
 port=$((19400 + slot))
 trap 'cleanup' EXIT INT TERM
@@ -124,7 +127,7 @@ prog=${scmd%% *}
 command -v "$prog" >/dev/null || { echo "SKIP: $prog not installed"; exit 77; }
 
 # shellcheck disable=SC2086
-$sns env $senv timeout "$tmo" "$run" $scmd >"$out/server" 2>&1 &
+$sns env $senv $stop "$tmo" "$run" $scmd >"$out/server" 2>&1 &
 spid=$!
 sleep 0.5
 if [ "$case" = rspreload ]; then
@@ -141,7 +144,7 @@ for try in 1 2 3; do
 	left=$((tmo - ($(date +%s) - start)))
 	[ "$left" -gt 1 ] || { echo "--- (no time left for a retry)" >>"$out/client"; break; }
 	# shellcheck disable=SC2086
-	$cns env $cenv timeout "$left" "$run" $ccmd >"$out/client.$try" 2>&1
+	$cns env $cenv $stop "$left" "$run" $ccmd >"$out/client.$try" 2>&1
 	rc=$?
 	cat "$out/client.$try" >>"$out/client"
 	# the server may not listen yet (REJ, "invalid service ID"), or, a
