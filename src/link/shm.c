@@ -327,7 +327,7 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 		       int fds[2], int nfds)
 {
 	struct shm_msg ack;
-	bool ok;
+	bool ok, acked;
 
 	if (m->type != SHM_MSG_HELLO || nfds != 2 || memcmp(m->to_gid, &s->link.info.addr6, 16) ||
 	    m->to_slot != s->slot)
@@ -347,9 +347,13 @@ static void peer_hello(struct urvt_shm *s, struct shm_peer *p, const struct shm_
 	atomic_store(&p->doorbell, fds[1]);
 	fds[1] = -1;
 	shm_msg_init(&ack, SHM_MSG_HELLO_ACK, m->to_gid, m->to_slot, m->from_gid, m->from_slot);
-	if (shm_send_msg(p->sock, &ack, &s->doorbell, 1))
-		goto bad;
+	acked = !shm_send_msg(p->sock, &ack, &s->doorbell, 1);
 	atomic_store(&p->state, PEER_UP);
+	/* A connector that left right after its HELLO (a UD sender that exits
+	 * after its last send) cannot take the ACK, but its packets are in
+	 * the ring: it is GONE, and what it sent is read all the same. */
+	if (!acked)
+		shm_peer_end(s, p, PEER_GONE);
 	/* packets may be in the ring already: look at it */
 	ring_doorbell(s->doorbell);
 	return;
@@ -423,6 +427,7 @@ static void shm_service(struct urvt_link *l)
 		struct shm_peer *p;
 		struct shm_msg m;
 		int fds[2] = { -1, -1 }, nfds;
+		bool hup;
 
 		if (tag == SHM_TAG_LISTEN) {
 			accept_peers(s);
@@ -438,7 +443,11 @@ static void shm_service(struct urvt_link *l)
 		    atomic_load(&s->peers[idx].gen) != (uint32_t)(tag >> 32))
 			continue;
 		p = &s->peers[idx];
-		if (ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+		hup = ev[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR);
+		/* A peer that hung up may have sent its HELLO first: an acceptor
+		 * takes it all the same (its packets are in the region it
+		 * names), then the peer is GONE. */
+		if (hup && !(atomic_load(&p->state) == PEER_HANDSHAKE && (ev[i].events & EPOLLIN))) {
 			shm_peer_end(s, p, PEER_GONE);
 			/* what it sent before it left is still read: look */
 			ring_doorbell(s->doorbell);
@@ -446,7 +455,7 @@ static void shm_service(struct urvt_link *l)
 		}
 		nfds = shm_recv_msg(p->sock, &m, fds);
 		if (nfds < 0)
-			shm_peer_kill(s, p);
+			shm_peer_kill(s, p); /* no HELLO before the hang-up, or a bad one */
 		else if (atomic_load(&p->state) == PEER_HANDSHAKE)
 			peer_hello(s, p, &m, fds, nfds);
 		else if (atomic_load(&p->state) == PEER_UP && p->connector)

@@ -748,6 +748,41 @@ static void test_peer_gone(void **state)
 }
 
 /*
+ * A connector that sends and leaves before the acceptor's service saw its
+ * HELLO (a UD sender that exits after its last send; cm_host_udaddy lost
+ * its replies so): the acceptor still takes the region and reads what is
+ * in the ring, then the peer is gone.
+ */
+static void test_peer_gone_before_its_hello_is_read(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.18"), *b = open_shm("127.0.96.19");
+	union urvt_link_addr to;
+	uint8_t buf[3][256];
+	struct urvt_link_tx tx[3];
+	struct urvt_link_rx rx[8];
+	struct urvt_shm_stats st;
+
+	(void)state;
+	assert_int_equal(resolve_any(a, b->info.addr6.s6_addr, &to), URVT_LINK_REACH_GID);
+	for (uint32_t i = 0; i < 3; i++) {
+		fill(buf[i], 64 + i * 64, i);
+		tx[i] = (struct urvt_link_tx){ .buf = buf[i], .len = 64 + i * 64, .dst = &to };
+	}
+	assert_int_equal(urvt_link_send(a, tx, 3), 0);
+	urvt_link_close(a); /* b has not accepted yet */
+	service(b);
+	assert_int_equal(urvt_link_recv(b, rx, 8), 3);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_true(check(&rx[i], 64 + i * 64, i));
+	assert_int_equal(urvt_link_recv(b, rx, 8), 0);
+	urvt_shm_get_stats(b, &st);
+	assert_int_equal(st.peers_up, 0);
+	assert_int_equal(st.peers_gone, 1);
+	assert_int_equal(st.peers_dead, 0);
+	urvt_link_close(b);
+}
+
+/*
  * The progress thread may run the connector's service at any moment after
  * resolve added the new socket to the link's epoll set, before resolve
  * returns (seen in rdma-core's reject test under load: the HELLO_ACK came
@@ -1421,6 +1456,7 @@ int main(void)
 		cmocka_unit_test(test_rx_path_outwaits_a_slow_consumer),
 		cmocka_unit_test(test_rx_path_short_when_the_peer_waits_on_us),
 		cmocka_unit_test(test_peer_gone),
+		cmocka_unit_test(test_peer_gone_before_its_hello_is_read),
 		cmocka_unit_test(test_hello_ack_before_resolve_returns),
 		cmocka_unit_test(test_gone_peer_rings),
 		cmocka_unit_test(test_hostile_hello),
