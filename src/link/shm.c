@@ -455,7 +455,7 @@ static void shm_service(struct urvt_link *l)
 		}
 		nfds = shm_recv_msg(p->sock, &m, fds);
 		if (nfds < 0)
-			shm_peer_kill(s, p); /* no HELLO before the hang-up, or a bad one */
+			shm_peer_kill(s, p); /* no message (hung up before its HELLO), or a malformed one */
 		else if (atomic_load(&p->state) == PEER_HANDSHAKE)
 			peer_hello(s, p, &m, fds, nfds);
 		else if (atomic_load(&p->state) == PEER_UP && p->connector)
