@@ -454,8 +454,9 @@ static void shm_service(struct urvt_link *l)
 			continue;
 		}
 		nfds = shm_recv_msg(p->sock, &m, fds);
+		/* no message (hung up before its HELLO), or a malformed one */
 		if (nfds < 0)
-			shm_peer_kill(s, p); /* no message (hung up before its HELLO), or a malformed one */
+			shm_peer_kill(s, p);
 		else if (atomic_load(&p->state) == PEER_HANDSHAKE)
 			peer_hello(s, p, &m, fds, nfds);
 		else if (atomic_load(&p->state) == PEER_UP && p->connector)
