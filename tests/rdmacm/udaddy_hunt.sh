@@ -17,7 +17,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 run=${URVT_RUN:-$here/../../build/bin/urvt-run}
 out=$(mktemp -d)
 hogs=""
-trap 'for h in $hogs; do kill "$h" 2>/dev/null; done; rm -rf "$out"' EXIT INT TERM
+# shellcheck disable=SC2086 # $hogs: one pid per word
+trap 'kill $hogs 2>/dev/null; rm -rf "$out"' EXIT INT TERM
 
 for _ in $(seq 1 "$busy"); do
 	timeout 3600 sh -c 'while :; do :; done' &
