@@ -20,6 +20,7 @@
 #include "wire/drop.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
+#include "wire/ip.h"
 #include "wire/opcode.h"
 
 static const uint8_t spec_opcodes[] = {
@@ -551,6 +552,48 @@ static void test_pkey(void **state)
 	assert_false(urvt_pkey_valid(0));
 }
 
+/* The IPv4 header checksum (summed four bytes at a time, ip.c) against
+ * the plain 16-bit ones' complement sum of RFC 791, on random headers and
+ * on the ones whose sums end on the fold's edges. */
+static uint16_t csum_by_words(const uint8_t *h)
+{
+	uint32_t sum = 0;
+
+	for (int i = 0; i < URVT_IPV4_HDR_BYTES; i += 2)
+		if (i != 10)
+			sum += (uint32_t)h[i] << 8 | h[i + 1];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+static void test_ipv4_csum(void **state)
+{
+	uint8_t h[URVT_IPV4_HDR_BYTES];
+	unsigned seed = 7;
+
+	(void)state;
+	memset(h, 0, sizeof(h));
+	assert_int_equal(urvt_ipv4_csum(h), 0xffff);
+	memset(h, 0xff, sizeof(h));
+	assert_int_equal(urvt_ipv4_csum(h), csum_by_words(h));
+	for (int n = 0; n < 100000; n++) {
+		for (size_t i = 0; i < sizeof(h); i++)
+			h[i] = (uint8_t)(rand_r(&seed) >> 7);
+		if (n & 1)
+			memset(h, 0xff, (size_t)(n % 20)); /* long runs of carries */
+		assert_int_equal(urvt_ipv4_csum(h), csum_by_words(h));
+		/* a header with its checksum in place sums to zero */
+		urvt_put_be16(h + 10, urvt_ipv4_csum(h));
+		uint32_t all = 0;
+		for (int i = 0; i < URVT_IPV4_HDR_BYTES; i += 2)
+			all += (uint32_t)h[i] << 8 | h[i + 1];
+		while (all >> 16)
+			all = (all & 0xffff) + (all >> 16);
+		assert_int_equal(all, 0xffff);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -559,7 +602,7 @@ int main(void)
 		cmocka_unit_test(test_every_opcode_byte), cmocka_unit_test(test_rejections),
 		cmocka_unit_test(test_garbage),	     cmocka_unit_test(test_cma_push_payload),	     cmocka_unit_test(test_drop_names),
 		cmocka_unit_test(test_pkey),	     cmocka_unit_test(test_headers_only),
-		cmocka_unit_test(test_parse_hdr_only),
+		cmocka_unit_test(test_parse_hdr_only), cmocka_unit_test(test_ipv4_csum),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
