@@ -985,8 +985,12 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 					      memory_order_release);
 		}
 	}
+	/* the round starts one peer further each batch; wrapped by compare,
+	 * not '%': two divisions a poll were a busy poller's slowest steps */
+	uint32_t start = s->rx_next < npeers ? s->rx_next : 0;
 	for (uint32_t k = 0; k < npeers && got < max; k++) {
-		struct shm_peer *p = &s->peers[(s->rx_next + k) % npeers];
+		uint32_t idx = start + k < npeers ? start + k : start + k - npeers;
+		struct shm_peer *p = &s->peers[idx];
 		int st = atomic_load_explicit(&p->state, memory_order_acquire);
 		unsigned n;
 
@@ -1004,8 +1008,7 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 			reap = true;
 		}
 	}
-	if (npeers)
-		s->rx_next = (s->rx_next + 1) % npeers;
+	s->rx_next = start + 1 < npeers ? start + 1 : 0;
 	if (reap)
 		ring_doorbell(s->ask_fd); /* service runs peers_reap */
 	return (int)got;

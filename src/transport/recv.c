@@ -141,7 +141,7 @@ static int cma_check(struct urvt_pkt *pkt, unsigned flags)
  * checks of the QP, then the responder or the completer. cma_pid: the
  * sending process, if its memory may be read (link.h urvt_link_rx.cma_pid). */
 static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt *pkt,
-		       const uint8_t *data, uint32_t len, struct urvt_ipinfo *ip,
+		       const uint8_t *data, uint32_t len, const struct urvt_ipinfo *ip,
 		       unsigned flags, int cma_pid)
 {
 	struct urvt_pktbuf *b;
@@ -259,7 +259,7 @@ drop_qp:
  * group, for every QP attached to it that passes the checks a UD packet
  * meets. Returns a drop reason if nobody takes it. */
 static int recv_mcast(struct urvt_net *net, struct urvt_pkt *pkt, const uint8_t *data,
-		      uint32_t len, struct urvt_ipinfo *ip)
+		      uint32_t len, const struct urvt_ipinfo *ip)
 {
 	struct rvt_qp *qps[URVT_MAX_MCAST_QP_ATTACH];
 	unsigned n;
@@ -287,9 +287,10 @@ void urvt_recv_release(struct rvt_qp **held)
 }
 
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held)
+		   const struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held)
 {
 	struct urvt_pkt pktv, *pkt = &pktv;
+	struct urvt_ipinfo checked;
 	uint8_t hdr[URVT_HDR_MAX];
 	struct rvt_qp *qp;
 	int ret;
@@ -299,7 +300,16 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		 * the headers (and nothing past them: not the ICRC at the end,
 		 * which the full parser reads); the payload is only ever copied
 		 * out, once */
-		memcpy(hdr, data, len < URVT_HDR_MAX ? len : URVT_HDR_MAX);
+		uint32_t n = len < URVT_HDR_MAX ? len : URVT_HDR_MAX;
+		/* two fixed copies that overlap, not a call for n bytes: a
+		 * small message's every receive (docs/performance.md) */
+		_Static_assert(URVT_HDR_MAX <= 64, "two 32-byte halves cover it");
+		if (n >= 32) {
+			memcpy(hdr, data, 32);
+			memcpy(hdr + n - 32, data + n - 32, 32);
+		} else {
+			memcpy(hdr, data, n);
+		}
 		ret = urvt_pkt_parse_hdrs(hdr, len, pkt);
 		pkt->payload = data + pkt->hdr_len;
 	} else {
@@ -310,10 +320,14 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 	/* IPv4: the ID is not visible to a UDP socket, verify without it
 	 * (docs/wire.md); IPv6: exact */
 	if (likely(!(flags & URVT_RX_NO_ICRC))) {
-		ret = urvt_icrc_check(ip, data, len,
+		/* it recovers the IPv4 ID and DF into the copy (each packet of
+		 * a GRO train has its own), which the GRH image then shows */
+		checked = *ip;
+		ret = urvt_icrc_check(&checked, data, len,
 				      urvt_ipinfo_is_v4(ip) ? URVT_ICRC_V4_ID_UNKNOWN : 0);
 		if (unlikely(ret))
 			goto drop_pkt;
+		ip = &checked;
 	}
 	if (unlikely(net->pcap))
 		urvt_pcap_write(net->pcap, URVT_PCAP_IN, ip, data, len);

@@ -614,6 +614,32 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
 }
 
 /* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
+/*
+ * The route of a UD WQE whose AV's route is for another QPN slot (an AH:
+ * the slot is the WR's, docs/shm.md). The QP remembers where its last
+ * rerouted WR went: UCX's UD traffic names one peer per AH, and looking
+ * it up for every WR (the link's peer table) was ~100 instructions of
+ * each send (docs/performance.md). The remembered route can be stale (the
+ * peer left); the link then refuses it and the caller asks again.
+ */
+static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool fresh)
+{
+	struct urvt_tp_qp *tq = qp_tp(qp);
+	uint16_t slot = (uint16_t)(qpn >> 16);
+
+	if (!fresh && tq->ud_route && tq->ud_route_slot == slot &&
+	    !memcmp(tq->ud_route_gid, av->attr.grh.dgid.raw, 16)) {
+		av->route = tq->ud_route;
+		av->route_slot = slot;
+		return true;
+	}
+	urvt_tp_ud_reroute(qp_net(qp), av, qpn);
+	tq->ud_route = av->route;
+	tq->ud_route_slot = slot;
+	memcpy(tq->ud_route_gid, av->attr.grh.dgid.raw, 16);
+	return false;
+}
+
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_net *net = qp_net(qp);
@@ -642,10 +668,16 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 		f.immdt = be32toh(wqe->ex.imm_data);
 	/* the AH's route is for one slot of its GID; the WR's QPN may name
 	 * another process there (docs/shm.md) */
-	if (!urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn))
-		urvt_tp_ud_reroute(net, wqe->ud_av, wqe->wr.ud.remote_qpn);
+	bool remembered = !urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn) &&
+			  ud_route(qp, wqe->ud_av, wqe->wr.ud.remote_qpn, false);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
 	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
+	if (unlikely(remembered && q->cur_where == URVT_TXPKT_LOST)) {
+		/* the peer it remembered is gone: as the AV's own route would
+		 * have been looked up, once more (nothing was queued yet) */
+		ud_route(qp, wqe->ud_av, wqe->wr.ud.remote_qpn, true);
+		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
+	}
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
 	/* the caller retires this WQE next; send now unless more follow */
 	if (qp->s_last + 1 == load_acquire(&qp->s_head))

@@ -33,13 +33,12 @@ static int rx_link(struct urvt_net *net, unsigned k)
 		for (int pass = train ? 0 : 1; pass < 2; pass++)
 			for (uint32_t off = 0; off < r->len; off += seg) {
 				uint32_t n = r->len - off < seg ? r->len - off : seg;
-				struct urvt_ipinfo ip = r->ip;
 				bool resp = urvt_opcode[r->data[off]].mask & URVT_ACK_MASK;
 				if (train && resp != (pass == 0))
 					continue;
 				pkts++;
 				bytes += n;
-				urvt_recv_pkt(net, r->data + off, n, &ip,
+				urvt_recv_pkt(net, r->data + off, n, &r->ip,
 					      (r->no_icrc ? URVT_RX_NO_ICRC : 0) |
 						      (r->shared ? URVT_RX_SHARED : 0) |
 						      (r->spans ? URVT_RX_SPANS : 0),

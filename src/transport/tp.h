@@ -428,7 +428,7 @@ enum {
 	URVT_RX_SPANS = 1 << 2,           /* a request may be a span (link.h urvt_link_rx.spans) */
 };
 void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
-		   struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held);
+		   const struct urvt_ipinfo *ip, unsigned flags, int cma_pid, struct rvt_qp **held);
 void urvt_recv_release(struct rvt_qp **held);
 
 /* ---- req.c ---- */

@@ -77,6 +77,11 @@ struct urvt_tp_qp {
 		/* end PSN + 1 of each READ/atomic request on the wire, oldest
 		 * first: the responder holds one resource per entry (rc-protocol §5) */
 		uint32_t rd_end[URVT_RD_REQS_MAX];
+		/* UD: where the last rerouted WR went (req.c ud_route):
+		 * route 0 is none */
+		uint32_t ud_route;
+		uint16_t ud_route_slot;
+		uint8_t ud_route_gid[16];
 		struct rvt_sge_state sge; /* gather cursor at s_cur + s_offset */
 		struct rvt_sge_state rd_sge; /* READ response scatter cursor */
 	} __attribute__((aligned(64)));
