@@ -173,6 +173,15 @@ static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 	pthread_mutex_unlock(&net->watch_lock);
 }
 
+/* Who received n datagrams (rx_lock held: the only writers of these two
+ * counters), as the device's receive counters are kept (rx.c): a plain
+ * add; a locked one waited for the stores of the packet just received. */
+static void rx_count(struct urvt_net *net, enum urvt_ctr who, int n)
+{
+	if (n > 0)
+		urvt_ctr_add_rx(&net->stats->dev, who, (uint64_t)n);
+}
+
 /* Receive what the links hold (all of them, or the cheap ones), waiting
  * for whoever is at it; the packets count as ctr's (who received). */
 static int net_rx_drain(struct urvt_net *net, bool all, enum urvt_ctr ctr)
@@ -181,8 +190,7 @@ static int net_rx_drain(struct urvt_net *net, bool all, enum urvt_ctr ctr)
 
 	pthread_mutex_lock(&net->rx_lock);
 	n = urvt_net_rx_drain_links(net, all);
-	if (n)
-		tp_count(net, NULL, ctr, (uint64_t)n);
+	rx_count(net, ctr, n);
 	pthread_mutex_unlock(&net->rx_lock);
 	return n;
 }
@@ -223,8 +231,7 @@ static int net_spin(void *arg)
 	    pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, false, false);
-	if (n)
-		tp_count(net, NULL, URVT_CTR_RX_BY_PROGRESS, (uint64_t)n);
+	rx_count(net, URVT_CTR_RX_BY_PROGRESS, n);
 	pthread_mutex_unlock(&net->rx_lock);
 	return n;
 }
@@ -281,11 +288,9 @@ void urvt_net_drain(struct rvt_dev_info *rdi)
 	if (!net || pthread_mutex_trylock(&net->rx_lock))
 		return; /* someone is receiving right now */
 	int n = urvt_net_rx_drain(net);
-	if (n)
-		tp_count(net, NULL,
-			 urvt_progress_on_thread(rdi->progress) ? URVT_CTR_RX_BY_PROGRESS :
-								  URVT_CTR_RX_BY_APP,
-			 (uint64_t)n);
+	rx_count(net,
+		 urvt_progress_on_thread(rdi->progress) ? URVT_CTR_RX_BY_PROGRESS : URVT_CTR_RX_BY_APP,
+		 n);
 	pthread_mutex_unlock(&net->rx_lock);
 }
 
@@ -380,8 +385,7 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 	if (pthread_mutex_trylock(&net->rx_lock))
 		return 0;
 	n = urvt_net_rx_links(net, !skip, true);
-	if (n)
-		tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
+	rx_count(net, URVT_CTR_RX_BY_APP, n);
 	if (!skip)
 		udp_backoff(net, n);
 	pthread_mutex_unlock(&net->rx_lock);
@@ -671,8 +675,7 @@ static bool app_linger(struct urvt_net *net, uint32_t writes)
 			uint32_t w = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed);
 			uint32_t p = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed);
 			int n = urvt_net_rx_batch(net);
-			if (n > 0)
-				tp_count(net, NULL, URVT_CTR_RX_BY_APP, (uint64_t)n);
+			rx_count(net, URVT_CTR_RX_BY_APP, n);
 			bool caught = atomic_load_explicit(&net->rx_mem_writes, memory_order_relaxed) != w;
 			bool partial = atomic_load_explicit(&net->rx_mem_pkts, memory_order_relaxed) != p;
 			pthread_mutex_unlock(&net->rx_lock);
