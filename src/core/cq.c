@@ -73,8 +73,8 @@ struct rvt_cq *rvt_create_cq(struct urvt_context *uctx, int cqe,
 			goto err_free_queue;
 		}
 	}
-	urvt_spin_init(&cq->p_lock);
-	urvt_spin_init(&cq->c_lock);
+	urvt_bias_init(&cq->p_lock);
+	urvt_bias_init(&cq->c_lock);
 	cq->ibcq.context = &uctx->vctx.context;
 	cq->ibcq.channel = ch ? &ch->ibch : NULL;
 	cq->ibcq.cqe = (int)cq->cqe;
@@ -112,8 +112,8 @@ int rvt_destroy_cq(struct rvt_cq *cq)
 		urvt_comp_channel_cancel(cq->channel, cq);
 	if (cq->channel)
 		__atomic_fetch_sub(&cq->channel->ibch.refcnt, 1, __ATOMIC_RELEASE);
-	urvt_spin_destroy(&cq->p_lock);
-	urvt_spin_destroy(&cq->c_lock);
+	urvt_spin_destroy(&cq->p_lock.lock);
+	urvt_spin_destroy(&cq->c_lock.lock);
 	pthread_mutex_destroy(&cq->ibcq.mutex);
 	pthread_cond_destroy(&cq->ibcq.cond);
 	rvt_buf_free(cq->domain, cq->queue, RVT_RES_TYPE_CQ, cq->queue_custom);
@@ -146,14 +146,14 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 		}
 	}
 	/* Both ends stop while the entries move, in order, to the new ring. */
-	urvt_spin_lock(&cq->c_lock);
-	urvt_spin_lock(&cq->p_lock);
+	urvt_bias_lock(&cq->c_lock);
+	urvt_bias_lock(&cq->p_lock);
 	head = cq->head;
 	tail = cq->tail;
 	n = head - tail;
 	if (n > size - 1) {
-		urvt_spin_unlock(&cq->p_lock);
-		urvt_spin_unlock(&cq->c_lock);
+		urvt_bias_unlock(&cq->p_lock);
+		urvt_bias_unlock(&cq->c_lock);
 		rvt_buf_free(cq->domain, queue, RVT_RES_TYPE_CQ, custom);
 		free(ts);
 		return -EINVAL;
@@ -175,8 +175,8 @@ int rvt_resize_cq(struct rvt_cq *cq, int cqe)
 	cq->ibcq.cqe = (int)cq->cqe;
 	cq->tail = 0;
 	cq->head = n;
-	urvt_spin_unlock(&cq->p_lock);
-	urvt_spin_unlock(&cq->c_lock);
+	urvt_bias_unlock(&cq->p_lock);
+	urvt_bias_unlock(&cq->c_lock);
 	rvt_buf_free(cq->domain, old, RVT_RES_TYPE_CQ, old_custom);
 	free(old_ts);
 	return 0;
@@ -192,8 +192,8 @@ void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn)
 {
 	uint32_t tail, head, keep;
 
-	urvt_spin_lock(&cq->c_lock);
-	urvt_spin_lock(&cq->p_lock);
+	urvt_bias_lock(&cq->c_lock);
+	urvt_bias_lock(&cq->p_lock);
 	tail = cq->tail;
 	head = cq->head;
 	keep = tail;
@@ -210,8 +210,8 @@ void rvt_cq_clean(struct rvt_cq *cq, uint32_t qpn)
 		keep++;
 	}
 	store_release(&cq->head, keep);
-	urvt_spin_unlock(&cq->p_lock);
-	urvt_spin_unlock(&cq->c_lock);
+	urvt_bias_unlock(&cq->p_lock);
+	urvt_bias_unlock(&cq->c_lock);
 }
 
 static void notify_channel(struct rvt_cq *cq)
@@ -321,15 +321,16 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
 	uint32_t head;
 	int notify;
-	bool fire = false;
+	bool fire = false, fast = urvt_bias_take(&cq->p_lock);
 
-	urvt_spin_lock(&cq->p_lock);
+	if (!fast)
+		urvt_bias_note(&cq->p_lock);
 	head = cq->head;
 	/* CQ-P0: pairs with the consumer's release of tail (CQ-C2). */
 	if (unlikely(head - load_acquire(&cq->tail) >= cq->cqe)) {
 		bool first = !cq->overflow;
 		cq->overflow = true;
-		urvt_spin_unlock(&cq->p_lock);
+		urvt_bias_leave(&cq->p_lock, fast);
 		if (first)
 			urvt_dispatch_async_event(cq->uctx, IBV_EVENT_CQ_ERR, cq);
 		return false;
@@ -345,7 +346,7 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 		atomic_store_explicit(&cq->notify, RVT_CQ_NOTIFY_NONE, memory_order_relaxed);
 		fire = true;
 	}
-	urvt_spin_unlock(&cq->p_lock);
+	urvt_bias_leave(&cq->p_lock, fast);
 	if (fire)
 		raise_event(cq);
 	return true;
@@ -354,11 +355,14 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 {
 	uint32_t tail, avail;
+	bool fast;
 	int n;
 
 	if (unlikely(num_entries < 0))
 		return -EINVAL;
-	urvt_spin_lock(&cq->c_lock);
+	fast = urvt_bias_take(&cq->c_lock);
+	if (!fast)
+		urvt_bias_note(&cq->c_lock);
 	tail = cq->tail;
 	/* CQ-C1: pairs with the producer's release of head (CQ-P1). */
 	avail = load_acquire(&cq->head) - tail;
@@ -367,7 +371,7 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 		wc[i] = cq->queue[(tail + (uint32_t)i) & cq->mask];
 	/* CQ-C2: the slots may be reused once the producer sees this (CQ-P0). */
 	store_release(&cq->tail, tail + (uint32_t)n);
-	urvt_spin_unlock(&cq->c_lock);
+	urvt_bias_leave(&cq->c_lock, fast);
 	return n;
 }
 
@@ -384,14 +388,16 @@ int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only)
 {
 	const struct urvt_transport_ops *t = cq->uctx->rdi->transport;
 	int want = solicited_only ? RVT_CQ_NOTIFY_SOLICITED : RVT_CQ_NOTIFY_NEXT;
+	bool fast;
 
 	/* the application will block: the transport must receive for it */
 	if (t && t->app_blocks)
 		t->app_blocks(cq->uctx->rdi);
-	urvt_spin_lock(&cq->p_lock);
+	/* the way in completions take: arming does not revoke their owner */
+	fast = urvt_bias_take(&cq->p_lock);
 	/* IBTA C11-31/32: an armed NEXT is never downgraded to SOLICITED. */
 	if (atomic_load_explicit(&cq->notify, memory_order_relaxed) != RVT_CQ_NOTIFY_NEXT)
 		atomic_store_explicit(&cq->notify, want, memory_order_relaxed);
-	urvt_spin_unlock(&cq->p_lock);
+	urvt_bias_leave(&cq->p_lock, fast);
 	return 0;
 }

@@ -418,14 +418,18 @@ struct rvt_cq {
 	uint64_t wc_flags;                /* cq_ex: requested read_* fields */
 
 	struct {
-		urvt_spinlock_t p_lock;
+		/* biased (base/biaslock.h): one thread receives for the CQ
+		 * nearly always; its locked exchange per completion was a
+		 * small message's share (docs/performance.md) */
+		struct urvt_biaslock p_lock;
 		uint32_t head;            /* written under p_lock, release */
 		_Atomic int notify;       /* enum rvt_cq_notify, one-shot */
 		bool overflow;            /* IBV_EVENT_CQ_ERR raised once */
 	} __cacheline_aligned;
 
 	struct {
-		urvt_spinlock_t c_lock;   /* poll_cq callers may race */
+		struct urvt_biaslock c_lock; /* poll_cq callers may race (biased: one poller, a
+					       dozen polls per message of a busy poller) */
 		uint32_t tail;            /* written under c_lock, release */
 		uint32_t ex_cur;          /* cq_ex: entry being read */
 	} __cacheline_aligned;

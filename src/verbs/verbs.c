@@ -521,11 +521,13 @@ static int ex_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr->comp_mask)
 		return EINVAL;
-	urvt_spin_lock(&cq->c_lock);
+	/* the plain way in: the lock is held until end_poll (an owner's
+	 * fast section would have to say which way it came in) */
+	urvt_bias_lock(&cq->c_lock);
 	cq->ex_cur = cq->tail;
 	ret = ex_load(cq);
 	if (ret)
-		urvt_spin_unlock(&cq->c_lock); /* no end_poll follows ENOENT */
+		urvt_bias_unlock(&cq->c_lock); /* no end_poll follows ENOENT */
 	return ret;
 }
 
@@ -552,7 +554,7 @@ static void ex_end_poll(struct ibv_cq_ex *ibcq)
 
 	cq->ex_cur++;
 	store_release(&cq->tail, cq->ex_cur);
-	urvt_spin_unlock(&cq->c_lock);
+	urvt_bias_unlock(&cq->c_lock);
 }
 
 static enum ibv_wc_opcode ex_read_opcode(struct ibv_cq_ex *cq)

@@ -972,7 +972,7 @@ static void test_destroy_during_async_flush(void **state)
 	 * completion is not waited for here: over a link the progress thread
 	 * may be the one to receive its NAK, after the flush.
 	 */
-	urvt_spin_lock(&cb->p_lock);
+	urvt_bias_lock(&cb->p_lock);
 	rd.wr.rdma.remote_addr = 64;
 	rd.wr.rdma.rkey = 0x1234567;
 	ut_post_send(a, &rd);
@@ -980,7 +980,7 @@ static void test_destroy_during_async_flush(void **state)
 							 ut_now_ms() < end;)
 		ut_sleep_ms(1);
 	if (ut_state(b) != IBV_QPS_ERR) {
-		urvt_spin_unlock(&cb->p_lock);
+		urvt_bias_unlock(&cb->p_lock);
 		fail_msg("b did not go to ERR within %d ms", UT_TIMEOUT_MS);
 	}
 	/* the progress thread is now held mid-flush: destroy b from another
@@ -988,7 +988,7 @@ static void test_destroy_during_async_flush(void **state)
 	ut_sleep_ms(30);
 	assert_int_equal(pthread_create(&d, NULL, destroy_thread, b), 0);
 	ut_sleep_ms(50);
-	urvt_spin_unlock(&cb->p_lock);
+	urvt_bias_unlock(&cb->p_lock);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 5;
 	if (pthread_timedjoin_np(d, &ret, &until)) {
