@@ -420,11 +420,11 @@ static __attribute__((noinline)) void direct_comm_est(struct rvt_qp *peer)
 {
 	bool raise;
 
-	urvt_spin_lock(&peer->r_lock);
+	urvt_bias_lock(&peer->r_lock);
 	raise = !peer->comm_est && rvt_qp_state(peer) == IBV_QPS_RTR;
 	if (raise)
 		peer->comm_est = true;
-	urvt_spin_unlock(&peer->r_lock);
+	urvt_bias_unlock(&peer->r_lock);
 	if (raise)
 		urvt_dispatch_async_event(peer->uctx, IBV_EVENT_COMM_EST, peer);
 }

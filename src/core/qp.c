@@ -470,7 +470,7 @@ static void rvt_qp_init_state(struct rvt_qp *qp)
 {
 	pthread_mutex_init(&qp->state_lock, NULL);
 	urvt_bias_init(&qp->s_hlock);
-	urvt_spin_init(&qp->r_lock);
+	urvt_bias_init(&qp->r_lock);
 	/* both only set a flag and schedule the engine: a busy poller may
 	 * run them (base/progress.h urvt_progress_set_poller) */
 	urvt_timer_init_pollable(&qp->s_timer, rvt_retry_timer_fn);
@@ -718,9 +718,9 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 	}
 	if (rvt_qp_state(qp) != IBV_QPS_RESET) {
 		/* 1. Everyone that looks at the state from now on backs off. */
-		urvt_spin_lock(&qp->r_lock);
+		urvt_bias_lock(&qp->r_lock);
 		atomic_store_explicit(&qp->state, IBV_QPS_RESET, memory_order_release);
-		urvt_spin_unlock(&qp->r_lock);
+		urvt_bias_unlock(&qp->r_lock);
 		/* 2. Engines and timer handlers already past their state check. */
 		wait_send_idle(qp);
 		urvt_timer_del_sync(p, &qp->s_timer);
@@ -738,9 +738,9 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		urvt_bias_lock(&qp->s_hlock);
 		drop_send_wqes(qp);
 		urvt_bias_unlock(&qp->s_hlock);
-		urvt_spin_lock(&qp->r_lock);
+		urvt_bias_lock(&qp->r_lock);
 		rvt_release_rsge(qp);
-		urvt_spin_unlock(&qp->r_lock);
+		urvt_bias_unlock(&qp->r_lock);
 		/* 5. Its completions still in the CQs go too, flushes
 		 * included: nothing of this life is polled in the next one
 		 * (as mlx4/mlx5 clean their CQs; docs/deviations.md). */
@@ -751,7 +751,7 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 	}
 	/* Reinitialise (always). Posted receives are dropped (qp-semantics §5.4). */
 	urvt_bias_lock(&qp->s_hlock);
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	rvt_init_qp(qp);
 	if (!qp->srq) {
 		urvt_spin_lock(&qp->rq.c_lock);
@@ -760,7 +760,7 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 		urvt_spin_unlock(&qp->rq.p_lock);
 		urvt_spin_unlock(&qp->rq.c_lock);
 	}
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	urvt_bias_unlock(&qp->s_hlock);
 }
 
@@ -833,9 +833,9 @@ void rvt_error_qp(struct rvt_qp *qp, enum ibv_wc_status err)
 {
 	bool lastwqe;
 
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	lastwqe = rvt_error_qp_locked(qp, err);
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	if (lastwqe)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 }
@@ -892,10 +892,10 @@ void rvt_qp_mr_clean(struct rvt_qp *qp, const struct rvt_mregion *mr)
 	if (qp->qpn <= 1)
 		return;
 	sends = sends_have_mr(qp, mr);
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	if (sends || (qp->r_wrid_valid && ss_has_mr(&qp->r_sge, mr)) || qp->r_rdma_sge.mr == mr)
 		lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_PROT_ERR);
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	if (lastwqe)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 }
@@ -1091,10 +1091,10 @@ int rvt_modify_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 
 	/* 7. apply the attributes, then the new state */
 	urvt_bias_lock(&qp->s_hlock);
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	rvt_qp_from_attr(qp, attr, attr_mask, &av);
 	run_engine = rvt_qp_publish_state(qp, cur, next, &lastwqe);
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	urvt_bias_unlock(&qp->s_hlock);
 
 	/* 8. RESET -> INIT publishes the QP for lookups by QPN. */
@@ -1127,9 +1127,9 @@ int rvt_query_qp(struct rvt_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 	attr->qkey = qp->qkey;
 	/* the PSNs move under their locks (post_send: s_hlock, responder:
 	 * r_lock) while query runs; take them for the read */
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	attr->rq_psn = qp->r_psn & URVT_QPN_MASK;
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	urvt_bias_lock(&qp->s_hlock);
 	attr->sq_psn = qp->s_next_psn & URVT_QPN_MASK;
 	urvt_bias_unlock(&qp->s_hlock);
@@ -1199,7 +1199,7 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 		rvt_rq_fini(&qp->rq);
 	/* off the MR barrier's list before s_hlock and the structure go */
 	rvt_qp_all_del(&rdi->qp_table, qp);
-	urvt_spin_destroy(&qp->r_lock);
+	urvt_spin_destroy(&qp->r_lock.lock);
 	pthread_mutex_destroy(&qp->state_lock);
 	pthread_mutex_destroy(&qp->ibqp_ex.qp_base.mutex);
 	pthread_cond_destroy(&qp->ibqp_ex.qp_base.cond);

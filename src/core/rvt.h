@@ -721,7 +721,10 @@ struct rvt_qp {
 
 	/* ---- responder, under r_lock ---- */
 	struct {
-		urvt_spinlock_t r_lock;
+		/* biased (base/biaslock.h): the thread that receives takes it
+		 * per packet; control paths take it the plain way
+		 * (urvt_bias_lock), which revokes that owner */
+		struct urvt_biaslock r_lock;
 		uint32_t r_psn;           /* next expected PSN */
 		uint32_t r_ack_psn;
 		uint32_t r_msn;
@@ -752,6 +755,23 @@ struct rvt_qp {
 	struct rvt_qp *next_free;
 	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
 };
+
+/* The responder's way into r_lock (a packet, a loopback delivery): the
+ * fast way for its owner, else the lock, which counts towards owning it.
+ * Returns which, for rvt_r_leave. */
+static inline bool rvt_r_take(struct rvt_qp *qp)
+{
+	bool fast = urvt_bias_take(&qp->r_lock);
+
+	if (!fast)
+		urvt_bias_note(&qp->r_lock);
+	return fast;
+}
+
+static inline void rvt_r_leave(struct rvt_qp *qp, bool fast)
+{
+	urvt_bias_leave(&qp->r_lock, fast);
+}
 
 static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)
 {

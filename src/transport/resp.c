@@ -102,9 +102,9 @@ void urvt_resp_acks_due_flush(struct urvt_txq *q)
 			continue; /* destroyed meanwhile: its reset forgot the ACK */
 		/* what was executed is acknowledged, also by a QP that went
 		 * to ERR since (a full CQ): as rxe's ACK, sent before that */
-		urvt_spin_lock(&qp->r_lock);
+		bool fast = rvt_r_take(qp);
 		ack_pay(qp, false);
-		urvt_spin_unlock(&qp->r_lock);
+		rvt_r_leave(qp, fast);
 		rvt_put_qp(qp);
 	}
 	q->ack_due_n = 0;
@@ -113,12 +113,11 @@ void urvt_resp_acks_due_flush(struct urvt_txq *q)
 void urvt_resp_ack_owed_send(struct rvt_qp *qp)
 {
 	struct urvt_txq *q;
-	bool owed;
+	bool owed, fast = rvt_r_take(qp);
 
-	urvt_spin_lock(&qp->r_lock);
 	owed = qp_tp(qp)->ack_due;
 	ack_pay(qp, false);
-	urvt_spin_unlock(&qp->r_lock);
+	rvt_r_leave(qp, fast);
 	q = owed ? urvt_txq_peek() : NULL;
 	if (q)
 		urvt_txq_flush_unless_rx(qp_net(qp), q);
@@ -1042,12 +1041,11 @@ drop:
 
 void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
-	bool comm_est = false, lastwqe = false;
+	bool comm_est = false, lastwqe = false, fast = rvt_r_take(qp);
 
-	urvt_spin_lock(&qp->r_lock);
 	/* re-check under the lock: modify/reset/error may have run */
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
-		urvt_spin_unlock(&qp->r_lock);
+		rvt_r_leave(qp, fast);
 		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_BAD_STATE, 1);
 		return;
 	}
@@ -1075,7 +1073,7 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 		qp->comm_est = true;
 		comm_est = true;
 	}
-	urvt_spin_unlock(&qp->r_lock);
+	rvt_r_leave(qp, fast);
 	if (comm_est)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_COMM_EST, qp);
 	if (lastwqe)

@@ -556,9 +556,9 @@ static void test_dereg_errors_a_receive_in_progress(void **state)
 	ut_connect(&dev, qp, qp->qpn, 0);
 	ut_post_recv(qp, 21, buf, 32, mr->ibmr.lkey);
 	ut_post_recv(qp, 22, buf + 32, 32, mr->ibmr.lkey);
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	assert_int_equal(rvt_get_rwqe(qp, false), 1);
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	assert_int_equal(refs(mr), 2);
 	assert_int_equal(rvt_dereg_mr(mr), 0);
 	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
@@ -584,10 +584,10 @@ static void test_dereg_errors_a_write_in_progress(void **state)
 
 	(void)state;
 	ut_connect(&dev, qp, qp->qpn, IBV_ACCESS_REMOTE_WRITE);
-	urvt_spin_lock(&qp->r_lock);
+	urvt_bias_lock(&qp->r_lock);
 	assert_true(rvt_rkey_ok(qp, &qp->r_rdma_sge, 16, (uintptr_t)buf, mr->ibmr.rkey,
 				IBV_ACCESS_REMOTE_WRITE));
-	urvt_spin_unlock(&qp->r_lock);
+	urvt_bias_unlock(&qp->r_lock);
 	assert_int_equal(refs(mr), 2);
 	assert_int_equal(rvt_dereg_mr(mr), 0);
 	assert_int_equal(ut_state(qp), IBV_QPS_ERR);
