@@ -619,6 +619,7 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 {
 	struct rvt_rq *rq = &qp->rq;
 	int ret = 0;
+	bool fast;
 
 	/* R1 (qp-semantics §3.1) */
 	/* an XRC QP has no receive queue of its own (qp-semantics §16.3) */
@@ -627,7 +628,7 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 		*bad_wr = wr;
 		return -EINVAL;
 	}
-	urvt_spin_lock(&rq->p_lock);
+	fast = rvt_bias_take_noted(&rq->p_lock);
 	for (; wr; wr = wr->next) {
 		/* R4: in ERR the WR completes at once with a flush (checked under
 		 * p_lock, which rvt_error_qp's flush also takes). */
@@ -655,6 +656,6 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 			break;
 		}
 	}
-	urvt_spin_unlock(&rq->p_lock);
+	urvt_bias_leave(&rq->p_lock, fast);
 	return ret;
 }

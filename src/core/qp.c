@@ -754,11 +754,11 @@ static void rvt_reset_qp(struct rvt_qp *qp)
 	urvt_bias_lock(&qp->r_lock);
 	rvt_init_qp(qp);
 	if (!qp->srq) {
-		urvt_spin_lock(&qp->rq.c_lock);
-		urvt_spin_lock(&qp->rq.p_lock);
+		urvt_bias_lock(&qp->rq.c_lock);
+		urvt_bias_lock(&qp->rq.p_lock);
 		qp->rq.head = qp->rq.tail = 0;
-		urvt_spin_unlock(&qp->rq.p_lock);
-		urvt_spin_unlock(&qp->rq.c_lock);
+		urvt_bias_unlock(&qp->rq.p_lock);
+		urvt_bias_unlock(&qp->rq.c_lock);
 	}
 	urvt_bias_unlock(&qp->r_lock);
 	urvt_bias_unlock(&qp->s_hlock);
@@ -774,17 +774,17 @@ static void flush_rq(struct rvt_qp *qp)
 		.qp_num = qp->qpn,
 	};
 
-	urvt_spin_lock(&rq->c_lock);
+	urvt_bias_lock(&rq->c_lock);
 	/* p_lock too: a post_recv that saw a non-ERR state has finished
 	 * queueing, and one that comes later sees ERR (rvt_post_recv). */
-	urvt_spin_lock(&rq->p_lock);
+	urvt_bias_lock(&rq->p_lock);
 	while (rq->tail != rq->head) {
 		wc.wr_id = rvt_get_rwqe_ptr(rq, rq->tail)->wr_id;
 		store_release(&rq->tail, rq->tail + 1);
 		rvt_cq_enter(qp->recv_cq, &wc, true);
 	}
-	urvt_spin_unlock(&rq->p_lock);
-	urvt_spin_unlock(&rq->c_lock);
+	urvt_bias_unlock(&rq->p_lock);
+	urvt_bias_unlock(&rq->c_lock);
 }
 
 /*

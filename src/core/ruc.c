@@ -199,22 +199,22 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 	struct rvt_pd *pd = srq ? srq->pd : qp->pd;
 	struct rvt_rwqe *wqe;
 	uint32_t tail, j = 0, len = 0;
-	bool bad = false, fire_limit = false;
+	bool bad = false, fire_limit = false, fast;
 
 	/* A WQE kept by a dropped UD packet is used again, untouched. */
 	if (qp->r_flags & RVT_R_REUSE_SGE) {
 		qp->r_flags &= ~RVT_R_REUSE_SGE;
 		return 1;
 	}
-	urvt_spin_lock(&rq->c_lock);
+	fast = rvt_bias_take_noted(&rq->c_lock);
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
-		urvt_spin_unlock(&rq->c_lock);
+		urvt_bias_leave(&rq->c_lock, fast);
 		return 0;
 	}
 	tail = rq->tail;
 	/* RQ-C1: pairs with the release of head in rvt_rq_post_one (RQ-P1). */
 	if (tail == load_acquire(&rq->head)) {
-		urvt_spin_unlock(&rq->c_lock);
+		urvt_bias_leave(&rq->c_lock, fast);
 		return 0;
 	}
 	wqe = rvt_get_rwqe_ptr(rq, tail);
@@ -253,7 +253,7 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 			fire_limit = true;
 		}
 	}
-	urvt_spin_unlock(&rq->c_lock);
+	urvt_bias_leave(&rq->c_lock, fast);
 	if (fire_limit)
 		urvt_dispatch_async_event(srq->uctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq);
 

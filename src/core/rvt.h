@@ -471,12 +471,15 @@ struct rvt_rq {
 	struct rvt_pd *wq_domain;         /* whose allocator made wq (rvt_buf_alloc) */
 	uint32_t wq_type;                 /* its RVT_RES_TYPE_* */
 	bool wq_custom;
+	/* biased (base/biaslock.h): one thread posts receives, one takes
+	 * them (the one that receives the QP's packets); control paths take
+	 * them the plain way */
 	struct {
-		urvt_spinlock_t p_lock;
+		struct urvt_biaslock p_lock;
 		uint32_t head;
 	} __cacheline_aligned;
 	struct {
-		urvt_spinlock_t c_lock;
+		struct urvt_biaslock c_lock;
 		uint32_t tail;
 	} __cacheline_aligned;
 };
@@ -756,16 +759,24 @@ struct rvt_qp {
 	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
 };
 
+/* A data path's way into a biased lock b (a receive posted, a receive
+ * WQE taken, ...): the fast way for its owner, else the lock, which counts
+ * towards owning it. Returns which, for urvt_bias_leave. */
+static inline bool rvt_bias_take_noted(struct urvt_biaslock *b)
+{
+	bool fast = urvt_bias_take(b);
+
+	if (!fast)
+		urvt_bias_note(b);
+	return fast;
+}
+
 /* The responder's way into r_lock (a packet, a loopback delivery): the
  * fast way for its owner, else the lock, which counts towards owning it.
  * Returns which, for rvt_r_leave. */
 static inline bool rvt_r_take(struct rvt_qp *qp)
 {
-	bool fast = urvt_bias_take(&qp->r_lock);
-
-	if (!fast)
-		urvt_bias_note(&qp->r_lock);
-	return fast;
+	return rvt_bias_take_noted(&qp->r_lock);
 }
 
 static inline void rvt_r_leave(struct rvt_qp *qp, bool fast)

@@ -23,8 +23,8 @@ int rvt_rq_init(struct rvt_rq *rq, uint32_t max_wr, uint32_t max_sge, struct rvt
 		return -ENOMEM;
 	rq->head = 0;
 	rq->tail = 0;
-	urvt_spin_init(&rq->p_lock);
-	urvt_spin_init(&rq->c_lock);
+	urvt_bias_init(&rq->p_lock);
+	urvt_bias_init(&rq->c_lock);
 	return 0;
 }
 
@@ -32,8 +32,8 @@ void rvt_rq_fini(struct rvt_rq *rq)
 {
 	if (!rq->wq)
 		return;
-	urvt_spin_destroy(&rq->p_lock);
-	urvt_spin_destroy(&rq->c_lock);
+	urvt_spin_destroy(&rq->p_lock.lock);
+	urvt_spin_destroy(&rq->c_lock.lock);
 	rvt_buf_free(rq->wq_domain, rq->wq, rq->wq_type, rq->wq_custom);
 	rq->wq = NULL;
 }
@@ -105,12 +105,12 @@ static int srq_resize(struct rvt_srq *srq, uint32_t max_wr)
 
 	if (ret)
 		return ret;
-	urvt_spin_lock(&srq->rq.c_lock);
-	urvt_spin_lock(&srq->rq.p_lock);
+	urvt_bias_lock(&srq->rq.c_lock);
+	urvt_bias_lock(&srq->rq.p_lock);
 	n = srq->rq.head - srq->rq.tail;
 	if (n > rq_capacity(&nrq)) {
-		urvt_spin_unlock(&srq->rq.p_lock);
-		urvt_spin_unlock(&srq->rq.c_lock);
+		urvt_bias_unlock(&srq->rq.p_lock);
+		urvt_bias_unlock(&srq->rq.c_lock);
 		rvt_rq_fini(&nrq);
 		return -EINVAL;
 	}
@@ -125,10 +125,10 @@ static int srq_resize(struct rvt_srq *srq, uint32_t max_wr)
 	srq->rq.tail = 0;
 	srq->rq.head = n;
 	srq->max_wr = rq_capacity(&nrq);
-	urvt_spin_unlock(&srq->rq.p_lock);
-	urvt_spin_unlock(&srq->rq.c_lock);
-	urvt_spin_destroy(&nrq.p_lock);
-	urvt_spin_destroy(&nrq.c_lock);
+	urvt_bias_unlock(&srq->rq.p_lock);
+	urvt_bias_unlock(&srq->rq.c_lock);
+	urvt_spin_destroy(&nrq.p_lock.lock);
+	urvt_spin_destroy(&nrq.c_lock.lock);
 	return 0;
 }
 
@@ -214,8 +214,8 @@ int rvt_post_srq_recv(struct rvt_srq *srq, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr)
 {
 	int ret = 0;
+	bool fast = rvt_bias_take_noted(&srq->rq.p_lock);
 
-	urvt_spin_lock(&srq->rq.p_lock);
 	for (; wr; wr = wr->next) {
 		ret = rvt_rq_post_one(&srq->rq, wr);
 		if (ret) {
@@ -223,6 +223,6 @@ int rvt_post_srq_recv(struct rvt_srq *srq, struct ibv_recv_wr *wr,
 			break;
 		}
 	}
-	urvt_spin_unlock(&srq->rq.p_lock);
+	urvt_bias_leave(&srq->rq.p_lock, fast);
 	return ret;
 }
