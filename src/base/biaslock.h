@@ -133,4 +133,16 @@ static inline void urvt_bias_leave(struct urvt_biaslock *b, bool fast)
 		urvt_bias_unlock(b);
 }
 
+/* A data path's way in (a post, a completion, a receive): the fast way for
+ * its owner, else the lock, which counts towards owning it (urvt_bias_note).
+ * Control paths take urvt_bias_lock, which only revokes. */
+static inline bool urvt_bias_take_noted(struct urvt_biaslock *b)
+{
+	bool fast = urvt_bias_take(b);
+
+	if (!fast)
+		urvt_bias_note(b);
+	return fast;
+}
+
 #endif

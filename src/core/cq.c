@@ -321,10 +321,8 @@ bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
 	uint32_t head;
 	int notify;
-	bool fire = false, fast = urvt_bias_take(&cq->p_lock);
+	bool fire = false, fast = urvt_bias_take_noted(&cq->p_lock);
 
-	if (!fast)
-		urvt_bias_note(&cq->p_lock);
 	head = cq->head;
 	/* CQ-P0: pairs with the consumer's release of tail (CQ-C2). */
 	if (unlikely(head - load_acquire(&cq->tail) >= cq->cqe)) {
@@ -360,9 +358,7 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 
 	if (unlikely(num_entries < 0))
 		return -EINVAL;
-	fast = urvt_bias_take(&cq->c_lock);
-	if (!fast)
-		urvt_bias_note(&cq->c_lock);
+	fast = urvt_bias_take_noted(&cq->c_lock);
 	tail = cq->tail;
 	/* CQ-C1: pairs with the producer's release of head (CQ-P1). */
 	avail = load_acquire(&cq->head) - tail;

@@ -535,12 +535,9 @@ static __attribute__((noinline)) int post_send_queued(struct rvt_qp *qp, struct 
  * (base/biaslock.h); a post that takes the lock counts towards that. */
 int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
-	bool fast = urvt_bias_take(&qp->s_hlock);
-	int state;
+	bool fast = urvt_bias_take_noted(&qp->s_hlock);
+	int state = rvt_qp_state(qp);
 
-	if (!fast)
-		urvt_bias_note(&qp->s_hlock);
-	state = rvt_qp_state(qp);
 	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr)) {
 		urvt_bias_leave(&qp->s_hlock, fast);
 		return 0;
@@ -628,7 +625,7 @@ int rvt_post_recv(struct rvt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 		*bad_wr = wr;
 		return -EINVAL;
 	}
-	fast = rvt_bias_take_noted(&rq->p_lock);
+	fast = urvt_bias_take_noted(&rq->p_lock);
 	for (; wr; wr = wr->next) {
 		/* R4: in ERR the WR completes at once with a flush (checked under
 		 * p_lock, which rvt_error_qp's flush also takes). */

@@ -206,7 +206,7 @@ int rvt_get_rwqe(struct rvt_qp *qp, bool wr_id_only)
 		qp->r_flags &= ~RVT_R_REUSE_SGE;
 		return 1;
 	}
-	fast = rvt_bias_take_noted(&rq->c_lock);
+	fast = urvt_bias_take_noted(&rq->c_lock);
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
 		urvt_bias_leave(&rq->c_lock, fast);
 		return 0;

@@ -759,24 +759,12 @@ struct rvt_qp {
 	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
 };
 
-/* A data path's way into a biased lock b (a receive posted, a receive
- * WQE taken, ...): the fast way for its owner, else the lock, which counts
- * towards owning it. Returns which, for urvt_bias_leave. */
-static inline bool rvt_bias_take_noted(struct urvt_biaslock *b)
-{
-	bool fast = urvt_bias_take(b);
-
-	if (!fast)
-		urvt_bias_note(b);
-	return fast;
-}
-
 /* The responder's way into r_lock (a packet, a loopback delivery): the
  * fast way for its owner, else the lock, which counts towards owning it.
  * Returns which, for rvt_r_leave. */
 static inline bool rvt_r_take(struct rvt_qp *qp)
 {
-	return rvt_bias_take_noted(&qp->r_lock);
+	return urvt_bias_take_noted(&qp->r_lock);
 }
 
 static inline void rvt_r_leave(struct rvt_qp *qp, bool fast)

@@ -214,7 +214,7 @@ int rvt_post_srq_recv(struct rvt_srq *srq, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr)
 {
 	int ret = 0;
-	bool fast = rvt_bias_take_noted(&srq->rq.p_lock);
+	bool fast = urvt_bias_take_noted(&srq->rq.p_lock);
 
 	for (; wr; wr = wr->next) {
 		ret = rvt_rq_post_one(&srq->rq, wr);

@@ -613,7 +613,6 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
 	qp_tp(qp)->cur_valid = false;
 }
 
-/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
 /*
  * The route of a UD WQE whose AV's route is for another QPN slot (an AH:
  * the slot is the WR's, docs/shm.md). The QP remembers where its last
@@ -640,6 +639,7 @@ static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool f
 	return false;
 }
 
+/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_net *net = qp_net(qp);
