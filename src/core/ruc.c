@@ -566,7 +566,7 @@ static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		return true;
 	}
 
-	rfast = rvt_r_take(qp);
+	rfast = urvt_bias_take_noted(&qp->r_lock);
 	/* Re-check under the lock: the responder may have left RTR/RTS. */
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK))
 		res = LB_INV;
@@ -584,10 +584,10 @@ static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		}
 		if (!qp->comm_est && rvt_qp_state(qp) == IBV_QPS_RTR) {
 			qp->comm_est = true;
-			rvt_r_leave(qp, rfast);
+			urvt_bias_leave(&qp->r_lock, rfast);
 			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_COMM_EST, qp);
 		} else {
-			rvt_r_leave(qp, rfast);
+			urvt_bias_leave(&qp->r_lock, rfast);
 		}
 		if (lastwqe)
 			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
@@ -596,7 +596,7 @@ static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		rvt_send_complete(sqp, wqe, IBV_WC_SUCCESS);
 		return true;
 	case LB_RNR:
-		rvt_r_leave(qp, rfast);
+		urvt_bias_leave(&qp->r_lock, rfast);
 		{
 			bool done = loopback_rnr(sqp, wqe, qp);
 			rvt_put_qp(qp);
@@ -622,7 +622,7 @@ static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 		recv_status = IBV_WC_LOC_PROT_ERR;
 		break;
 	case LB_LOC_QP_OP:
-		rvt_r_leave(qp, rfast);
+		urvt_bias_leave(&qp->r_lock, rfast);
 		rvt_put_qp(qp);
 		rvt_send_complete(sqp, wqe, IBV_WC_LOC_QP_OP_ERR);
 		if (sqp->type == IBV_QPT_RC)
@@ -631,7 +631,7 @@ static bool ruc_loopback_one(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	}
 	/* The responder goes to ERR (rvt_rc_error), then the requester. */
 	lastwqe = rvt_error_qp_locked(qp, recv_status);
-	rvt_r_leave(qp, rfast);
+	urvt_bias_leave(&qp->r_lock, rfast);
 	if (lastwqe)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 	rvt_put_qp(qp);
@@ -664,11 +664,11 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	    !(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK))
 		goto out_put;
 
-	rfast = rvt_r_take(qp);
+	rfast = urvt_bias_take_noted(&qp->r_lock);
 	ret = rvt_get_rwqe(qp, false);
 	if (ret < 0) {
 		lastwqe = rvt_error_qp_locked(qp, IBV_WC_LOC_QP_OP_ERR);
-		rvt_r_leave(qp, rfast);
+		urvt_bias_leave(&qp->r_lock, rfast);
 		if (lastwqe)
 			urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 		goto out_put;
@@ -717,7 +717,7 @@ static void ud_loopback(struct rvt_qp *sqp, struct rvt_swqe *wqe)
 	wc.sl = urvt_ipinfo_is_v4(&ip) ? 2 : 1;
 	lastwqe = responder_complete(qp, &wc, wqe->send_flags & IBV_SEND_SOLICITED);
 out_unlock:
-	rvt_r_leave(qp, rfast);
+	urvt_bias_leave(&qp->r_lock, rfast);
 	if (lastwqe)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
 out_put:

@@ -759,19 +759,6 @@ struct rvt_qp {
 	struct rvt_qp *all_next, *all_prev; /* qp_table.all_head, under all_lock */
 };
 
-/* The responder's way into r_lock (a packet, a loopback delivery): the
- * fast way for its owner, else the lock, which counts towards owning it.
- * Returns which, for rvt_r_leave. */
-static inline bool rvt_r_take(struct rvt_qp *qp)
-{
-	return urvt_bias_take_noted(&qp->r_lock);
-}
-
-static inline void rvt_r_leave(struct rvt_qp *qp, bool fast)
-{
-	urvt_bias_leave(&qp->r_lock, fast);
-}
-
 static inline struct rvt_qp *ibqp_to_rvtqp(struct ibv_qp *ibqp)
 {
 	return container_of((struct ibv_qp_ex *)ibqp, struct rvt_qp, ibqp_ex);

@@ -102,9 +102,9 @@ void urvt_resp_acks_due_flush(struct urvt_txq *q)
 			continue; /* destroyed meanwhile: its reset forgot the ACK */
 		/* what was executed is acknowledged, also by a QP that went
 		 * to ERR since (a full CQ): as rxe's ACK, sent before that */
-		bool fast = rvt_r_take(qp);
+		bool fast = urvt_bias_take_noted(&qp->r_lock);
 		ack_pay(qp, false);
-		rvt_r_leave(qp, fast);
+		urvt_bias_leave(&qp->r_lock, fast);
 		rvt_put_qp(qp);
 	}
 	q->ack_due_n = 0;
@@ -113,11 +113,11 @@ void urvt_resp_acks_due_flush(struct urvt_txq *q)
 void urvt_resp_ack_owed_send(struct rvt_qp *qp)
 {
 	struct urvt_txq *q;
-	bool owed, fast = rvt_r_take(qp);
+	bool owed, fast = urvt_bias_take_noted(&qp->r_lock);
 
 	owed = qp_tp(qp)->ack_due;
 	ack_pay(qp, false);
-	rvt_r_leave(qp, fast);
+	urvt_bias_leave(&qp->r_lock, fast);
 	q = owed ? urvt_txq_peek() : NULL;
 	if (q)
 		urvt_txq_flush_unless_rx(qp_net(qp), q);
@@ -1041,11 +1041,11 @@ drop:
 
 void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
-	bool comm_est = false, lastwqe = false, fast = rvt_r_take(qp);
+	bool comm_est = false, lastwqe = false, fast = urvt_bias_take_noted(&qp->r_lock);
 
 	/* re-check under the lock: modify/reset/error may have run */
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
-		rvt_r_leave(qp, fast);
+		urvt_bias_leave(&qp->r_lock, fast);
 		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_BAD_STATE, 1);
 		return;
 	}
@@ -1073,7 +1073,7 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 		qp->comm_est = true;
 		comm_est = true;
 	}
-	rvt_r_leave(qp, fast);
+	urvt_bias_leave(&qp->r_lock, fast);
 	if (comm_est)
 		urvt_dispatch_async_event(qp->uctx, IBV_EVENT_COMM_EST, qp);
 	if (lastwqe)
