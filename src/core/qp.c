@@ -515,8 +515,11 @@ static void rvt_qp_publish(struct rvt_qp *qp, const struct ibv_qp_init_attr_ex *
 
 	if (qp->pd)
 		atomic_fetch_add(&qp->pd->usecnt, 1);
-	if (qp->send_cq)
+	if (qp->send_cq) {
 		atomic_fetch_add(&qp->send_cq->usecnt, 1);
+		if (qp->type == IBV_QPT_UD)
+			atomic_fetch_add(&qp->send_cq->ud_send_uses, 1);
+	}
 	if (qp->recv_cq)
 		atomic_fetch_add(&qp->recv_cq->usecnt, 1);
 	if (qp->srq)
@@ -1187,8 +1190,11 @@ int rvt_destroy_qp(struct rvt_qp *qp)
 	atomic_fetch_sub(&rdi->n_qps, 1);
 	if (qp->pd)
 		atomic_fetch_sub(&qp->pd->usecnt, 1);
-	if (qp->send_cq)
+	if (qp->send_cq) {
+		if (qp->type == IBV_QPT_UD)
+			atomic_fetch_sub(&qp->send_cq->ud_send_uses, 1);
 		atomic_fetch_sub(&qp->send_cq->usecnt, 1);
+	}
 	if (qp->recv_cq)
 		atomic_fetch_sub(&qp->recv_cq->usecnt, 1);
 	if (qp->xrcd)

@@ -435,6 +435,9 @@ struct rvt_cq {
 	} __cacheline_aligned;
 
 	_Atomic int usecnt;               /* QPs using it */
+	/* ... of those uses, as a UD QP's send CQ: a UD send completes when
+	 * it leaves (rc-protocol §7), never on what arrives (rvt_cq_rx_fills) */
+	_Atomic int ud_send_uses;
 	struct urvt_comp_channel *channel;
 	_Atomic int events_held;          /* events a receive batch holds (rvt_cq_events_hold) */
 	_Atomic uint32_t comp_events_reported;

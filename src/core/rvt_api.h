@@ -81,6 +81,14 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
  * when the CQ is empty), else rvt_poll_cq. */
 int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
+/* Can a packet that arrives put a completion into cq? Not if every QP
+ * using it uses it as a UD send CQ: nothing to receive for its poller. */
+static inline bool rvt_cq_rx_fills(const struct rvt_cq *cq)
+{
+	int uses = atomic_load_explicit(&cq->usecnt, memory_order_relaxed);
+
+	return !uses || uses != atomic_load_explicit(&cq->ud_send_uses, memory_order_relaxed);
+}
 /* Enter a completion; false if the CQ overflowed (entry lost, CQ_ERR raised). */
 bool rvt_cq_enter(struct rvt_cq *cq, const struct ibv_wc *wc, bool solicited);
 /* A receive batch holds the completion events it raises on this thread

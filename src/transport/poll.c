@@ -739,6 +739,12 @@ int urvt_net_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc)
 
 	if (!net || num_entries <= 0)
 		return n;
+	/* nothing that arrives completes here (UCX's UD send CQ, polled
+	 * after its receive CQ at each turn): receiving inline put what came
+	 * meanwhile into the other CQ, which the application looks at only
+	 * at its next turn; nor is this a poll that keeps the socket */
+	if (!n && !rvt_cq_rx_fills(cq))
+		return 0;
 	writes = app_writes_since_back(net);
 	app_polled(net);
 	/* the QPs' timers that are due, while we own the socket (rx_take):

@@ -257,6 +257,37 @@ static void test_max_qp(void **state)
 	assert_int_equal(atomic_load(&cq->usecnt), cq_use);
 }
 
+/* rvt_cq_rx_fills: a CQ only UD QPs send into gets nothing from what
+ * arrives (its poller does not receive, transport/poll.c); any other use
+ * (a receive CQ, an RC QP's send CQ, which ACKs complete) makes it one. */
+static void test_cq_rx_fills(void **state)
+{
+	struct rvt_cq *scq = ut_cq(&dev, 16), *rcq = ut_cq(&dev, 16);
+	struct rvt_qp *ud, *ud2, *rc;
+
+	(void)state;
+	assert_true(rvt_cq_rx_fills(scq)); /* no user yet: as before */
+	ud = ut_qp(&dev, pd, IBV_QPT_UD, scq, rcq, NULL, NULL, false);
+	assert_false(rvt_cq_rx_fills(scq));
+	assert_true(rvt_cq_rx_fills(rcq));
+	ud2 = ut_qp(&dev, pd, IBV_QPT_UD, scq, rcq, NULL, NULL, false);
+	assert_false(rvt_cq_rx_fills(scq));
+	rc = ut_qp(&dev, pd, IBV_QPT_RC, scq, rcq, NULL, NULL, false);
+	assert_true(rvt_cq_rx_fills(scq));
+	assert_int_equal(rvt_destroy_qp(rc), 0);
+	assert_false(rvt_cq_rx_fills(scq));
+	/* a UD QP that both sends and receives into it */
+	assert_int_equal(rvt_destroy_qp(ud2), 0);
+	ud2 = ut_qp(&dev, pd, IBV_QPT_UD, scq, scq, NULL, NULL, false);
+	assert_true(rvt_cq_rx_fills(scq));
+	assert_int_equal(rvt_destroy_qp(ud2), 0);
+	assert_int_equal(rvt_destroy_qp(ud), 0);
+	assert_int_equal(atomic_load(&scq->ud_send_uses), 0);
+	assert_true(rvt_cq_rx_fills(scq));
+	assert_int_equal(rvt_destroy_cq(scq), 0);
+	assert_int_equal(rvt_destroy_cq(rcq), 0);
+}
+
 static void test_caps_reported(void **state)
 {
 	static const struct ut_qp_caps req[] = {
@@ -436,6 +467,7 @@ int main(void)
 		cmocka_unit_test(test_srq_ignores_recv_caps),
 		cmocka_unit_test(test_other_types_and_args),
 		cmocka_unit_test(test_max_qp),
+		cmocka_unit_test(test_cq_rx_fills),
 		cmocka_unit_test(test_caps_reported),
 		cmocka_unit_test(test_initial_values),
 		cmocka_unit_test(test_qpn_numbering),
