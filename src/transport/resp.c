@@ -998,10 +998,15 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	}
 }
 
+/* A payload up to this size goes into the receive buffer in one copy with
+ * the GRH image before it (from the ring, still read once): a copy into
+ * the scatter list was a small message's larger cost than the bytes. */
+#define UD_JOIN_MAX 64
+
 /* rc-protocol §7 UD receive: GRH image + payload into one receive WQE. */
 static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
-	uint8_t grh[URVT_GRH_BYTES];
+	uint8_t grh[URVT_GRH_BYTES + UD_JOIN_MAX];
 	struct ibv_wc wc;
 	int ret;
 
@@ -1019,9 +1024,13 @@ static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct u
 	}
 	/* roce-wire §11: the IP header this packet arrived with */
 	urvt_grh_fill(grh, ip, pkt->len);
-	rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES, true, false);
-	if (pkt->paylen)
+	if (pkt->paylen <= UD_JOIN_MAX) {
+		memcpy(grh + URVT_GRH_BYTES, pkt->payload, pkt->paylen);
+		rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES + pkt->paylen, true, false);
+	} else {
+		rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES, true, false);
 		rvt_copy_sge(&qp->r_sge, pkt->payload, pkt->paylen, true, false);
+	}
 	wc_init(qp, &wc, IBV_WC_RECV, pkt->paylen + URVT_GRH_BYTES);
 	wc.src_qp = pkt->deth.sqp;
 	wc.wc_flags = IBV_WC_GRH;

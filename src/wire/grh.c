@@ -5,14 +5,15 @@
 
 int urvt_grh_fill(uint8_t grh[URVT_GRH_BYTES], const struct urvt_ipinfo *ip, size_t roce_len)
 {
-	uint8_t hdr[URVT_IPV6_HDR_BYTES + URVT_UDP_HDR_BYTES];
-
+	/* the IP header built in place: every UD receive makes one */
+	if (urvt_ipinfo_is_v4(ip)) {
+		memset(grh, 0, URVT_GRH_BYTES - URVT_IPV4_HDR_BYTES);
+		if (urvt_ip_hdr_build(grh + URVT_GRH_BYTES - URVT_IPV4_HDR_BYTES, ip,
+				      URVT_UDP_HDR_BYTES + roce_len))
+			return 0;
+	} else if (urvt_ip_hdr_build(grh, ip, URVT_UDP_HDR_BYTES + roce_len)) {
+		return 0;
+	}
 	memset(grh, 0, URVT_GRH_BYTES);
-	if (!urvt_ip_udp_hdr_build(hdr, ip, roce_len))
-		return -1;
-	if (urvt_ipinfo_is_v4(ip))
-		memcpy(grh + URVT_GRH_BYTES - URVT_IPV4_HDR_BYTES, hdr, URVT_IPV4_HDR_BYTES);
-	else
-		memcpy(grh, hdr, URVT_IPV6_HDR_BYTES);
-	return 0;
+	return -1;
 }

@@ -60,36 +60,41 @@ uint16_t urvt_ipv4_csum(const uint8_t hdr[URVT_IPV4_HDR_BYTES])
 	return folded;
 }
 
-size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t roce_len)
+size_t urvt_ip_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t udp_len)
 {
-	size_t udp_len = URVT_UDP_HDR_BYTES + roce_len;
-	size_t hl;
-
 	if (urvt_ipinfo_is_v4(ip)) {
-		hl = URVT_IPV4_HDR_BYTES;
-		if (hl + udp_len > 0xffff)
+		if (URVT_IPV4_HDR_BYTES + udp_len > 0xffff)
 			return 0;
 		out[0] = 0x45; /* version 4, IHL 5: no options (roce-wire §1) */
 		out[1] = ip->tclass;
-		urvt_put_be16(out + 2, (uint16_t)(hl + udp_len));
+		urvt_put_be16(out + 2, (uint16_t)(URVT_IPV4_HDR_BYTES + udp_len));
 		urvt_put_be16(out + 4, ip->ip_id);
 		urvt_put_be16(out + 6, ip->df ? URVT_IPV4_DF : 0);
 		out[8] = ip->hop_limit;
 		out[9] = 17; /* UDP */
 		memcpy(out + 12, ip->sgid + 12, 4);
 		memcpy(out + 16, ip->dgid + 12, 4);
-		urvt_put_be16(out + 10, urvt_ipv4_csum(out));
-	} else {
-		hl = URVT_IPV6_HDR_BYTES;
-		if (udp_len > 0xffff)
-			return 0;
-		urvt_put_be32(out, 6u << 28 | (uint32_t)ip->tclass << 20 | (ip->flow_label & 0xfffff));
-		urvt_put_be16(out + 4, (uint16_t)udp_len);
-		out[6] = 17; /* next header UDP, no extension headers (roce-wire §1) */
-		out[7] = ip->hop_limit;
-		memcpy(out + 8, ip->sgid, 16);
-		memcpy(out + 24, ip->dgid, 16);
+		urvt_put_be16(out + 10, urvt_ipv4_csum(out)); /* it skips its own field */
+		return URVT_IPV4_HDR_BYTES;
 	}
+	if (udp_len > 0xffff)
+		return 0;
+	urvt_put_be32(out, 6u << 28 | (uint32_t)ip->tclass << 20 | (ip->flow_label & 0xfffff));
+	urvt_put_be16(out + 4, (uint16_t)udp_len);
+	out[6] = 17; /* next header UDP, no extension headers (roce-wire §1) */
+	out[7] = ip->hop_limit;
+	memcpy(out + 8, ip->sgid, 16);
+	memcpy(out + 24, ip->dgid, 16);
+	return URVT_IPV6_HDR_BYTES;
+}
+
+size_t urvt_ip_udp_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t roce_len)
+{
+	size_t udp_len = URVT_UDP_HDR_BYTES + roce_len;
+	size_t hl = urvt_ip_hdr_build(out, ip, udp_len);
+
+	if (!hl)
+		return 0;
 	urvt_put_be16(out + hl, ip->sport);
 	urvt_put_be16(out + hl + 2, ip->dport);
 	urvt_put_be16(out + hl + 4, (uint16_t)udp_len);

@@ -81,6 +81,13 @@ void urvt_ipinfo_v6(struct urvt_ipinfo *ip, const uint8_t saddr[16], const uint8
 uint16_t urvt_ipv4_csum(const uint8_t hdr[URVT_IPV4_HDR_BYTES]);
 
 /*
+ * Write the IP header alone (20 or 40 bytes, correct IPv4 checksum) of a
+ * UDP datagram of udp_len bytes (UDP header included). Returns the bytes
+ * written, or 0 when the length does not fit the 16-bit length field.
+ */
+size_t urvt_ip_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t udp_len);
+
+/*
  * Write the IP header (20 or 40 bytes, correct IPv4 checksum) followed by
  * the UDP header (checksum 0, as rxe sends, roce-wire §1.2) for a UDP
  * payload of roce_len bytes. Returns the bytes written (28 or 48), or 0 when the
