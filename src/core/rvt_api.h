@@ -82,7 +82,9 @@ int rvt_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_app_poll_cq(struct rvt_cq *cq, int num_entries, struct ibv_wc *wc);
 int rvt_req_notify_cq(struct rvt_cq *cq, int solicited_only);
 /* Can a packet that arrives put a completion into cq? Not if every QP
- * using it uses it as a UD send CQ: nothing to receive for its poller. */
+ * using it uses it as a UD send CQ: nothing to receive for its poller.
+ * A CQ no QP uses yet answers yes, so its poller receives as it always
+ * did (transport/poll.c). */
 static inline bool rvt_cq_rx_fills(const struct rvt_cq *cq)
 {
 	int uses = atomic_load_explicit(&cq->usecnt, memory_order_relaxed);

@@ -1006,7 +1006,7 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 /* rc-protocol §7 UD receive: GRH image + payload into one receive WQE. */
 static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
-	uint8_t grh[URVT_GRH_BYTES + UD_JOIN_MAX];
+	uint8_t img[URVT_GRH_BYTES + UD_JOIN_MAX]; /* the GRH image, maybe the payload */
 	struct ibv_wc wc;
 	int ret;
 
@@ -1023,12 +1023,12 @@ static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct u
 		goto drop;
 	}
 	/* roce-wire §11: the IP header this packet arrived with */
-	urvt_grh_fill(grh, ip, pkt->len);
+	urvt_grh_fill(img, ip, pkt->len);
 	if (pkt->paylen <= UD_JOIN_MAX) {
-		memcpy(grh + URVT_GRH_BYTES, pkt->payload, pkt->paylen);
-		rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES + pkt->paylen, true, false);
+		memcpy(img + URVT_GRH_BYTES, pkt->payload, pkt->paylen);
+		rvt_copy_sge(&qp->r_sge, img, URVT_GRH_BYTES + pkt->paylen, true, false);
 	} else {
-		rvt_copy_sge(&qp->r_sge, grh, URVT_GRH_BYTES, true, false);
+		rvt_copy_sge(&qp->r_sge, img, URVT_GRH_BYTES, true, false);
 		rvt_copy_sge(&qp->r_sge, pkt->payload, pkt->paylen, true, false);
 	}
 	wc_init(qp, &wc, IBV_WC_RECV, pkt->paylen + URVT_GRH_BYTES);
