@@ -212,12 +212,26 @@ static inline enum rvt_rkey_res rvt_chk_rkey(struct rvt_qp *qp, struct rvt_sge *
  * slot here stays registered, unchanged, until the caller drops s_hlock.
  * Returns the host address of va, or NULL (also for an ODP MR, whose bytes
  * the ordinary path copies, odp.h, and a memory window's key, mw.c).
+ *
+ * m remembers the last key that passed and its MR's fields, good until
+ * memo_gen moves (an MR leaves the table or a LOCAL_INV takes a key). The
+ * lookup's dependent loads (slot, MR, its key, PD, range) were a third of
+ * an in-process WRITE's instructions (docs/performance.md); a remembered
+ * key costs compares on the QP's own line.
  */
-static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd,
-					 uint32_t key, uint64_t va, uint32_t len, int acc)
+static inline __attribute__((always_inline)) uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd,
+					 uint32_t key, uint64_t va, uint32_t len, int acc,
+					 struct rvt_key_memo *m)
 {
+	/* read before the lookup: a change that comes after it leaves the
+	 * memo behind */
+	uint32_t gen = atomic_load_explicit(&t->memo_gen, memory_order_relaxed);
 	struct rvt_mregion *mr;
 
+	if (likely(m->gen == gen && m->key == key && m->pd == pd))
+		return (m->access & acc) == acc && range_ok(m->iova, m->length, va, len)
+			       ? m->vaddr + (va - m->iova)
+			       : NULL;
 	/* No "!key" or "idx < max" test: every index a key can hold is in
 	 * the table (below), and slot 0 is never published, so key 0 finds
 	 * no MR. Pairs too with the barrier (see above). */
@@ -227,7 +241,17 @@ static inline uint8_t *rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd
 	if (unlikely(!mr || !key_live(mr, key) || !mr_grants(mr, pd, va, len, acc) ||
 		     (mr->access & (IBV_ACCESS_ON_DEMAND | RVT_ACCESS_MW))))
 		return NULL;
-	return (uint8_t *)mr->vaddr + (va - mr->iova);
+	*m = (struct rvt_key_memo){ .gen = gen, .key = key, .access = mr->access, .pd = pd,
+				    .vaddr = mr->vaddr, .iova = mr->iova, .length = mr->length };
+	return mr->vaddr + (va - mr->iova);
+}
+
+/* Whatever post_direct remembers of any key is stale (an MR leaves the
+ * table or loses its key; before the barrier, which makes every later
+ * post_direct see it). */
+static inline void rvt_key_memo_forget(struct rvt_lkey_table *t)
+{
+	atomic_fetch_add_explicit(&t->memo_gen, 1, memory_order_release);
 }
 
 #endif

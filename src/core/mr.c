@@ -31,6 +31,7 @@ int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max)
 {
 	memset(t, 0, sizeof(*t));
 	t->max = max;
+	atomic_store_explicit(&t->memo_gen, 1, memory_order_relaxed);
 	t->table = calloc(max, sizeof(*t->table));
 	t->gen = calloc(max, sizeof(*t->gen));
 	if (!t->table || !t->gen) {
@@ -92,6 +93,7 @@ static void unpublish_mr(struct rvt_lkey_table *t, struct rvt_mregion *mr)
 {
 	atomic_store_explicit(&t->table[mr->lkey >> RVT_LKEY_GEN_BITS], NULL,
 			      memory_order_release);
+	rvt_key_memo_forget(t);
 }
 
 /* Reserve a slot and a recycled or new structure; returns NULL when full. */
@@ -398,6 +400,7 @@ int rvt_invalidate_rkey(struct rvt_qp *qp, uint32_t rkey)
 		return -EINVAL;
 	}
 	atomic_store(&mr->lkey_invalid, true);
+	rvt_key_memo_forget(&qp->rdi->lkey_table);
 	rvt_put_mr(mr);
 	return 0;
 }

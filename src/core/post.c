@@ -472,7 +472,8 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 			return false;
 		src = (const uint8_t *)(uintptr_t)sg->addr;
 	} else {
-		src = rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr, len, 0);
+		src = rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr, len, 0,
+					&qp->lb_lkey_memo);
 		if (unlikely(!src))
 			return false;
 	}
@@ -482,7 +483,8 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		     !(READ_ONCE(peer->qp_access_flags) & IBV_ACCESS_REMOTE_WRITE)))
 		return false;
 	dst = rvt_direct_key_ok(&qp->rdi->lkey_table, peer->pd, wr->wr.rdma.rkey,
-				wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_WRITE);
+				wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_WRITE,
+				&qp->lb_rkey_memo);
 	if (unlikely(!dst))
 		return false;
 

@@ -107,6 +107,21 @@ struct rvt_lkey_table {
 	pthread_mutex_t lock;                  /* allocation/free (slow path) */
 	uint32_t next;                         /* allocation cursor */
 	struct rvt_mregion *free_list;         /* type-stable MR structs */
+	/* moves whenever a published key stops granting what it did (an MR
+	 * leaves the table, a LOCAL_INV): what post_direct remembers of a
+	 * key is good while this stays (keys.h rvt_direct_key_memo); from 1,
+	 * so a zeroed memo is no memo */
+	_Atomic uint32_t memo_gen;
+};
+
+/* What post_direct last learnt of one key (keys.h rvt_direct_key_memo):
+ * the MR's fields as of memo_gen gen. */
+struct rvt_key_memo {
+	uint32_t gen, key;
+	int access;
+	const struct rvt_pd *pd;
+	uint8_t *vaddr;
+	uint64_t iova, length;
 };
 
 struct urvt_progress;
@@ -699,6 +714,8 @@ struct rvt_qp {
 		struct rvt_qp *lb_peer;
 		struct rvt_qp *lb_cachers; /* QPs whose lb_peer is this one */
 		struct rvt_qp *lb_next;    /* next in lb_peer->lb_cachers */
+		/* post_direct's last lkey and rkey (under s_hlock) */
+		struct rvt_key_memo lb_lkey_memo, lb_rkey_memo;
 	} __cacheline_aligned;
 
 	/*

@@ -1752,6 +1752,16 @@ static void test_event_after_destroy(void **state)
 	pair_free(p, true);
 }
 
+/* a caches b for post_direct where b is in this process: a went to RTR
+ * before b was in the QPN table (pair_new), and a modify looks again. */
+static void direct_peer(struct pair *p)
+{
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTS };
+
+	assert_int_equal(rvt_modify_qp(p->a, &qa, IBV_QP_STATE), 0);
+	assert_ptr_equal(p->a->lb_peer, ut_inproc(&dev) ? p->b : NULL);
+}
+
 /*
  * post_send runs a lone RDMA WRITE on an idle queue at once (post.c
  * post_direct). Whatever it does must be what the engine would have done:
@@ -1772,6 +1782,7 @@ static void test_direct_write(void **state)
 	o.b_min_rnr_timer = 0x0a; /* 0.32 ms */
 	o.max_inline = 64;
 	p = pair_new_opts(IBV_QPT_RC, &o, NULL);
+	direct_peer(p);
 
 	/* 1. behind a SEND waiting for a receive (RNR): not before it */
 	ut_fill(p->abuf, 64, 3);
@@ -1881,6 +1892,102 @@ static void test_direct_write(void **state)
 	pair_free(p, true);
 }
 
+static bool all_zero(const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* An 8 B WRITE from a's buffer at off to b's at roff that succeeds. */
+static void direct_ok(struct pair *p, uint32_t off, uint32_t roff, int seed)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	ut_fill(p->abuf + off, 8, seed);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, off, 8, baddr(p, roff));
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	assert_true(ut_check(p->bbuf + roff, 8, seed));
+}
+
+/*
+ * post_direct remembers the last lkey and rkey that passed (keys.h
+ * rvt_direct_key_memo). Each change that takes a key's grant away must
+ * reach the next WRITE after a remembered one: a stale memo would let
+ * each of these through.
+ */
+static void test_direct_key_memo(void **state)
+{
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	struct rvt_mregion *mr;
+	struct pair *p;
+	uint8_t *old;
+	int err;
+
+	(void)state;
+	/* 1. rkey: its MR loses REMOTE_WRITE (rereg): access error */
+	p = pair_new(IBV_QPT_RC);
+	direct_peer(p);
+	direct_ok(p, 0, 64, 1);
+	assert_int_equal(rvt_rereg_mr(p->bmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+			 0);
+	memset(p->bbuf, 0, 256);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
+	assert_true(all_zero(p->bbuf, 256));
+	pair_free(p, true);
+
+	/* 2. rkey: LOCAL_INV takes it: access error */
+	p = pair_new(IBV_QPT_RC);
+	direct_peer(p);
+	direct_ok(p, 0, 64, 2);
+	assert_int_equal(rvt_invalidate_rkey(p->b, p->bmr->ibmr.rkey), 0);
+	memset(p->bbuf, 0, 256);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
+	assert_true(all_zero(p->bbuf, 256));
+	pair_free(p, true);
+
+	/* 3. lkey: its MR moves to other memory (rereg): the old range is
+	 * not the MR's any more (W10, at post time) */
+	p = pair_new(IBV_QPT_RC);
+	direct_peer(p);
+	direct_ok(p, 0, 64, 3);
+	old = p->abuf;
+	p->abuf = aligned_alloc(64, BUFSZ);
+	assert_non_null(p->abuf);
+	assert_int_equal(rvt_rereg_mr(p->amr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, p->abuf,
+				      BUFSZ, 0),
+			 0);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
+	sge.addr = (uintptr_t)old;
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	assert_ptr_equal(bad, &wr);
+	direct_ok(p, 0, 128, 4); /* the new memory, through the same lkey */
+	free(old);
+	pair_free(p, true);
+
+	/* 4. lkey: its MR is deregistered and another takes the memory */
+	p = pair_new(IBV_QPT_RC);
+	direct_peer(p);
+	direct_ok(p, 0, 64, 5);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
+	assert_int_equal(rvt_dereg_mr(p->amr), 0);
+	mr = rvt_reg_mr(p->pd, p->abuf, BUFSZ, (uintptr_t)p->abuf, ALL_ACCESS, &err);
+	assert_non_null(mr);
+	p->amr = mr;
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	direct_ok(p, 0, 128, 6);
+	pair_free(p, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1923,6 +2030,7 @@ int main(void)
 		cmocka_unit_test(test_rnr_then_err_or_destroy),
 		cmocka_unit_test(test_event_after_destroy),
 		cmocka_unit_test(test_direct_write),
+		cmocka_unit_test(test_direct_key_memo),
 	};
 
 	cmocka_set_test_filter(getenv("UT_FILTER")); /* e.g. UT_FILTER=test_read */
