@@ -176,13 +176,12 @@ static void run_timers(struct rvt_qp *qp, struct urvt_txq *q)
 	}
 }
 
-void urvt_tp_do_send(struct rvt_qp *qp)
+static void tp_do_send(struct rvt_qp *qp)
 {
 	struct urvt_net *net = qp_net(qp);
 	int ops = ib_rvt_state_ops[rvt_qp_state(qp)];
 	struct urvt_txq *q;
 
-	urvt_net_app_posts(qp);
 	if (!(ops & RVT_PROCESS_OR_FLUSH_SEND)) {
 		urvt_rxq_drop(qp);
 		return;
@@ -222,6 +221,14 @@ void urvt_tp_do_send(struct rvt_qp *qp)
 		urvt_net_poll_stalled(qp->rdi);
 		tls_stalled_qp = outer;
 	}
+}
+
+void urvt_tp_do_send(struct rvt_qp *qp)
+{
+	tp_do_send(qp);
+	/* the application's verb, after its packets are out (its clock read
+	 * was on a ping-pong's way, urvt_ud_send) */
+	urvt_net_app_posts(qp);
 }
 
 void urvt_tp_retry_timeout(struct rvt_qp *qp)

@@ -649,12 +649,10 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 	uint32_t h;
 	uint8_t *p;
 
-	/* as the RC engine does (urvt_tp_do_send): UCX's ud_verbs answered
-	 * more than 5 us after its completions and was taken for a leaver,
-	 * each message then costing the progress thread a wake-up */
-	urvt_net_app_posts(qp);
-	if (unlikely(!q))
+	if (unlikely(!q)) {
+		urvt_net_app_posts(qp);
 		return;
+	}
 	urvt_pkt_init(&f,
 		      wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
 							  : URVT_OP_UD_SEND_ONLY,
@@ -679,6 +677,11 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	}
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
+	/* as the RC engine does (urvt_tp_do_send): UCX's ud_verbs answered
+	 * more than 5 us after its completions and was taken for a leaver,
+	 * each message then costing the progress thread a wake-up. Once the
+	 * packet is built: its clock read was on a ping-pong's way */
+	urvt_net_app_posts(qp);
 	/* the caller retires this WQE next; send now unless more follow */
 	if (qp->s_last + 1 == load_acquire(&qp->s_head))
 		urvt_txq_flush_unless_rx(net, q);
