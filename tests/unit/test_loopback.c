@@ -1913,9 +1913,35 @@ static void direct_ok(struct pair *p, uint32_t off, uint32_t roff, int seed)
 	assert_true(ut_check(p->bbuf + roff, 8, seed));
 }
 
+/* A pair whose a has written to b once by post_direct (seed): a
+ * remembers both keys. */
+static struct pair *memo_pair(int seed)
+{
+	struct pair *p = pair_new(IBV_QPT_RC);
+
+	direct_peer(p);
+	direct_ok(p, 0, 64, seed);
+	return p;
+}
+
+/* a's next WRITE with b's rkey ends in an access error; b's memory stays
+ * untouched. Frees the pair. */
+static void expect_rkey_refused(struct pair *p)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	memset(p->bbuf, 0, 256);
+	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
+	assert_true(all_zero(p->bbuf, 256));
+	pair_free(p, true);
+}
+
 /*
  * post_direct remembers the last lkey and rkey that passed (keys.h
- * rvt_direct_key_memo). Each change that takes a key's grant away must
+ * rvt_direct_key_ok). Each change that takes a key's grant away must
  * reach the next WRITE after a remembered one: a stale memo would let
  * each of these through.
  */
@@ -1929,37 +1955,21 @@ static void test_direct_key_memo(void **state)
 	int err;
 
 	(void)state;
-	/* 1. rkey: its MR loses REMOTE_WRITE (rereg): access error */
-	p = pair_new(IBV_QPT_RC);
-	direct_peer(p);
-	direct_ok(p, 0, 64, 1);
+	/* 1. rkey: its MR loses REMOTE_WRITE (rereg) */
+	p = memo_pair(1);
 	assert_int_equal(rvt_rereg_mr(p->bmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 				      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
 			 0);
-	memset(p->bbuf, 0, 256);
-	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
-	ut_post_send(p->a, &wr);
-	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
-	assert_true(all_zero(p->bbuf, 256));
-	pair_free(p, true);
+	expect_rkey_refused(p);
 
-	/* 2. rkey: LOCAL_INV takes it: access error */
-	p = pair_new(IBV_QPT_RC);
-	direct_peer(p);
-	direct_ok(p, 0, 64, 2);
+	/* 2. rkey: LOCAL_INV takes it */
+	p = memo_pair(2);
 	assert_int_equal(rvt_invalidate_rkey(p->b, p->bmr->ibmr.rkey), 0);
-	memset(p->bbuf, 0, 256);
-	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
-	ut_post_send(p->a, &wr);
-	expect_wc(p->acq, wr.wr_id, IBV_WC_REM_ACCESS_ERR);
-	assert_true(all_zero(p->bbuf, 256));
-	pair_free(p, true);
+	expect_rkey_refused(p);
 
 	/* 3. lkey: its MR moves to other memory (rereg): the old range is
 	 * not the MR's any more (W10, at post time) */
-	p = pair_new(IBV_QPT_RC);
-	direct_peer(p);
-	direct_ok(p, 0, 64, 3);
+	p = memo_pair(3);
 	old = p->abuf;
 	p->abuf = aligned_alloc(64, BUFSZ);
 	assert_non_null(p->abuf);
@@ -1975,9 +1985,7 @@ static void test_direct_key_memo(void **state)
 	pair_free(p, true);
 
 	/* 4. lkey: its MR is deregistered and another takes the memory */
-	p = pair_new(IBV_QPT_RC);
-	direct_peer(p);
-	direct_ok(p, 0, 64, 5);
+	p = memo_pair(5);
 	wr1(p, &wr, &sge, IBV_WR_RDMA_WRITE, 0, 8, baddr(p, 64));
 	assert_int_equal(rvt_dereg_mr(p->amr), 0);
 	mr = rvt_reg_mr(p->pd, p->abuf, BUFSZ, (uintptr_t)p->abuf, ALL_ACCESS, &err);
