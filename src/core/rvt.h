@@ -109,12 +109,12 @@ struct rvt_lkey_table {
 	struct rvt_mregion *free_list;         /* type-stable MR structs */
 	/* moves whenever a published key stops granting what it did (an MR
 	 * leaves the table, a LOCAL_INV): what post_direct remembers of a
-	 * key is good while this stays (keys.h rvt_direct_key_memo); from 1,
+	 * key is good while this stays (keys.h rvt_direct_key_ok); from 1,
 	 * so a zeroed memo is no memo */
 	_Atomic uint32_t memo_gen;
 };
 
-/* What post_direct last learnt of one key (keys.h rvt_direct_key_memo):
+/* What post_direct last learnt of one key (keys.h rvt_direct_key_ok):
  * the MR's fields as of memo_gen gen. */
 struct rvt_key_memo {
 	uint32_t gen, key;
