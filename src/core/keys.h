@@ -248,9 +248,11 @@ rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, uint32_t key, uin
 	return mr->vaddr + (va - mr->iova);
 }
 
-/* Whatever post_direct remembers of any key is stale (an MR leaves the
- * table or loses its key; before the barrier, which makes every later
- * post_direct see it). */
+/* Whatever post_direct remembers of any key is stale. An MR leaving the
+ * table calls it before the retirement barrier, which makes every later
+ * post_direct see it; a LOCAL_INV has no barrier, and a WRITE ordered
+ * after it by the application (its completion polled) sees it as it sees
+ * lkey_invalid. */
 static inline void rvt_key_memo_forget(struct rvt_lkey_table *t)
 {
 	atomic_fetch_add_explicit(&t->memo_gen, 1, memory_order_release);

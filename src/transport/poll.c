@@ -166,6 +166,8 @@ static void rx_watch(struct urvt_net *net, enum urvt_ctr why)
 	if (atomic_load_explicit(&net->aside, memory_order_relaxed)) {
 		if (!watch_add(net)) {
 			atomic_store_explicit(&net->aside, false, memory_order_relaxed);
+			/* no thread has it: every poller looks first again */
+			atomic_store_explicit(&net->taker, 0, memory_order_relaxed);
 			urvt_progress_set_poller(net->rdi->progress, false);
 		}
 		tp_count(net, NULL, why, 1);

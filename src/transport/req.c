@@ -640,19 +640,13 @@ static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool f
 }
 
 /* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
-void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
+static void ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q)
 {
-	struct urvt_net *net = qp_net(qp);
-	struct urvt_txq *q = urvt_txq_get();
 	struct rvt_sge_state ss;
 	struct urvt_pkt f;
 	uint32_t h;
 	uint8_t *p;
 
-	if (unlikely(!q)) {
-		urvt_net_app_posts(qp);
-		return;
-	}
 	urvt_pkt_init(&f,
 		      wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
 							  : URVT_OP_UD_SEND_ONLY,
@@ -677,12 +671,20 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	}
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
-	/* as the RC engine does (urvt_tp_do_send): UCX's ud_verbs answered
-	 * more than 5 us after its completions and was taken for a leaver,
-	 * each message then costing the progress thread a wake-up. Once the
-	 * packet is built: its clock read was on a ping-pong's way */
-	urvt_net_app_posts(qp);
 	/* the caller retires this WQE next; send now unless more follow */
 	if (qp->s_last + 1 == load_acquire(&qp->s_head))
-		urvt_txq_flush_unless_rx(net, q);
+		urvt_txq_flush_unless_rx(qp_net(qp), q);
+}
+
+void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	struct urvt_txq *q = urvt_txq_get();
+
+	if (likely(q))
+		ud_send(qp, wqe, q);
+	/* as the RC engine does (urvt_tp_do_send), once the packet is out
+	 * (its clock read was on a ping-pong's way): UCX's ud_verbs answered
+	 * more than 5 us after its completions and was taken for a leaver,
+	 * each message then costing the progress thread a wake-up */
+	urvt_net_app_posts(qp);
 }

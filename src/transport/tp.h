@@ -235,7 +235,7 @@ struct urvt_net {
 	uint32_t ud_qps;                  /* UD QPs (GSI included) that exist */
 	pthread_mutex_t watch_lock;       /* transitions of 'aside' (+ epoll_ctl), wd_* */
 	_Atomic bool aside;               /* the progress thread is not watching the link */
-	_Atomic uintptr_t taker;          /* the thread that took it last (urvt_self) */
+	_Atomic uintptr_t taker;          /* the thread that took it (urvt_self), 0 while not aside */
 	_Atomic bool wait_excl;           /* a channel has a waiter's watch (poll.c wait_setup) */
 	struct urvt_net_wake {            /* the progress thread's watch on links[k]'s wake_fd */
 		struct urvt_net *net;

@@ -74,7 +74,10 @@ size_t urvt_ip_hdr_build(uint8_t *out, const struct urvt_ipinfo *ip, size_t udp_
 		out[9] = 17; /* UDP */
 		memcpy(out + 12, ip->sgid + 12, 4);
 		memcpy(out + 16, ip->dgid + 12, 4);
-		urvt_put_be16(out + 10, urvt_ipv4_csum(out)); /* it skips its own field */
+		/* every byte written before the sum: a GRH image is built
+		 * on the stack, whose old bytes memcheck calls undefined */
+		urvt_put_be16(out + 10, 0);
+		urvt_put_be16(out + 10, urvt_ipv4_csum(out));
 		return URVT_IPV4_HDR_BYTES;
 	}
 	if (udp_len > 0xffff)
