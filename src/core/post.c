@@ -397,12 +397,12 @@ static int rvt_post_one_wr(struct rvt_qp *qp, const struct ibv_send_wr *wr,
 
 /* The send completion of a direct WR (rvt_send_complete, signaled case). */
 static __attribute__((noinline)) void direct_complete(struct rvt_qp *qp, uint64_t wr_id,
-						      uint32_t len)
+						      enum ibv_wc_opcode opcode, uint32_t len)
 {
 	struct ibv_wc wc = {
 		.wr_id = wr_id,
 		.status = IBV_WC_SUCCESS,
-		.opcode = IBV_WC_RDMA_WRITE,
+		.opcode = opcode,
 		.byte_len = len,
 		.qp_num = qp->qpn,
 	};
@@ -497,7 +497,96 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 		direct_comm_est(peer);
 	qp->s_rnr_retry = qp->rnr_retry;
 	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
-		direct_complete(qp, wr->wr_id, len);
+		direct_complete(qp, wr->wr_id, IBV_WC_RDMA_WRITE, len);
+	return true;
+}
+
+/*
+ * UD direct: a UD SEND of one packet, posted alone to an empty send queue
+ * whose engine is idle, goes to the transport at once from a WQE on the
+ * stack (transport->ud_send_direct): what rvt_post_one_wr, the engine's UD
+ * branch and rvt_send_complete would do, in that order, without the trip
+ * through the ring (the slot, the AV's snapshot, the engine token). A UD
+ * send completes as soon as its packet is out, so under s_hlock, as for
+ * post_direct, nothing can queue behind it before it has completed.
+ *
+ * Only the plain case is taken; anything else (an error to report, an
+ * opcode or flag the plain case has no use for, a destination in this
+ * process, a route the transport would have to change) leaves nothing
+ * behind and returns false: the ordinary path then reports or queues it.
+ * SGEs by lkey are checked as post_direct checks them (rvt_direct_key_ok,
+ * no reference: s_hlock is held until the gather is done); inline data
+ * is gathered from the application's buffers straight into the packet.
+ */
+#define RVT_UD_DIRECT_SGE 4
+
+static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
+						     const struct ibv_send_wr *wr)
+{
+	struct {
+		struct rvt_swqe wqe;
+		struct rvt_sge sge[RVT_UD_DIRECT_SGE];
+	} d;
+	bool inl = wr->send_flags & IBV_SEND_INLINE;
+	struct rvt_swqe *wqe = &d.wqe;
+	struct rvt_ah *ah;
+	uint64_t len = 0;
+	uint32_t n = 0;
+
+	if ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || wr->next ||
+	    (wr->send_flags & ~(unsigned)(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) ||
+	    (uint32_t)wr->num_sge > RVT_UD_DIRECT_SGE || (uint32_t)wr->num_sge > qp->max_send_sge ||
+	    !wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd) /* W1, W7 */
+		return false;
+	/* the engine idle, nothing queued, nothing waited for */
+	if (atomic_load_explicit(&qp->s_sched, memory_order_acquire) ||
+	    load_acquire(&qp->s_last) != qp->s_head || qp->s_flags)
+		return false;
+	ah = ibah_to_rvtah(wr->wr.ud.ah);
+	/* the engine's ud_loopback (rvt_do_send) */
+	if (ah->av.loopback && rvt_qpn_is_mine(qp->rdi, wr->wr.ud.remote_qpn & URVT_QPN_MASK))
+		return false;
+	/* W10 (W11's max_inline for inline data), as rvt_post_from_sges and
+	 * rvt_post_from_inline; zero-length SGEs take no segment */
+	for (int i = 0; i < wr->num_sge; i++) {
+		const struct ibv_sge *sg = &wr->sg_list[i];
+		uint8_t *va;
+
+		if (!sg->length)
+			continue;
+		va = inl ? (uint8_t *)(uintptr_t)sg->addr
+			 : rvt_direct_key_ok(&qp->rdi->lkey_table, qp->pd, sg->lkey, sg->addr,
+					     sg->length, 0, &qp->lb_lkey_memo);
+		if (unlikely(!va))
+			return false;
+		d.sge[n++] = (struct rvt_sge){ .vaddr = va, .length = sg->length,
+					       .sge_length = sg->length };
+		len += sg->length;
+	}
+	/* W11 */
+	if ((inl && len > qp->max_inline) || len > qp->pmtu)
+		return false;
+
+	wqe->wr_id = wr->wr_id;
+	wqe->opcode = wr->opcode;
+	wqe->send_flags = wr->send_flags;
+	wqe->ex.imm_data = wr->imm_data;
+	wqe->length = (uint32_t)len;
+	wqe->num_sge = (uint16_t)n;
+	wqe->wqe_flags = inl ? RVT_SWQE_INLINE : 0;
+	wqe->ud_av = &ah->av;
+	wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
+	wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey
+									 : wr->wr.ud.remote_qkey;
+	wqe->ssn = qp->s_ssn;
+	wqe->psn = wqe->lpsn = qp->s_next_psn;
+	if (!qp->rdi->transport->ud_send_direct(qp, wqe))
+		return false;
+	/* rvt_post_from_seq's counters, once the WR is taken */
+	qp->s_ssn++;
+	qp->s_next_psn = (wqe->psn + 1) & URVT_QPN_MASK;
+	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
+		direct_complete(qp, wr->wr_id, IBV_WC_SEND, wqe->length);
 	return true;
 }
 
@@ -540,7 +629,8 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	bool fast = urvt_bias_take_noted(&qp->s_hlock);
 	int state = rvt_qp_state(qp);
 
-	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr)) {
+	if (state == IBV_QPS_RTS && wr &&
+	    (qp->lb_direct ? post_direct(qp, wr) : qp->ud_direct && post_ud_direct(qp, wr))) {
 		urvt_bias_leave(&qp->s_hlock, fast);
 		return 0;
 	}

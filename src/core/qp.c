@@ -1037,6 +1037,7 @@ static void rvt_qp_from_attr(struct rvt_qp *qp, const struct ibv_qp_attr *attr, 
 	/* the same test as rvt_do_send's for the loopback engine */
 	qp->lb_direct = qp->type != IBV_QPT_UD && (qp->remote_av.loopback || !rdi->transport) &&
 			qp->max_send_wr && qp->max_send_sge;
+	qp->ud_direct = qp->type == IBV_QPT_UD && rdi->transport && rdi->transport->ud_send_direct;
 }
 
 /*

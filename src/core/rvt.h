@@ -708,13 +708,17 @@ struct rvt_qp {
 		 * SGE: post_send may run it at once (post.c post_direct).
 		 * Written by modify under s_hlock. */
 		bool lb_direct;
+		/* UD with a transport that sends at post time (post.c
+		 * post_ud_direct). Written by modify under s_hlock. */
+		bool ud_direct;
 		/* The QP remote_qpn names, kept from modify on (qp.c
 		 * lb_cache); no reference: its destroy clears this under
 		 * s_hlock first. Written under qp_table.lb_lock and s_hlock. */
 		struct rvt_qp *lb_peer;
 		struct rvt_qp *lb_cachers; /* QPs whose lb_peer is this one */
 		struct rvt_qp *lb_next;    /* next in lb_peer->lb_cachers */
-		/* post_direct's last lkey and rkey (under s_hlock) */
+		/* post_direct's last lkey and rkey, post_ud_direct's last
+		 * lkey (under s_hlock) */
 		struct rvt_key_memo lb_lkey_memo, lb_rkey_memo;
 	} __cacheline_aligned;
 

@@ -30,6 +30,11 @@ struct urvt_transport_ops {
 	void (*do_send)(struct rvt_qp *qp);
 	/* Engine context: send one UD WQE (it is completed by the caller). */
 	void (*ud_send)(struct rvt_qp *qp, struct rvt_swqe *wqe);
+	/* post_send, s_hlock held, the send queue empty and its engine idle:
+	 * send wqe (on the caller's stack, not in the ring) now, as ud_send
+	 * would; false: nothing was done, the caller queues the WR instead
+	 * (post.c post_ud_direct). Optional. */
+	bool (*ud_send_direct)(struct rvt_qp *qp, struct rvt_swqe *wqe);
 	/* Progress thread: the RC retransmit timer of qp expired. */
 	void (*retry_timeout)(struct rvt_qp *qp);
 	/* Reset/destroy, after the QP left the lookup table and its engine,

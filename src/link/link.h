@@ -54,6 +54,12 @@ union urvt_link_addr {
 	} peer;
 };
 
+/* How long a sender waits for room on a lossless link: as the receive
+ * path may (RX), as a sender that holds nothing the receiver needs may
+ * (PATIENT: urvt_link_tx.patient), or not at all (NOW: a sender that has
+ * another way, transport/req.c urvt_ud_send_direct). */
+enum urvt_tx_wait { URVT_TX_WAIT_RX = 0, URVT_TX_WAIT_PATIENT = 1, URVT_TX_WAIT_NOW = 2 };
+
 /* One packet to send. */
 struct urvt_link_tx {
 	uint8_t *buf;                     /* writable: IPv4 GSO rewrites the ICRC */
@@ -140,10 +146,9 @@ struct urvt_link_ops {
 	/* Optional: room for one packet of up to maxlen bytes to dst, built in
 	 * place, or NULL: no room in time or no peer (the packet is lost).
 	 * The caller then holds dst's send lock until tx_commit: it builds
-	 * that one packet and takes no other lock. patient: as in
-	 * urvt_link_tx. */
+	 * that one packet and takes no other lock. wait: enum urvt_tx_wait. */
 	uint8_t *(*tx_reserve)(struct urvt_link *l, const union urvt_link_addr *dst,
-			       uint32_t maxlen, bool patient);
+			       uint32_t maxlen, unsigned wait);
 	/* Optional, with tx_reserve: payload bytes one request packet to any
 	 * peer may carry now, several PMTUs of one message joined (a span,
 	 * docs/shm.md "Spans"); tx_reserve then takes up to that plus

@@ -527,10 +527,11 @@ static uint32_t tx_free(const struct shm_peer *p, uint32_t tail)
 }
 
 /* p's ring has need free bytes (tx_lock held, tx_head at the end of a
- * record; waits for the consumer, as long as the rules above say: a
- * lossless link holds back rather than drops). A consumer that let a wait
- * time out is not waited for again until it moves. */
-static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
+ * record; waits for the consumer, as long as the rules above say for wait,
+ * link.h urvt_tx_wait: a lossless link holds back rather than drops). A
+ * consumer that let a wait time out is not waited for again until it
+ * moves. */
+static bool tx_room(struct shm_peer *p, uint32_t need, unsigned wait)
 {
 	uint64_t start = 0, moved_at = 0;
 	uint32_t seen = 0;
@@ -550,7 +551,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 			return true;
 		}
 		if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_UP ||
-		    (p->tx_stalled && tail == p->tx_stalled_tail))
+		    (p->tx_stalled && tail == p->tx_stalled_tail) || wait == URVT_TX_WAIT_NOW)
 			return false;
 		now = urvt_now_ns();
 		if (!start) {
@@ -562,7 +563,7 @@ static bool tx_room(struct shm_peer *p, uint32_t need, bool patient)
 		} else if (tail != seen) {
 			moved_at = now;
 		}
-		if (patient)
+		if (wait == URVT_TX_WAIT_PATIENT)
 			give_up = now - moved_at > SHM_STALL_NS || now - start > SHM_PATIENT_MAX_NS;
 		else if (peer_waits_on_us(p))
 			give_up = now - start > SHM_FULL_WAIT_NS;
@@ -693,16 +694,16 @@ static uint32_t tx_win(struct shm_peer *p)
  * (tx_lock held); false if there is none in time. In a window shorter than
  * the ring, the slot after the record (its mark is cleared, a WRAP may
  * go there) is inside the window too. */
-static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, bool patient)
+static bool tx_room_for(struct shm_peer *p, uint32_t maxlen, unsigned wait)
 {
 	uint32_t off = p->tx_head & (SHM_RING_BYTES - 1), win = tx_win(p);
 	uint32_t left = SHM_RING_BYTES - off, need = shm_rec_room(maxlen);
 	uint32_t end = off + shm_rec_bytes(maxlen) + (win < SHM_RING_BYTES ? SHM_REC_ALIGN : 0);
 
 	if (end <= win && !tx_rewind_due(p, off, maxlen))
-		return tx_room(p, need, patient);
+		return tx_room(p, need, wait);
 	/* fill the end with a WRAP record, start again at 0 */
-	if (!tx_room(p, left + need, patient))
+	if (!tx_room(p, left + need, wait))
 		return false;
 	rec_at(p->tx_ring, p->tx_head)->len = SHM_REC_WRAP;
 	tx_mark(p, left);
@@ -729,7 +730,9 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 
 	urvt_spin_lock(&p->tx_lock);
 	for (; sent < n; sent++) {
-		if (pk[sent].len > SHM_PKT_MAX || !tx_room_for(p, pk[sent].len, pk[sent].patient))
+		if (pk[sent].len > SHM_PKT_MAX ||
+		    !tx_room_for(p, pk[sent].len,
+				 pk[sent].patient ? URVT_TX_WAIT_PATIENT : URVT_TX_WAIT_RX))
 			break;
 		memcpy(tx_head_rec(p)->data, pk[sent].buf, pk[sent].len);
 		tx_end_rec(p, pk[sent].len);
@@ -765,7 +768,7 @@ void shm_tx_leave(struct shm_peer *p)
 }
 
 static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *dst,
-			       uint32_t maxlen, bool patient)
+			       uint32_t maxlen, unsigned wait)
 {
 	struct shm_peer *p;
 
@@ -775,7 +778,7 @@ static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *
 	if (!p)
 		return NULL;
 	urvt_spin_lock(&p->tx_lock);
-	if (!tx_room_for(p, maxlen, patient)) {
+	if (!tx_room_for(p, maxlen, wait)) {
 		urvt_spin_unlock(&p->tx_lock);
 		shm_tx_leave(p);
 		return NULL;
@@ -883,11 +886,20 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 	uint32_t tail = p->rx_tail, taken = 0;
 	unsigned got = 0;
 	bool caught_up = false;
-	/* a gone peer's pid may name another process soon */
-	int cma_pid = s->link.cma && atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_UP
-			      ? p->pid
-			      : 0;
+	int cma_pid;
 
+	/* nothing there: a busy poller's every look, kept short (the loop
+	 * below looks again, at the same line, when there is) */
+	if (!rx_marked(p, tail)) {
+		if (!(p->rx_empty_looks++ % SHM_HEAD_LOOKS) && rx_head_broken(p, tail))
+			shm_peer_kill(s, p);
+		p->rx_caught_up = true;
+		return 0;
+	}
+	/* a gone peer's pid may name another process soon */
+	cma_pid = s->link.cma && atomic_load_explicit(&p->state, memory_order_relaxed) == PEER_UP
+			  ? p->pid
+			  : 0;
 	if (p->rx_caught_up && max > 1)
 		max = 1;
 	/* the producer gets the bytes back only at our next batch: a batch of
@@ -942,6 +954,7 @@ static unsigned rx_peer(struct urvt_shm *s, struct shm_peer *p, struct urvt_link
 	}
 	p->rx_caught_up = caught_up;
 	WRITE_ONCE(p->rx_tail, tail); /* arm reads it from any thread */
+	s->rx_release_due = true;
 	return got;
 }
 
@@ -971,8 +984,8 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	}
 
 	/* SHM-C2: what the last batch handed out is done with: the producer may
-	 * reuse those bytes */
-	for (uint32_t i = 0; i < npeers; i++) {
+	 * reuse those bytes (due: a batch since the last release moved a tail) */
+	for (uint32_t i = 0; s->rx_release_due && i < npeers; i++) {
 		struct shm_peer *p = &s->peers[i];
 		int st = atomic_load_explicit(&p->state, memory_order_acquire);
 		/* a peer still in its handshake has its indices set up by
@@ -985,6 +998,7 @@ static int shm_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 					      memory_order_release);
 		}
 	}
+	s->rx_release_due = false;
 	/* the round starts one peer further each batch; wrapped by compare,
 	 * not '%': two divisions a poll were a busy poller's slowest steps */
 	uint32_t start = s->rx_next < npeers ? s->rx_next : 0;

@@ -130,6 +130,8 @@ struct urvt_shm {
 	_Atomic uint32_t retire_ack __cacheline_aligned; /* the receive loop's */
 	uint32_t rx_acked;                /* rx_lock: the last retire_ack stored */
 	unsigned rx_next;                 /* round robin over peers (rx_lock) */
+	bool rx_release_due;              /* a peer's rx_tail moved since the last
+					     release of tails (rx_lock) */
 	_Atomic uint32_t refused;
 	struct shm_peer peers[SHM_MAX_PEERS];
 };

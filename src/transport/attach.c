@@ -48,6 +48,7 @@ static const struct urvt_transport_ops urvt_roce_transport = {
 	.qp_priv_free = tp_qp_priv_free,
 	.do_send = urvt_tp_do_send,
 	.ud_send = urvt_ud_send,
+	.ud_send_direct = urvt_ud_send_direct,
 	.retry_timeout = urvt_tp_retry_timeout,
 	.qp_reset = urvt_tp_qp_reset,
 	.poll_cq = urvt_net_poll_cq,

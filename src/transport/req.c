@@ -639,8 +639,12 @@ static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool f
 	return false;
 }
 
-/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN). */
-static void ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q)
+/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN);
+ * last: nothing follows it now, send it. now: only if it can be built in
+ * a link's memory without a wait (urvt_build_start_now); false: it was
+ * not, nothing was done. */
+static bool ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q, bool last,
+		    bool now)
 {
 	struct rvt_sge_state ss;
 	struct urvt_pkt f;
@@ -663,7 +667,13 @@ static void ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q)
 	bool remembered = !urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn) &&
 			  ud_route(qp, wqe->ud_av, wqe->wr.ud.remote_qpn, false);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
-	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
+	if (now) {
+		p = urvt_build_start_now(qp, q, &f, wqe->ud_av, &h);
+		if (!p)
+			return false;
+	} else {
+		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
+	}
 	if (unlikely(remembered && q->cur_where == URVT_TXPKT_LOST)) {
 		/* the peer it remembered is gone: as the AV's own route would
 		 * have been looked up, once more (nothing was queued yet) */
@@ -671,20 +681,45 @@ static void ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q)
 		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	}
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
-	/* the caller retires this WQE next; send now unless more follow */
-	if (qp->s_last + 1 == load_acquire(&qp->s_head))
+	if (last)
 		urvt_txq_flush_unless_rx(qp_net(qp), q);
+	return true;
 }
 
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_txq *q = urvt_txq_get();
 
+	/* the caller retires this WQE next; send now unless more follow */
 	if (likely(q))
-		ud_send(qp, wqe, q);
+		ud_send(qp, wqe, q, qp->s_last + 1 == load_acquire(&qp->s_head), false);
 	/* as the RC engine does (urvt_tp_do_send), once the packet is out
 	 * (its clock read was on a ping-pong's way): UCX's ud_verbs answered
 	 * more than 5 us after its completions and was taken for a leaver,
 	 * each message then costing the progress thread a wake-up */
 	urvt_net_app_posts(qp);
+}
+
+/* Only to a peer whose packets are built in the link's memory (the same
+ * host), and only with room there now: the caller holds the QP's s_hlock,
+ * which a wait for a full ring would hold too (and with it the QP's other
+ * posters, its modify, every MR's dereg); the engine waits without it. */
+bool urvt_ud_send_direct(struct rvt_qp *qp, struct rvt_swqe *wqe)
+{
+	struct urvt_txq *q = urvt_txq_get();
+	struct urvt_av snap;
+
+	if (unlikely(!q))
+		return false;
+	/* wqe->ud_av is the AH's own AV; for a WR's QPN of another slot
+	 * (an AH of a shared GID, one per peer host for all its processes)
+	 * ud_send routes a copy, as the engine's slot holds one */
+	if (!urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn)) {
+		snap = *wqe->ud_av;
+		wqe->ud_av = &snap;
+	}
+	if (!ud_send(qp, wqe, q, true, true))
+		return false;
+	urvt_net_app_posts(qp);
+	return true;
 }

@@ -440,6 +440,9 @@ void urvt_req_rewind(struct rvt_qp *qp);
 void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q);
 /* Build and queue one UD packet. */
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe);
+/* core->ud_send_direct: the same for a WR posted to an idle, empty send
+ * queue (wqe->ud_av is then the AH's own AV); false: nothing done. */
+bool urvt_ud_send_direct(struct rvt_qp *qp, struct rvt_swqe *wqe);
 
 /* ---- comp.c ---- */
 /* Retire s_last with a status (rvt_send_complete) and keep the requester's
@@ -536,6 +539,11 @@ bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint
 		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);
+/* The same in a link's memory with room there now, or NULL (nothing built,
+ * nothing held): no link that builds in place, no room without a wait, no
+ * peer. */
+uint8_t *urvt_build_start_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			      const struct urvt_av *av, uint32_t *hlen);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */
 void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len);
 /* rvt_copy_from_sge of paylen payload bytes to p + hlen, then

@@ -593,8 +593,10 @@ bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint
 	return l->ops->cma_push(l, &dst, epoch, local, n, addr, len);
 }
 
-uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			  const struct urvt_av *av, uint32_t *hlen)
+/* urvt_build_start, waiting for room as wait says (link.h urvt_tx_wait);
+ * with URVT_TX_WAIT_NOW, NULL unless the packet is built in the link. */
+static uint8_t *build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			    const struct urvt_av *av, uint32_t *hlen, unsigned wait)
 {
 	struct urvt_net *net = qp_net(qp);
 	uint8_t *p = NULL;
@@ -618,17 +620,35 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	if (l && l->builds_in_place && likely(!net->pcap)) {
 		union urvt_link_addr dst;
 		peer_dst(&dst, av);
-		if (q->n == URVT_TXQ_PKTS)
+		if (q->n == URVT_TXQ_PKTS) {
+			if (wait == URVT_TX_WAIT_NOW)
+				return NULL; /* a flush could wait */
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
+		}
 		/* the shared-memory link rewinds a ring for small packets only
 		 * (link/shm.c tx_rewind_due): what it reserves is what it sees */
-		p = l->ops->tx_reserve(l, &dst, (uint32_t)most, !tls_in_rx);
+		p = l->ops->tx_reserve(l, &dst, (uint32_t)most, wait);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
 	}
-	if (!p)
+	if (!p) {
+		if (wait == URVT_TX_WAIT_NOW)
+			return NULL;
 		p = txq_reserve(net, q, q->cur_cap); /* a lost one is built here, unsent */
+	}
 	*hlen = (uint32_t)urvt_pkt_build_hdr(p, q->cur_cap, f);
 	return p;
+}
+
+uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			  const struct urvt_av *av, uint32_t *hlen)
+{
+	return build_start(qp, q, f, av, hlen, tls_in_rx ? URVT_TX_WAIT_RX : URVT_TX_WAIT_PATIENT);
+}
+
+uint8_t *urvt_build_start_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			      const struct urvt_av *av, uint32_t *hlen)
+{
+	return build_start(qp, q, f, av, hlen, URVT_TX_WAIT_NOW);
 }
 
 /* The packet at p is total bytes (0: it could not be finished), built to

@@ -519,6 +519,51 @@ static void test_full_ring(void **state)
 	urvt_link_close(b);
 }
 
+/* A sender that has another way (URVT_TX_WAIT_NOW: transport/req.c
+ * urvt_ud_send_direct) hears at once that a full ring has no room, and
+ * holds nothing then; what it built arrives intact, and once read there is
+ * room again. */
+static void test_full_ring_now(void **state)
+{
+	struct urvt_link *a = open_shm("127.0.96.7"), *b = open_shm("127.0.96.8");
+	union urvt_link_addr to = connect_pair(a, b);
+	struct urvt_link_rx rx[32];
+	uint32_t sent = 0, got = 0;
+	struct timespec t0, t1;
+	uint8_t *p;
+
+	(void)state;
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		p = a->ops->tx_reserve(a, &to, 4096, URVT_TX_WAIT_NOW);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (!p)
+			break;
+		fill(p, 4096, sent++);
+		a->ops->tx_commit(a, &to, 4096);
+		assert_true(sent <= SHM_RING_BYTES / shm_rec_bytes(4096));
+	}
+	/* no wait: a patient one gives up after 50 ms of a still tail
+	 * (link/shm_priv.h SHM_STALL_NS) */
+	assert_true((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec) < 10000000ll);
+	assert_true(sent + 1 >= SHM_RING_BYTES / shm_rec_bytes(4096));
+	a->ops->tx_kick(a, &to);
+	for (int k; (k = urvt_link_recv(b, rx, 32)) > 0;)
+		for (int i = 0; i < k; i++, got++)
+			assert_true(check(&rx[i], 4096, got));
+	assert_int_equal(got, sent);
+	urvt_link_recv(b, rx, 32); /* hands the last batch's bytes back */
+	p = a->ops->tx_reserve(a, &to, 4096, URVT_TX_WAIT_NOW);
+	assert_non_null(p);
+	fill(p, 4096, sent);
+	a->ops->tx_commit(a, &to, 4096);
+	a->ops->tx_kick(a, &to);
+	assert_int_equal(urvt_link_recv(b, rx, 32), 1);
+	assert_true(check(&rx[0], 4096, sent));
+	urvt_link_close(a);
+	urvt_link_close(b);
+}
+
 static bool readable(int fd, int ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -1451,6 +1496,7 @@ int main(void)
 		cmocka_unit_test(test_stale_payload_is_no_mark),
 		cmocka_unit_test(test_small_packets_rewind),
 		cmocka_unit_test(test_full_ring),
+		cmocka_unit_test(test_full_ring_now),
 		cmocka_unit_test(test_doorbell),
 		cmocka_unit_test(test_full_ring_rings_a_sleeping_consumer),
 		cmocka_unit_test(test_rx_path_outwaits_a_slow_consumer),

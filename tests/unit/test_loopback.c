@@ -1996,6 +1996,116 @@ static void test_direct_key_memo(void **state)
 	pair_free(p, true);
 }
 
+/* Does a's UD packet to b go into a link's memory (the shm link)? */
+static bool ud_in_place(const struct pair *p)
+{
+	const struct urvt_net *net = dev.rdi->transport_priv;
+
+	return !ut_inproc(&dev) && p->ah->av.route &&
+	       net->links[urvt_route_link(p->ah->av.route)]->builds_in_place;
+}
+
+/* UD direct (post.c post_ud_direct): to a peer of the shm link, a UD SEND
+ * posted to an idle send queue leaves at post time without taking a slot;
+ * over UDP and in-process it takes the engine. Either way each side sees
+ * what the queued path gives: inline data gathered from several SGEs,
+ * immediate data, no completion for an unsignaled WR, a key that left the
+ * table and what the plain case does not take refused at post time. */
+static void test_ud_direct(void **state)
+{
+	struct pair_opts o = defaults;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sg[3];
+	struct rvt_mregion *mr;
+	struct ibv_wc wc;
+	struct pair *p;
+	uint32_t head;
+	uint8_t *buf;
+
+	(void)state;
+	o.max_inline = 64;
+	p = pair_new_opts(IBV_QPT_UD, &o, NULL);
+
+	/* 1. inline, three SGEs (one empty), immediate data, signaled */
+	ut_fill(p->abuf, 64, 21);
+	sg[0] = (struct ibv_sge){ .addr = (uintptr_t)p->abuf, .length = 5 };
+	sg[1] = (struct ibv_sge){ .addr = (uintptr_t)p->abuf + 5, .length = 0 };
+	sg[2] = (struct ibv_sge){ .addr = (uintptr_t)p->abuf + 5, .length = 20 };
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 0xd1;
+	wr.opcode = IBV_WR_SEND_WITH_IMM;
+	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE | IBV_SEND_SOLICITED;
+	wr.imm_data = htonl(0x12345678);
+	wr.sg_list = sg;
+	wr.num_sge = 3;
+	wr.wr.ud.ah = &p->ah->ibah;
+	wr.wr.ud.remote_qpn = p->b->qpn;
+	wr.wr.ud.remote_qkey = 0x2222;
+	brecv(p, 1, 0, 40 + 64);
+	head = p->a->s_head;
+	ut_post_send(p->a, &wr);
+	assert_int_equal(p->a->s_head == head, ud_in_place(p));
+	memset(p->abuf, 0, 64); /* inline: the bytes were taken at post time */
+	wc = expect_wc(p->acq, 0xd1, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_SEND);
+	assert_int_equal(wc.byte_len, 25);
+	assert_int_equal(wc.qp_num, p->a->qpn);
+	wc = expect_wc(p->bcq, 1, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RECV);
+	assert_int_equal(wc.byte_len, 40 + 25);
+	assert_int_equal(wc.src_qp, p->a->qpn);
+	assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
+	assert_int_equal(ntohl(wc.imm_data), 0x12345678);
+	assert_true(ut_check(p->bbuf + 40, 25, 21));
+
+	/* 2. by lkey, unsignaled: the receiver gets it, the sender's CQ nothing */
+	ut_fill(p->abuf + 64, 100, 22);
+	wr1(p, &wr, &sg[0], IBV_WR_SEND, 64, 100, 0);
+	wr.send_flags = 0;
+	brecv(p, 2, 0, 40 + 128);
+	ut_post_send(p->a, &wr);
+	wc = expect_wc(p->bcq, 2, IBV_WC_SUCCESS);
+	assert_int_equal(wc.byte_len, 40 + 100);
+	assert_true(ut_check(p->bbuf + 40, 100, 22));
+	ut_cq_empty(p->acq, 5);
+
+	/* 3. a key that left the table (deregistered after a send through it) */
+	buf = aligned_alloc(64, 4096);
+	assert_non_null(buf);
+	ut_fill(buf, 8, 23);
+	mr = ut_mr(p->pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	wr1(p, &wr, &sg[0], IBV_WR_SEND, 0, 8, 0);
+	sg[0].addr = (uintptr_t)buf;
+	sg[0].lkey = mr->ibmr.lkey;
+	brecv(p, 3, 0, 40 + 8);
+	ut_post_send(p->a, &wr);
+	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+	expect_wc(p->bcq, 3, IBV_WC_SUCCESS);
+	assert_true(ut_check(p->bbuf + 40, 8, 23));
+	assert_int_equal(rvt_dereg_mr(mr), 0);
+	bad = NULL;
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	assert_ptr_equal(bad, &wr);
+	free(buf);
+
+	/* 4. what the plain case does not take fails as it always did: more
+	 * than a PMTU (W11), inline data over max_inline, more SGEs than the
+	 * QP has (W1); nothing reaches the receiver */
+	wr1(p, &wr, &sg[0], IBV_WR_SEND, 0, p->a->pmtu + 1, 0);
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	wr1(p, &wr, &sg[0], IBV_WR_SEND, 0, 65, 0);
+	wr.send_flags |= IBV_SEND_INLINE;
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	wr1(p, &wr, &sg[0], IBV_WR_SEND, 0, 8, 0);
+	wr.num_sge = 5;
+	assert_int_equal(rvt_post_send(p->a, &wr, &bad), -EINVAL);
+	assert_ptr_equal(bad, &wr);
+	brecv(p, 4, 0, 40 + 8);
+	ut_cq_empty(p->bcq, 5);
+	ut_cq_empty(p->acq, 5);
+	pair_free(p, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2039,6 +2149,7 @@ int main(void)
 		cmocka_unit_test(test_event_after_destroy),
 		cmocka_unit_test(test_direct_write),
 		cmocka_unit_test(test_direct_key_memo),
+		cmocka_unit_test(test_ud_direct),
 	};
 
 	cmocka_set_test_filter(getenv("UT_FILTER")); /* e.g. UT_FILTER=test_read */
