@@ -639,41 +639,38 @@ static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool f
 	return false;
 }
 
-/* rc-protocol §7: one UD packet (DETH with the WR's Q_Key and our QPN);
- * last: nothing follows it now, send it. now: only if it can be built in
- * a link's memory without a wait (urvt_build_start_now); false: it was
- * not, nothing was done. */
-static bool ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q, bool last,
-		    bool now)
+/* rc-protocol §7: the UD packet of wqe (DETH with the WR's Q_Key and our
+ * QPN). */
+static void ud_pkt_of(const struct rvt_qp *qp, const struct rvt_swqe *wqe, struct urvt_pkt *f)
+{
+	urvt_pkt_init(f,
+		      wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
+							  : URVT_OP_UD_SEND_ONLY,
+		      wqe->wr.ud.remote_qpn, wqe->psn);
+	f->ackreq = true; /* rxe sets it on every last packet; ignored by receivers */
+	f->se = !!(wqe->send_flags & IBV_SEND_SOLICITED);
+	f->paylen = wqe->length;
+	f->deth.qkey = wqe->wr.ud.remote_qkey;
+	f->deth.sqp = qp->qpn;
+	if (wqe->opcode == IBV_WR_SEND_WITH_IMM)
+		f->immdt = be32toh(wqe->ex.imm_data);
+}
+
+/* One UD packet; last: nothing follows it now, send it. */
+static void ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q, bool last)
 {
 	struct rvt_sge_state ss;
 	struct urvt_pkt f;
 	uint32_t h;
 	uint8_t *p;
 
-	urvt_pkt_init(&f,
-		      wqe->opcode == IBV_WR_SEND_WITH_IMM ? URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE
-							  : URVT_OP_UD_SEND_ONLY,
-		      wqe->wr.ud.remote_qpn, wqe->psn);
-	f.ackreq = true; /* rxe sets it on every last packet; ignored by receivers */
-	f.se = !!(wqe->send_flags & IBV_SEND_SOLICITED);
-	f.paylen = wqe->length;
-	f.deth.qkey = wqe->wr.ud.remote_qkey;
-	f.deth.sqp = qp->qpn;
-	if (wqe->opcode == IBV_WR_SEND_WITH_IMM)
-		f.immdt = be32toh(wqe->ex.imm_data);
+	ud_pkt_of(qp, wqe, &f);
 	/* the AH's route is for one slot of its GID; the WR's QPN may name
 	 * another process there (docs/shm.md) */
 	bool remembered = !urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn) &&
 			  ud_route(qp, wqe->ud_av, wqe->wr.ud.remote_qpn, false);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
-	if (now) {
-		p = urvt_build_start_now(qp, q, &f, wqe->ud_av, &h);
-		if (!p)
-			return false;
-	} else {
-		p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
-	}
+	p = urvt_build_start(qp, q, &f, wqe->ud_av, &h);
 	if (unlikely(remembered && q->cur_where == URVT_TXPKT_LOST)) {
 		/* the peer it remembered is gone: as the AV's own route would
 		 * have been looked up, once more (nothing was queued yet) */
@@ -683,7 +680,6 @@ static bool ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 	urvt_build_finish_sge(qp, q, p, h, &ss, wqe->length);
 	if (last)
 		urvt_txq_flush_unless_rx(qp_net(qp), q);
-	return true;
 }
 
 void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
@@ -692,7 +688,7 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 
 	/* the caller retires this WQE next; send now unless more follow */
 	if (likely(q))
-		ud_send(qp, wqe, q, qp->s_last + 1 == load_acquire(&qp->s_head), false);
+		ud_send(qp, wqe, q, qp->s_last + 1 == load_acquire(&qp->s_head));
 	/* as the RC engine does (urvt_tp_do_send), once the packet is out
 	 * (its clock read was on a ping-pong's way): UCX's ud_verbs answered
 	 * more than 5 us after its completions and was taken for a leaver,
@@ -703,23 +699,31 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 /* Only to a peer whose packets are built in the link's memory (the same
  * host), and only with room there now: the caller holds the QP's s_hlock,
  * which a wait for a full ring would hold too (and with it the QP's other
- * posters, its modify, every MR's dereg); the engine waits without it. */
+ * posters, its modify, every MR's dereg); the engine waits without it.
+ * A remembered peer that is gone is the engine's too (ud_send looks its
+ * route up again). */
 bool urvt_ud_send_direct(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_txq *q = urvt_txq_get();
+	struct rvt_sge_state ss;
 	struct urvt_av snap;
+	struct urvt_pkt f;
 
 	if (unlikely(!q))
 		return false;
-	/* wqe->ud_av is the AH's own AV; for a WR's QPN of another slot
-	 * (an AH of a shared GID, one per peer host for all its processes)
-	 * ud_send routes a copy, as the engine's slot holds one */
+	/* wqe->ud_av is the AH's own AV; for a WR's QPN of another slot (an
+	 * AH of a shared GID, one per peer host for all its processes) the
+	 * route goes on a copy, as on the engine's snapshot */
 	if (!urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn)) {
 		snap = *wqe->ud_av;
 		wqe->ud_av = &snap;
+		ud_route(qp, &snap, wqe->wr.ud.remote_qpn, false);
 	}
-	if (!ud_send(qp, wqe, q, true, true))
+	ud_pkt_of(qp, wqe, &f);
+	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
+	if (!urvt_build_ud_now(qp, q, &f, wqe->ud_av, &ss))
 		return false;
+	urvt_txq_flush_unless_rx(qp_net(qp), q);
 	urvt_net_app_posts(qp);
 	return true;
 }

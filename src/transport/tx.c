@@ -593,10 +593,8 @@ bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint
 	return l->ops->cma_push(l, &dst, epoch, local, n, addr, len);
 }
 
-/* urvt_build_start, waiting for room as wait says (link.h urvt_tx_wait);
- * with URVT_TX_WAIT_NOW, NULL unless the packet is built in the link. */
-static uint8_t *build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			    const struct urvt_av *av, uint32_t *hlen, unsigned wait)
+uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			  const struct urvt_av *av, uint32_t *hlen)
 {
 	struct urvt_net *net = qp_net(qp);
 	uint8_t *p = NULL;
@@ -620,35 +618,46 @@ static uint8_t *build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct 
 	if (l && l->builds_in_place && likely(!net->pcap)) {
 		union urvt_link_addr dst;
 		peer_dst(&dst, av);
-		if (q->n == URVT_TXQ_PKTS) {
-			if (wait == URVT_TX_WAIT_NOW)
-				return NULL; /* a flush could wait */
+		if (q->n == URVT_TXQ_PKTS)
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
-		}
 		/* the shared-memory link rewinds a ring for small packets only
 		 * (link/shm.c tx_rewind_due): what it reserves is what it sees */
-		p = l->ops->tx_reserve(l, &dst, (uint32_t)most, wait);
+		p = l->ops->tx_reserve(l, &dst, (uint32_t)most,
+				       tls_in_rx ? URVT_TX_WAIT_RX : URVT_TX_WAIT_PATIENT);
 		q->cur_where = p ? URVT_TXPKT_IN_LINK : URVT_TXPKT_LOST;
 	}
-	if (!p) {
-		if (wait == URVT_TX_WAIT_NOW)
-			return NULL;
+	if (!p)
 		p = txq_reserve(net, q, q->cur_cap); /* a lost one is built here, unsent */
-	}
 	*hlen = (uint32_t)urvt_pkt_build_hdr(p, q->cur_cap, f);
 	return p;
 }
 
-uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			  const struct urvt_av *av, uint32_t *hlen)
+bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+		       const struct urvt_av *av, struct rvt_sge_state *ss)
 {
-	return build_start(qp, q, f, av, hlen, tls_in_rx ? URVT_TX_WAIT_RX : URVT_TX_WAIT_PATIENT);
-}
+	struct urvt_net *net = qp_net(qp);
+	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	union urvt_link_addr dst;
+	uint32_t hlen, total;
+	uint8_t *p;
 
-uint8_t *urvt_build_start_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-			      const struct urvt_av *av, uint32_t *hlen)
-{
-	return build_start(qp, q, f, av, hlen, URVT_TX_WAIT_NOW);
+	/* a full queue's flush could wait; a trace wants the packet queued */
+	if (!l || !l->builds_in_place || unlikely(net->pcap) || q->n == URVT_TXQ_PKTS)
+		return false;
+	peer_dst(&dst, av);
+	p = l->ops->tx_reserve(l, &dst,
+			       URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) + URVT_ICRC_BYTES,
+			       URVT_TX_WAIT_NOW);
+	if (!p)
+		return false;
+	hlen = (uint32_t)urvt_pkt_build_ud_send(p, f);
+	if (f->paylen)
+		rvt_copy_from_sge(p + hlen, ss, f->paylen);
+	total = (uint32_t)urvt_pkt_pad_no_icrc(p, hlen, f->paylen);
+	l->ops->tx_commit(l, &dst, total);
+	txq_commit(q, total, &dst, urvt_route_link(av->route), urvt_qp_stats(qp),
+		   URVT_TXPKT_IN_LINK);
+	return true;
 }
 
 /* The packet at p is total bytes (0: it could not be finished), built to

@@ -130,6 +130,18 @@ int urvt_pkt_parse_hdrs(const uint8_t *hdr, size_t len, struct urvt_pkt *out)
 	return pkt_parse(hdr, len, out, false);
 }
 
+/* The BTH in one pass; reserved bits are sent as 0 (roce-wire §2): byte 1
+ * (SE, M, PadCnt, TVer), then the words of bytes 4-7 and 8-11. */
+static inline void bth_put(uint8_t *buf, uint8_t opcode, uint8_t b1, uint16_t pkey, uint32_t w1,
+			   uint32_t w2)
+{
+	buf[0] = opcode;
+	buf[1] = b1;
+	urvt_put_be16(buf + 2, pkey);
+	urvt_put_be32(buf + 4, w1);
+	urvt_put_be32(buf + 8, w2);
+}
+
 size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 {
 	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
@@ -137,17 +149,15 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 
 	if (!mask || cap < info->length)
 		return 0;
-	/* BTH in one pass; reserved bits are sent as 0 (roce-wire §2) */
 	uint8_t pad = (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0;
-	buf[0] = f->opcode;
-	buf[1] = (uint8_t)((f->se ? URVT_BTH_SE : 0) | (f->mig ? URVT_BTH_MIG : 0) |
-			   pad << URVT_BTH_PAD_SHIFT | (f->tver & URVT_BTH_TVER_MASK));
-	urvt_put_be16(buf + 2, f->pkey);
-	urvt_put_be32(buf + 4, (f->fecn ? 0x80000000u : 0) | (f->becn ? 0x40000000u : 0) |
-				       (f->cma ? (uint32_t)URVT_BTH_CMA << 24 : 0) |
-				       (f->dest_qpn & URVT_QPN_MASK));
-	urvt_put_be32(buf + 8, (f->ackreq ? 0x80000000u : 0) |
-				       (f->span_more & URVT_BTH_SPAN_MAX) << 24 | (f->psn & 0xffffffu));
+	bth_put(buf, f->opcode,
+		(uint8_t)((f->se ? URVT_BTH_SE : 0) | (f->mig ? URVT_BTH_MIG : 0) |
+			  pad << URVT_BTH_PAD_SHIFT | (f->tver & URVT_BTH_TVER_MASK)),
+		f->pkey,
+		(f->fecn ? 0x80000000u : 0) | (f->becn ? 0x40000000u : 0) |
+			(f->cma ? (uint32_t)URVT_BTH_CMA << 24 : 0) | (f->dest_qpn & URVT_QPN_MASK),
+		(f->ackreq ? 0x80000000u : 0) | (f->span_more & URVT_BTH_SPAN_MAX) << 24 |
+			(f->psn & 0xffffffu));
 
 	uint8_t *o;
 	if (mask & URVT_XRCETH_MASK)
@@ -239,6 +249,29 @@ void urvt_pkt_finish_end(uint8_t *buf, size_t len, uint32_t crc)
 	uint8_t pad = bth_pad(buf);
 
 	urvt_icrc_put(buf + len + pad, urvt_crc32(crc, buf + len, pad));
+}
+
+size_t urvt_pkt_build_ud_send(uint8_t *buf, const struct urvt_pkt *f)
+{
+	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
+
+	bth_put(buf, f->opcode,
+		(uint8_t)((f->se ? URVT_BTH_SE : 0) | urvt_pad_for(f->paylen) << URVT_BTH_PAD_SHIFT),
+		f->pkey, f->dest_qpn & URVT_QPN_MASK,
+		(f->ackreq ? 0x80000000u : 0) | (f->psn & 0xffffffu));
+	deth_set_qkey(buf + info->offset[URVT_DETH], f->deth.qkey);
+	deth_set_sqp(buf + info->offset[URVT_DETH], f->deth.sqp);
+	if (f->opcode == URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE)
+		immdt_set_imm(buf + info->offset[URVT_IMMDT], f->immdt);
+	return info->length;
+}
+
+size_t urvt_pkt_pad_no_icrc(uint8_t *buf, size_t hlen, size_t paylen)
+{
+	uint8_t pad = urvt_pad_for((uint32_t)paylen);
+
+	memset(buf + hlen + paylen, 0, pad + URVT_ICRC_BYTES);
+	return hlen + paylen + pad + URVT_ICRC_BYTES;
 }
 
 size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len)

@@ -361,4 +361,18 @@ void urvt_pkt_finish_end(uint8_t *buf, size_t len, uint32_t crc);
  * pad as above, the ICRC field zero. */
 size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len);
 
+/*
+ * The headers of a UD SEND Only (with Immediate) that f describes, as
+ * urvt_pkt_build_hdr writes them, without its checks and its look at every
+ * other header (a same-host UD send's way, transport/tx.c
+ * urvt_build_ud_now): f->opcode is one of those two, buf has room for
+ * their headers. The BTH fields a UD SEND sets: SE, PadCnt of f->paylen,
+ * P_Key, destination QP, AckReq, PSN. Returns the header length.
+ */
+size_t urvt_pkt_build_ud_send(uint8_t *buf, const struct urvt_pkt *f);
+/* After hlen header and paylen payload bytes: the PadCnt zero bytes and a
+ * zero ICRC field (a lossless link, as urvt_pkt_finish_no_icrc). Returns
+ * the packet's length. */
+size_t urvt_pkt_pad_no_icrc(uint8_t *buf, size_t hlen, size_t paylen);
+
 #endif /* URVT_WIRE_HDR_H */
