@@ -1003,6 +1003,23 @@ static bool uc_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt)
  * the scatter list was a small message's larger cost than the bytes. */
 #define UD_JOIN_MAX 64
 
+/* roce-wire §11: the GRH image of the IP header a UD packet of roce_len
+ * bytes arrived with, into img: the QP's last one again when it is the
+ * same (a same-host peer's datagrams differ in their length at most;
+ * a UDP peer's in their IPv4 ID too), else made and kept. */
+static void ud_grh(struct rvt_qp *qp, uint8_t *img, const struct urvt_ipinfo *ip,
+		   uint32_t roce_len)
+{
+	struct urvt_tp_qp *tq = qp_tp(qp);
+
+	if (!tq->grh_valid || tq->grh_len != roce_len || !urvt_ipinfo_same(&tq->grh_ip, ip)) {
+		tq->grh_valid = !urvt_grh_fill(tq->grh_img, ip, roce_len);
+		tq->grh_len = roce_len;
+		tq->grh_ip = *ip;
+	}
+	memcpy(img, tq->grh_img, URVT_GRH_BYTES);
+}
+
 /* rc-protocol §7 UD receive: GRH image + payload into one receive WQE. */
 static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct urvt_ipinfo *ip)
 {
@@ -1023,7 +1040,7 @@ static bool ud_rcv(struct rvt_qp *qp, const struct urvt_pkt *pkt, const struct u
 		goto drop;
 	}
 	/* roce-wire §11: the IP header this packet arrived with */
-	urvt_grh_fill(img, ip, pkt->len);
+	ud_grh(qp, img, ip, pkt->len);
 	if (pkt->paylen <= UD_JOIN_MAX) {
 		memcpy(img + URVT_GRH_BYTES, pkt->payload, pkt->paylen);
 		rvt_copy_sge(&qp->r_sge, img, URVT_GRH_BYTES + pkt->paylen, true, false);

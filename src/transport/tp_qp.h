@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/rvt.h"
+#include "wire/grh.h"
 
 /* READ/atomic requests one QP may have outstanding (max_rd_atomic <= 16). */
 #define URVT_RD_REQS_MAX 16
@@ -97,6 +98,12 @@ struct urvt_tp_qp {
 	struct rvt_sge_state r_cur;   /* scatter cursor; qp->r_sge keeps the whole WQE */
 	uint32_t r_rdma_total;        /* RETH DMA length of the WRITE in progress */
 	bool r_rdma_valid;            /* r_rdma_sge holds an MR reference */
+	/* UD: the last GRH image made and what it was made of (resp.c
+	 * ud_grh): a peer's datagrams share all but, at most, their length */
+	bool grh_valid;
+	uint32_t grh_len;
+	struct urvt_ipinfo grh_ip;
+	uint8_t grh_img[URVT_GRH_BYTES];
 };
 
 /* One pointer load on the hot path, as rdmavt drivers reach qp->priv. */

@@ -34,6 +34,16 @@ struct urvt_ipinfo {
 	bool df;	     /* IPv4 only; covered by the ICRC */
 };
 
+/* Do a and b describe the same IP and UDP headers? Field by field (the
+ * padding between them is no one's). */
+static inline bool urvt_ipinfo_same(const struct urvt_ipinfo *a, const struct urvt_ipinfo *b)
+{
+	return !memcmp(a->sgid, b->sgid, 16) && !memcmp(a->dgid, b->dgid, 16) &&
+	       a->sport == b->sport && a->dport == b->dport && a->tclass == b->tclass &&
+	       a->hop_limit == b->hop_limit && a->flow_label == b->flow_label &&
+	       a->ip_id == b->ip_id && a->df == b->df;
+}
+
 /* ::ffff:a.b.c.d? Two word compares: every packet built or checked asks */
 static inline bool urvt_gid_is_v4(const uint8_t gid[16])
 {

@@ -1244,6 +1244,24 @@ static void test_ud_grh(void **state)
 	assert_int_equal(ip_csum(ip), 0xffff);
 	assert_true(ut_check(p->bbuf + 40, 50, 6));
 	assert_int_equal(p->bbuf[90], 0xee);
+	/* the QP keeps its last image (resp.c ud_grh): the next datagram, of
+	 * another length and without ImmDt, gets its own, then the first
+	 * length again its first image */
+	for (int k = 0; k < 2; k++) {
+		uint32_t len = k ? 50 : 7;
+
+		memset(p->bbuf, 0xee, 256);
+		brecv(p, 2, 0, 256);
+		wr1(p, &wr, &sge, IBV_WR_SEND, 0, len, 0);
+		ut_post_send(p->a, &wr);
+		expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
+		wc = expect_wc(p->bcq, 2, IBV_WC_SUCCESS);
+		assert_int_equal(wc.byte_len, len + 40);
+		assert_int_equal(ip[0], 0x45);
+		assert_int_equal(ip[2] << 8 | ip[3], 20 + 8 + 12 + 8 + ((len + 3) & ~3u) + 4);
+		assert_int_equal(ip_csum(ip), 0xffff);
+		assert_memory_equal(ip + 12, me, 4);
+	}
 	pair_free(p, true);
 }
 
