@@ -523,9 +523,9 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 						     const struct ibv_send_wr *wr)
 {
-	struct {
+	union { /* a WQE and room for its SGEs, as a slot of the ring has */
 		struct rvt_swqe wqe;
-		struct rvt_sge sge[RVT_UD_DIRECT_SGE];
+		uint8_t room[sizeof(struct rvt_swqe) + RVT_UD_DIRECT_SGE * sizeof(struct rvt_sge)];
 	} d;
 	bool inl = wr->send_flags & IBV_SEND_INLINE;
 	struct rvt_swqe *wqe = &d.wqe;
@@ -559,8 +559,8 @@ static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 					     sg->length, 0, &qp->lb_lkey_memo);
 		if (unlikely(!va))
 			return false;
-		d.sge[n++] = (struct rvt_sge){ .vaddr = va, .length = sg->length,
-					       .sge_length = sg->length };
+		wqe->sg_list[n++] = (struct rvt_sge){ .vaddr = va, .length = sg->length,
+						      .sge_length = sg->length };
 		len += sg->length;
 	}
 	/* W11 */

@@ -79,7 +79,9 @@ struct urvt_tp_qp {
 		 * first: the responder holds one resource per entry (rc-protocol §5) */
 		uint32_t rd_end[URVT_RD_REQS_MAX];
 		/* UD: where the last rerouted WR went (req.c ud_route):
-		 * route 0 is none */
+		 * route 0 is none. Also written by post_ud_direct (core
+		 * post.c), under s_hlock with the engine idle and its queue
+		 * empty: the engine has no WR that could reroute meanwhile */
 		uint32_t ud_route;
 		uint16_t ud_route_slot;
 		uint8_t ud_route_gid[16];
