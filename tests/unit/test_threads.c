@@ -1726,6 +1726,142 @@ static void test_direct_write_stops_at_modify(void **state)
 		      (unsigned long long)owned, (unsigned long long)(ut_now_ms() - t0));
 }
 
+/* ---------------------------------------------------------------- */
+/* UD: two threads post SENDs through one UD QP while a third        */
+/* receives on another. Over a link each post goes out at once        */
+/* (post.c post_ud_direct) or, when the other thread's WR is still    */
+/* in the queue, through the engine; in-process through ud_loopback.  */
+/* Every message arrives whole, once, in its sender's order.          */
+/* ---------------------------------------------------------------- */
+#define UD_MSGS 10000u
+#define UD_WIN 64u
+#define UD_RSLOTS 256u
+#define UD_RSLOT 64u
+
+static struct rvt_qp *ud_a, *ud_b;
+static struct rvt_cq *ud_acq, *ud_bcq;
+static struct rvt_ah *ud_ah;
+static uint8_t *ud_rbuf;
+static struct rvt_mregion *ud_rmr;
+static _Atomic uint64_t ud_got[NT];
+
+static void *ud_poster(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+
+	for (uint64_t seq = 0; seq < UD_MSGS && !t_stop(); seq++) {
+		uint64_t msg[2] = { (uint64_t)t, seq };
+		struct ibv_sge sge = { .addr = (uintptr_t)msg, .length = sizeof(msg) };
+		struct ibv_send_wr wr = {
+			.wr_id = seq, .opcode = IBV_WR_SEND, .sg_list = &sge, .num_sge = 1,
+			/* a completion now and then: the send CQ is nobody's to poll */
+			.send_flags = IBV_SEND_INLINE | (seq % 64 == 63 ? IBV_SEND_SIGNALED : 0),
+		}, *bad;
+		int ret;
+
+		wr.wr.ud.ah = &ud_ah->ibah;
+		wr.wr.ud.remote_qpn = ud_b->qpn;
+		wr.wr.ud.remote_qkey = 0x3333;
+		while (seq - atomic_load(&ud_got[t]) >= UD_WIN && !t_stop())
+			sched_yield();
+		ret = rvt_post_send(ud_a, &wr, &bad);
+		if (ret == -ENOMEM) { /* the other thread's WRs fill the queue */
+			seq--;
+			sched_yield();
+			continue;
+		}
+		if (ret)
+			t_fail("UD post_send: %d", ret);
+	}
+	return NULL;
+}
+
+static void *ud_receiver(void *arg)
+{
+	uint64_t want[NT] = { 0 };
+
+	(void)arg;
+	while (!t_stop()) {
+		struct ibv_wc wc;
+		uint64_t msg[2];
+		uint8_t *slot;
+		bool done = true;
+
+		for (int t = 0; t < NT; t++)
+			done &= want[t] == UD_MSGS;
+		if (done)
+			break;
+		if (rvt_app_poll_cq(ud_bcq, 1, &wc) != 1)
+			continue;
+		slot = ud_rbuf + wc.wr_id * UD_RSLOT;
+		memcpy(msg, slot + 40, sizeof(msg));
+		if (wc.status != IBV_WC_SUCCESS || wc.byte_len != 40 + sizeof(msg) ||
+		    msg[0] >= NT || msg[1] != want[msg[0]]) {
+			t_fail("UD receive: status %d len %u, message (%llu, %llu)", wc.status,
+			       wc.byte_len, (unsigned long long)msg[0], (unsigned long long)msg[1]);
+			break;
+		}
+		want[msg[0]]++;
+		atomic_store(&ud_got[msg[0]], want[msg[0]]);
+		memset(slot, 0, UD_RSLOT);
+		ut_post_recv(ud_b, wc.wr_id, slot, UD_RSLOT, ud_rmr->ibmr.lkey);
+	}
+	return NULL;
+}
+
+static void test_ud_two_posters(void **state)
+{
+	struct ut_qp_caps caps = { 64, UD_RSLOTS, 1, 1, 64 };
+	struct ibv_ah_attr aha;
+	pthread_t p[NT], r;
+	uint64_t t0 = ut_now_ms();
+	int err = 0;
+
+	(void)state;
+	deadline = t0 + DEADLINE_MS;
+	ud_acq = ut_cq(&dev, 1024);
+	ud_bcq = ut_cq(&dev, 1024);
+	ud_a = ut_qp(&dev, pd, IBV_QPT_UD, ud_acq, ud_acq, NULL, &caps, false);
+	ud_b = ut_qp(&dev, pd, IBV_QPT_UD, ud_bcq, ud_bcq, NULL, &caps, false);
+	for (int i = 0; i < 2; i++) {
+		struct rvt_qp *q = i ? ud_b : ud_a;
+		ut_to_init(q, 0, 0x3333);
+		ut_to_rtr(&dev, q, 0, 0);
+		ut_to_rts(q, 0, 0, 0);
+	}
+	ut_loopback_ah_attr(&dev, &aha);
+	ud_ah = rvt_create_ah(pd, &aha, &err);
+	assert_non_null(ud_ah);
+	ud_rbuf = aligned_alloc(64, UD_RSLOTS * UD_RSLOT);
+	assert_non_null(ud_rbuf);
+	ud_rmr = ut_mr(pd, ud_rbuf, UD_RSLOTS * UD_RSLOT, IBV_ACCESS_LOCAL_WRITE);
+	for (uint32_t k = 0; k < UD_RSLOTS; k++)
+		ut_post_recv(ud_b, k, ud_rbuf + k * UD_RSLOT, UD_RSLOT, ud_rmr->ibmr.lkey);
+	assert_int_equal(pthread_create(&r, NULL, ud_receiver, NULL), 0);
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(pthread_create(&p[t], NULL, ud_poster, (void *)(intptr_t)t), 0);
+	for (int t = 0; t < NT; t++)
+		pthread_join(p[t], NULL);
+	pthread_join(r, NULL);
+	if (atomic_load(&failed))
+		fail_msg("%s", fail_text);
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(atomic_load(&ud_got[t]), UD_MSGS);
+	assert_int_equal(ud_a->s_last, ud_a->s_head);
+	assert_int_equal(ut_state(ud_a), IBV_QPS_RTS);
+	assert_int_equal(ut_state(ud_b), IBV_QPS_RTS);
+	ut_async_drain(&dev);
+	assert_int_equal(rvt_destroy_qp(ud_a), 0);
+	assert_int_equal(rvt_destroy_qp(ud_b), 0);
+	assert_int_equal(rvt_destroy_ah(ud_ah), 0);
+	assert_int_equal(rvt_dereg_mr(ud_rmr), 0);
+	assert_int_equal(rvt_destroy_cq(ud_acq), 0);
+	assert_int_equal(rvt_destroy_cq(ud_bcq), 0);
+	free(ud_rbuf);
+	print_message("%u UD SENDs from %d threads in %llu ms\n", NT * UD_MSGS, NT,
+		      (unsigned long long)(ut_now_ms() - t0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1739,6 +1875,7 @@ int main(void)
 		cmocka_unit_test(test_direct_mr_churn),
 		cmocka_unit_test(test_dereg_inside_own_batch),
 		cmocka_unit_test(test_direct_write_stops_at_modify),
+		cmocka_unit_test(test_ud_two_posters),
 	};
 
 	cmocka_set_test_filter(getenv("UT_FILTER")); /* e.g. UT_FILTER=test_read */
