@@ -590,14 +590,19 @@ static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 	return true;
 }
 
-/* Everything but post_direct: the send queue (caller holds s_hlock). Out of
- * line, so the direct path's frame stays small. */
+/* Everything but post_direct: a UD SEND sent now (post_ud_direct), else the
+ * send queue (caller holds s_hlock). Out of line, so the direct path's
+ * frame stays small. */
 static __attribute__((noinline)) int post_send_queued(struct rvt_qp *qp, struct ibv_send_wr *wr,
 						      struct ibv_send_wr **bad_wr, int state,
 						      bool fast)
 {
 	int ret = 0, posted = 0;
 
+	if (state == IBV_QPS_RTS && qp->ud_direct && wr && post_ud_direct(qp, wr)) {
+		urvt_bias_leave(&qp->s_hlock, fast);
+		return 0;
+	}
 	/* L1 (decision: *bad_wr is set, as libibverbs documents) */
 	if (unlikely(!(ib_rvt_state_ops[state] & RVT_POST_SEND_OK))) {
 		urvt_bias_leave(&qp->s_hlock, fast);
@@ -629,8 +634,7 @@ int rvt_post_send(struct rvt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	bool fast = urvt_bias_take_noted(&qp->s_hlock);
 	int state = rvt_qp_state(qp);
 
-	if (state == IBV_QPS_RTS && wr &&
-	    (qp->lb_direct ? post_direct(qp, wr) : qp->ud_direct && post_ud_direct(qp, wr))) {
+	if (state == IBV_QPS_RTS && qp->lb_direct && wr && post_direct(qp, wr)) {
 		urvt_bias_leave(&qp->s_hlock, fast);
 		return 0;
 	}
