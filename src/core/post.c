@@ -88,6 +88,31 @@ static int atomic_write_value(struct rvt_qp *qp, const struct ibv_send_wr *wr, u
 	return ret < 0 ? ret : 0;
 }
 
+/* W7: a UD WR names an AH of the QP's PD. */
+static inline bool ud_ah_ok(const struct rvt_qp *qp, const struct ibv_send_wr *wr)
+{
+	return wr->wr.ud.ah && wr->wr.ud.ah->pd == &qp->pd->ibpd;
+}
+
+/* The UD WQE's destination: QPN, and the Q_Key (IBTA controlled Q_Key: bit
+ * 31 means "use the QP's own", rdmavt). */
+static inline void ud_dest(const struct rvt_qp *qp, const struct ibv_send_wr *wr,
+			   struct rvt_swqe *wqe)
+{
+	wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
+	wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey
+									 : wr->wr.ud.remote_qkey;
+}
+
+/* The engine idle, nothing queued, nothing waited for: a WR may run at post
+ * time (post_direct, post_ud_direct). s_last is still the engine's to move
+ * if a WQE is queued (an RNR wait). */
+static inline bool sq_idle(struct rvt_qp *qp)
+{
+	return !atomic_load_explicit(&qp->s_sched, memory_order_acquire) &&
+	       load_acquire(&qp->s_last) == qp->s_head && !qp->s_flags;
+}
+
 /*
  * rdmavt's rvt_qp_valid_operation (qp-semantics §2.2 W1-W7, in its order):
  * may this QP post this WR at all? Fills *parms with the opcode's row of
@@ -117,10 +142,8 @@ static inline int rvt_qp_valid_operation(const struct rvt_qp *qp, const struct i
 	if (unlikely((*parms & OPF_RDATOMIC) && !qp->max_rd_atomic))
 		return -EINVAL;
 	/* W7 */
-	if (qp->type == IBV_QPT_UD) {
-		if (unlikely(!wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd))
-			return -EINVAL;
-	}
+	if (qp->type == IBV_QPT_UD && unlikely(!ud_ah_ok(qp, wr)))
+		return -EINVAL;
 	return 0;
 }
 
@@ -232,10 +255,7 @@ static inline int rvt_post_chk_length(struct rvt_qp *qp, const struct ibv_send_w
 		return -EINVAL;
 	qp->s_ud_av[head & qp->s_mask] = ah->av;
 	wqe->ud_av = &qp->s_ud_av[head & qp->s_mask];
-	wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
-	/* IBTA controlled Q_Key: bit 31 means "use the QP's own" (rdmavt) */
-	wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ?
-					 qp->qkey : wr->wr.ud.remote_qkey;
+	ud_dest(qp, wr, wqe);
 	return 0;
 }
 
@@ -461,10 +481,7 @@ static bool post_direct(struct rvt_qp *qp, const struct ibv_send_wr *wr)
 	peer = qp->lb_peer;
 	if (unlikely(!peer))
 		return false;
-	/* The engine idle, nothing queued, nothing waited for. s_last is
-	 * still the engine's to move if a WQE is queued (an RNR wait). */
-	if (atomic_load_explicit(&qp->s_sched, memory_order_acquire) ||
-	    load_acquire(&qp->s_last) != qp->s_head || qp->s_flags)
+	if (!sq_idle(qp))
 		return false;
 	/* W10 (or inline: W11's max_inline), as rvt_post_one_wr */
 	if (wr->send_flags & IBV_SEND_INLINE) {
@@ -536,16 +553,12 @@ static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 	if ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || wr->next ||
 	    (wr->send_flags & ~(unsigned)(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) ||
 	    (uint32_t)wr->num_sge > RVT_UD_DIRECT_SGE || (uint32_t)wr->num_sge > qp->max_send_sge ||
-	    !wr->wr.ud.ah || wr->wr.ud.ah->pd != &qp->pd->ibpd) /* W1, W7 */
-		return false;
-	/* the engine idle, nothing queued, nothing waited for */
-	if (atomic_load_explicit(&qp->s_sched, memory_order_acquire) ||
-	    load_acquire(&qp->s_last) != qp->s_head || qp->s_flags)
+	    !ud_ah_ok(qp, wr) || !sq_idle(qp)) /* W1, W7 */
 		return false;
 	ah = ibah_to_rvtah(wr->wr.ud.ah);
-	/* the engine's ud_loopback (rvt_do_send) */
-	if (ah->av.loopback && rvt_qpn_is_mine(qp->rdi, wr->wr.ud.remote_qpn & URVT_QPN_MASK))
-		return false;
+	ud_dest(qp, wr, wqe);
+	if (rvt_ud_to_self(qp->rdi, &ah->av, wqe->wr.ud.remote_qpn))
+		return false; /* the engine's ud_loopback */
 	/* W10 (W11's max_inline for inline data), as rvt_post_from_sges and
 	 * rvt_post_from_inline; zero-length SGEs take no segment */
 	for (int i = 0; i < wr->num_sge; i++) {
@@ -575,16 +588,12 @@ static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 	wqe->num_sge = (uint16_t)n;
 	wqe->wqe_flags = inl ? RVT_SWQE_INLINE : 0;
 	wqe->ud_av = &ah->av;
-	wqe->wr.ud.remote_qpn = wr->wr.ud.remote_qpn & URVT_QPN_MASK;
-	wqe->wr.ud.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey
-									 : wr->wr.ud.remote_qkey;
 	wqe->ssn = qp->s_ssn;
 	wqe->psn = wqe->lpsn = qp->s_next_psn;
 	if (!qp->rdi->transport->ud_send_direct(qp, wqe))
 		return false;
-	/* rvt_post_from_seq's counters, once the WR is taken */
-	qp->s_ssn++;
-	qp->s_next_psn = (wqe->psn + 1) & URVT_QPN_MASK;
+	/* the WR is taken: its place in the send sequence, the same values */
+	rvt_post_from_seq(qp, wqe, NULL, 0, false, len);
 	if (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
 		direct_complete(qp, wr->wr_id, IBV_WC_SEND, wqe->length);
 	return true;

@@ -801,7 +801,7 @@ static void rvt_do_send(struct rvt_qp *qp)
 			continue;
 		}
 		if (qp->type == IBV_QPT_UD) {
-			if (wqe->ud_av->loopback && rvt_qpn_is_mine(qp->rdi, wqe->wr.ud.remote_qpn))
+			if (rvt_ud_to_self(qp->rdi, wqe->ud_av, wqe->wr.ud.remote_qpn))
 				ud_loopback(qp, wqe);
 			else if (qp->rdi->transport)
 				qp->rdi->transport->ud_send(qp, wqe);

@@ -324,6 +324,14 @@ static inline struct rvt_ah *ibah_to_rvtah(struct ibv_ah *ibah)
 	return container_of(ibah, struct rvt_ah, ibah);
 }
 
+/* A UD WR to qpn over av goes to a QP of this process (ruc.c ud_loopback),
+ * not to the transport. */
+static inline bool rvt_ud_to_self(const struct rvt_dev_info *rdi, const struct urvt_av *av,
+				  uint32_t qpn)
+{
+	return av->loopback && rvt_qpn_is_mine(rdi, qpn);
+}
+
 /* ------------------------------------------------------------------ */
 /* Memory regions (rdmavt_mr.h)                                       */
 /* ------------------------------------------------------------------ */

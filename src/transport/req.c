@@ -621,14 +621,26 @@ void urvt_req_probe(struct rvt_qp *qp, struct urvt_txq *q)
  * each send (docs/performance.md). The remembered route can be stale (the
  * peer left); the link then refuses it and the caller asks again.
  */
+/* The route the QP remembers for av's GID and qpn's slot, or 0. */
+static uint32_t ud_route_remembered(const struct rvt_qp *qp, const struct urvt_av *av,
+				    uint32_t qpn)
+{
+	const struct urvt_tp_qp *tq = qp_tp(qp);
+
+	return tq->ud_route_slot == (uint16_t)(qpn >> 16) &&
+			       !memcmp(tq->ud_route_gid, av->attr.grh.dgid.raw, 16)
+		       ? tq->ud_route
+		       : 0;
+}
+
 static bool ud_route(struct rvt_qp *qp, struct urvt_av *av, uint32_t qpn, bool fresh)
 {
 	struct urvt_tp_qp *tq = qp_tp(qp);
 	uint16_t slot = (uint16_t)(qpn >> 16);
+	uint32_t route = fresh ? 0 : ud_route_remembered(qp, av, qpn);
 
-	if (!fresh && tq->ud_route && tq->ud_route_slot == slot &&
-	    !memcmp(tq->ud_route_gid, av->attr.grh.dgid.raw, 16)) {
-		av->route = tq->ud_route;
+	if (route) {
+		av->route = route;
 		av->route_slot = slot;
 		return true;
 	}
@@ -705,23 +717,27 @@ void urvt_ud_send(struct rvt_qp *qp, struct rvt_swqe *wqe)
 bool urvt_ud_send_direct(struct rvt_qp *qp, struct rvt_swqe *wqe)
 {
 	struct urvt_txq *q = urvt_txq_get();
+	uint32_t qpn = wqe->wr.ud.remote_qpn, route;
 	struct rvt_sge_state ss;
-	struct urvt_av snap;
 	struct urvt_pkt f;
 
 	if (unlikely(!q))
 		return false;
-	/* wqe->ud_av is the AH's own AV; for a WR's QPN of another slot (an
-	 * AH of a shared GID, one per peer host for all its processes) the
-	 * route goes on a copy, as on the engine's snapshot */
-	if (!urvt_av_route_fits(wqe->ud_av, wqe->wr.ud.remote_qpn)) {
-		snap = *wqe->ud_av;
-		wqe->ud_av = &snap;
-		ud_route(qp, &snap, wqe->wr.ud.remote_qpn, false);
+	/* wqe->ud_av is the AH's own AV, left as it is: for a WR's QPN of
+	 * another slot (an AH of a shared GID, one per peer host for all its
+	 * processes) the QP's remembered route; a slot not met before is
+	 * looked up on a copy, as on the engine's snapshot */
+	if (urvt_av_route_fits(wqe->ud_av, qpn)) {
+		route = wqe->ud_av->route;
+	} else if (!(route = ud_route_remembered(qp, wqe->ud_av, qpn))) {
+		struct urvt_av snap = *wqe->ud_av;
+
+		ud_route(qp, &snap, qpn, false);
+		route = snap.route;
 	}
 	ud_pkt_of(qp, wqe, &f);
 	rvt_sge_state_init(&ss, wqe->sg_list, wqe->num_sge, wqe->length);
-	if (!urvt_build_ud_now(qp, q, &f, wqe->ud_av, &ss))
+	if (!urvt_build_ud_now(qp, q, &f, route, &ss))
 		return false;
 	urvt_txq_flush_unless_rx(qp_net(qp), q);
 	urvt_net_app_posts(qp);

@@ -541,12 +541,12 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 			  const struct urvt_av *av, uint32_t *hlen);
 /* A UD SEND Only (with Immediate) that f describes, its paylen payload
  * bytes gathered from ss, built and committed in one go in the memory of
- * av's link, where there is room now (no wait, link.h URVT_TX_WAIT_NOW):
+ * route's link, where there is room now (no wait, link.h URVT_TX_WAIT_NOW):
  * what urvt_build_start and urvt_build_finish_sge do for it, without
  * their other cases. False: nothing built, nothing held (no link that
  * builds in place, a trace, no room, no peer, a full queue). */
 bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-		       const struct urvt_av *av, struct rvt_sge_state *ss);
+		       uint32_t route, struct rvt_sge_state *ss);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */
 void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t len);
 /* rvt_copy_from_sge of paylen payload bytes to p + hlen, then

@@ -523,18 +523,28 @@ void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct u
 	memcpy(ip->dgid, av->attr.grh.dgid.raw, 16);
 }
 
-/* The link address of av's peer on its link (av->route != 0): only the
+/* The link address of the peer route names on its link (route != 0): only the
  * peer member is ever read (txq_commit copies it alone). Written in
  * place, not zeroed and returned by value: the wide copies of the union
  * read back two fresh narrow stores, a store-forwarding stall that was
  * most of urvt_build_finish's time in a 64 KiB WRITE's sender. */
-static void peer_dst(union urvt_link_addr *dst, const struct urvt_av *av)
+static void peer_dst(union urvt_link_addr *dst, uint32_t route)
 {
 	/* one 4-byte store, which the 4-byte copy of it can forward */
-	const uint16_t peer[2] = { URVT_LINK_AF_PEER, (uint16_t)av->route };
+	const uint16_t peer[2] = { URVT_LINK_AF_PEER, (uint16_t)route };
 
 	_Static_assert(sizeof(dst->peer) == sizeof(peer), "family, then id");
 	memcpy(&dst->peer, peer, sizeof(peer));
+}
+
+/* The link of route if it builds packets in place (a same-host peer's:
+ * one copy fewer, docs/shm.md "The rings") and no trace wants them
+ * queued; else NULL. */
+static struct urvt_link *in_place_link(const struct urvt_net *net, uint32_t route)
+{
+	struct urvt_link *l = route ? net->links[urvt_route_link(route)] : NULL;
+
+	return l && l->builds_in_place && likely(!net->pcap) ? l : NULL;
 }
 
 uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av)
@@ -565,7 +575,7 @@ bool urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av, uin
 
 	if (!l->cma_push || !l->ops->cma_epoch)
 		return false;
-	peer_dst(&dst, av);
+	peer_dst(&dst, av->route);
 	*epoch = l->ops->cma_epoch(l, &dst);
 	return true;
 }
@@ -577,7 +587,7 @@ void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av)
 
 	if (!l || !l->ops->cma_fence)
 		return;
-	peer_dst(&dst, av);
+	peer_dst(&dst, av->route);
 	l->ops->cma_fence(l, &dst);
 }
 
@@ -589,7 +599,7 @@ bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint
 
 	if (!l->ops->cma_push)
 		return false;
-	peer_dst(&dst, av);
+	peer_dst(&dst, av->route);
 	return l->ops->cma_push(l, &dst, epoch, local, n, addr, len);
 }
 
@@ -602,10 +612,7 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	q->cur_av = av;
 	q->cur_where = URVT_TXPKT_QUEUED;
 	q->cur_may_wait = false;
-	/* to a peer of a link that builds in place (a same-host peer), without
-	 * a trace: built in the link's memory, one copy fewer (docs/shm.md
-	 * "The rings") */
-	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	struct urvt_link *l = in_place_link(net, av->route);
 	/* headers, payload, pad and ICRC; more than URVT_PKT_MAX for a span
 	 * only (urvt_tx_span) */
 	uint64_t most = (uint64_t)URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) +
@@ -615,9 +622,9 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	if (f->paylen <= URVT_PKT_MAX - URVT_HDR_MAX || most > URVT_SPAN_PKT_MAX)
 		most = most < URVT_PKT_MAX ? most : URVT_PKT_MAX;
 	q->cur_cap = most > URVT_PKT_MAX ? (uint32_t)most : URVT_PKT_MAX;
-	if (l && l->builds_in_place && likely(!net->pcap)) {
+	if (l) {
 		union urvt_link_addr dst;
-		peer_dst(&dst, av);
+		peer_dst(&dst, av->route);
 		if (q->n == URVT_TXQ_PKTS)
 			urvt_txq_flush(net, q); /* a slot for it, before the lock */
 		/* the shared-memory link rewinds a ring for small packets only
@@ -633,18 +640,17 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 }
 
 bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
-		       const struct urvt_av *av, struct rvt_sge_state *ss)
+		       uint32_t route, struct rvt_sge_state *ss)
 {
-	struct urvt_net *net = qp_net(qp);
-	struct urvt_link *l = av->route ? net->links[urvt_route_link(av->route)] : NULL;
+	struct urvt_link *l = in_place_link(qp_net(qp), route);
 	union urvt_link_addr dst;
 	uint32_t hlen, total;
 	uint8_t *p;
 
-	/* a full queue's flush could wait; a trace wants the packet queued */
-	if (!l || !l->builds_in_place || unlikely(net->pcap) || q->n == URVT_TXQ_PKTS)
+	/* a full queue's flush could wait */
+	if (!l || q->n == URVT_TXQ_PKTS)
 		return false;
-	peer_dst(&dst, av);
+	peer_dst(&dst, route);
 	p = l->ops->tx_reserve(l, &dst,
 			       URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) + URVT_ICRC_BYTES,
 			       URVT_TX_WAIT_NOW);
@@ -655,8 +661,7 @@ bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_
 		rvt_copy_from_sge(p + hlen, ss, f->paylen);
 	total = (uint32_t)urvt_pkt_pad_no_icrc(p, hlen, f->paylen);
 	l->ops->tx_commit(l, &dst, total);
-	txq_commit(q, total, &dst, urvt_route_link(av->route), urvt_qp_stats(qp),
-		   URVT_TXPKT_IN_LINK);
+	txq_commit(q, total, &dst, urvt_route_link(route), urvt_qp_stats(qp), URVT_TXPKT_IN_LINK);
 	return true;
 }
 
@@ -691,7 +696,7 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
 	if (av->route) {
 		/* a lossless link: no ICRC, unless a trace wants one */
 		link = urvt_route_link(av->route);
-		peer_dst(&dst, av);
+		peer_dst(&dst, av->route);
 		if (likely(!net->pcap) && net->links[link]->lossless) {
 			total = urvt_pkt_finish_no_icrc(p, q->cur_cap, len);
 		} else {

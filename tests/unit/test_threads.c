@@ -71,6 +71,19 @@ __attribute__((format(printf, 1, 2))) static void t_fail(const char *fmt, ...)
 	pthread_mutex_unlock(&fail_lock);
 }
 
+/* A test's two QPs, then its MR (no reference left on it), CQs and buffer. */
+static void pair_free(struct rvt_qp *a, struct rvt_qp *b, struct rvt_mregion *mr,
+		      struct rvt_cq *ca, struct rvt_cq *cb, void *buf)
+{
+	assert_int_equal(rvt_destroy_qp(a), 0);
+	assert_int_equal(rvt_destroy_qp(b), 0);
+	assert_int_equal(atomic_load(&mr->refcount), 1);
+	assert_int_equal(rvt_dereg_mr(mr), 0);
+	assert_int_equal(rvt_destroy_cq(ca), 0);
+	assert_int_equal(rvt_destroy_cq(cb), 0);
+	free(buf);
+}
+
 static bool t_stop(void)
 {
 	if (atomic_load(&failed))
@@ -793,13 +806,7 @@ static void test_responder_state_churn(void **state)
 	assert_int_equal(ut_state(ua), IBV_QPS_RTS);
 	assert_int_equal(ua->s_last, ua->s_head);
 	assert_true(u_cycles > 0);
-	assert_int_equal(rvt_destroy_qp(ua), 0);
-	assert_int_equal(rvt_destroy_qp(ub), 0);
-	assert_int_equal(atomic_load(&umr->refcount), 1);
-	assert_int_equal(rvt_dereg_mr(umr), 0);
-	assert_int_equal(rvt_destroy_cq(uca), 0);
-	assert_int_equal(rvt_destroy_cq(ucb), 0);
-	free(ubuf);
+	pair_free(ua, ub, umr, uca, ucb, ubuf);
 	free(rid_seen);
 	print_message("%llu UC SENDs against %llu responder cycles in %llu ms "
 		      "(%llu received, %llu flushed)\n", (unsigned long long)atomic_load(&u_posted),
@@ -917,13 +924,7 @@ static void test_requester_err_while_posting(void **state)
 	assert_true(atomic_load(&k_flushed) < KILL_WRS);
 	assert_int_equal(rvt_poll_cq(kca, 1, &wc), 0);
 	assert_int_equal(ka->s_last, ka->s_head);
-	assert_int_equal(rvt_destroy_qp(ka), 0);
-	assert_int_equal(rvt_destroy_qp(kb), 0);
-	assert_int_equal(atomic_load(&umr->refcount), 1);
-	assert_int_equal(rvt_dereg_mr(umr), 0);
-	assert_int_equal(rvt_destroy_cq(kca), 0);
-	assert_int_equal(rvt_destroy_cq(kcb), 0);
-	free(ubuf);
+	pair_free(ka, kb, umr, kca, kcb, ubuf);
 	print_message("%u WRITEs, %llu flushed after the move to ERR\n", KILL_WRS,
 		      (unsigned long long)atomic_load(&k_flushed));
 }
@@ -1263,13 +1264,7 @@ static void test_direct_peer_churn(void **state)
 		fail_msg("%s", fail_text);
 	assert_true(atomic_load(&pc_posted) > 0);
 	assert_null(pa->lb_peer); /* pb went: evicted */
-	assert_int_equal(rvt_destroy_qp(pa), 0);
-	assert_int_equal(rvt_destroy_qp(pb), 0);
-	assert_int_equal(atomic_load(&pmr->refcount), 1);
-	assert_int_equal(rvt_dereg_mr(pmr), 0);
-	assert_int_equal(rvt_destroy_cq(pca), 0);
-	assert_int_equal(rvt_destroy_cq(pcb), 0);
-	free(pbuf);
+	pair_free(pa, pb, pmr, pca, pcb, pbuf);
 	print_message("%llu lone UC WRITEs (%llu refused) against %u destroyed peers in %llu ms "
 		      "(%llu completed, %llu flushed)\n",
 		      (unsigned long long)atomic_load(&pc_posted),
@@ -1715,12 +1710,7 @@ static void test_direct_write_stops_at_modify(void **state)
 	/* the sender had the fast way in (where membarrier is there) */
 	if (urvt_bias_available())
 		assert_true(owned > 0);
-	assert_int_equal(rvt_destroy_qp(ga), 0);
-	assert_int_equal(rvt_destroy_qp(gb), 0);
-	assert_int_equal(rvt_dereg_mr(gmr), 0);
-	assert_int_equal(rvt_destroy_cq(gca), 0);
-	assert_int_equal(rvt_destroy_cq(gcb), 0);
-	free(gbuf);
+	pair_free(ga, gb, gmr, gca, gcb, gbuf);
 	print_message("%u cycles, %llu WRITEs, the sender the fast owner at %llu of the modifies, "
 		      "%llu ms\n", cycles, (unsigned long long)atomic_load(&g_posted),
 		      (unsigned long long)owned, (unsigned long long)(ut_now_ms() - t0));
@@ -1851,13 +1841,8 @@ static void test_ud_two_posters(void **state)
 	assert_int_equal(ut_state(ud_a), IBV_QPS_RTS);
 	assert_int_equal(ut_state(ud_b), IBV_QPS_RTS);
 	ut_async_drain(&dev);
-	assert_int_equal(rvt_destroy_qp(ud_a), 0);
-	assert_int_equal(rvt_destroy_qp(ud_b), 0);
+	pair_free(ud_a, ud_b, ud_rmr, ud_acq, ud_bcq, ud_rbuf);
 	assert_int_equal(rvt_destroy_ah(ud_ah), 0);
-	assert_int_equal(rvt_dereg_mr(ud_rmr), 0);
-	assert_int_equal(rvt_destroy_cq(ud_acq), 0);
-	assert_int_equal(rvt_destroy_cq(ud_bcq), 0);
-	free(ud_rbuf);
 	print_message("%u UD SENDs from %d threads in %llu ms\n", NT * UD_MSGS, NT,
 		      (unsigned long long)(ut_now_ms() - t0));
 }
