@@ -386,7 +386,7 @@ int urvt_net_poll(struct rvt_dev_info *rdi)
 		 * around. The thread that took the socket locks and reads the
 		 * rings under it: a look first cost its ping-pong's messages
 		 * ~0.05 us one way (Open MPI 8 B, 17 of 22 pairs won,
-		 * docs/performance.md "MPI on one host") */
+		 * docs/performance-history.md "MPI on one host") */
 		if (!net->cheap_beside ||
 		    (atomic_load_explicit(&net->taker, memory_order_relaxed) != urvt_self() &&
 		     !urvt_net_rx_pending(net)))
