@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 	memset(prefix, 0xa5, sizeof(prefix));
 	urvt_ipinfo_v4(&ip, inet_addr("10.0.0.1"), inet_addr("10.0.0.2"), 0xc001, 4791);
 
-	static const char *const impls[] = { "table", "pclmul", "vpclmul" };
+	static const char *const impls[] = { "table", "pclmul", "vpclmul", "vpclmul512" };
 	const char *dflt = urvt_crc32_impl();
 
 	printf("CRC-32 implementation in use: %s; %.2f s per case\n", dflt, secs);

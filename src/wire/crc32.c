@@ -39,8 +39,8 @@
 
 #define ONE 0x80000000u  /* x^0 */
 
-enum crc_impl { IMPL_TABLE, IMPL_PCLMUL, IMPL_VPCLMUL, IMPL_NONE };
-static const char *const impl_name[] = { "table", "pclmul", "vpclmul" };
+enum crc_impl { IMPL_TABLE, IMPL_PCLMUL, IMPL_VPCLMUL, IMPL_VPCLMUL512, IMPL_NONE };
+static const char *const impl_name[] = { "table", "pclmul", "vpclmul", "vpclmul512" };
 
 static uint32_t tab[8][256];           /* tab[k][i]: byte i, then k zero bytes */
 static bool have[IMPL_NONE];
@@ -95,11 +95,12 @@ static uint32_t table_raw(uint32_t reg, const uint8_t *p, size_t n)
 /* ---- carry-less folding (x86-64) ---- */
 
 #if CRC_X86
-/* fold_k[k] = { x^(128k+31), x^(128k-33) } mod P, k = 1..8 */
-static uint64_t fold_k[9][2];
+/* fold_k[k] = { x^(128k+31), x^(128k-33) } mod P, k = 1..16 */
+static uint64_t fold_k[17][2];
 
 #define T128 __attribute__((target("pclmul,sse4.1")))
 #define T256 __attribute__((target("vpclmulqdq,pclmul,avx2,sse4.1")))
+#define T512 __attribute__((target("avx512f,vpclmulqdq,pclmul,avx2,sse4.1")))
 
 static inline __attribute__((always_inline)) T128 __m128i kvec(unsigned k)
 {
@@ -278,6 +279,66 @@ static T256 uint32_t crc_vpclmul(uint32_t reg, uint8_t *dst, const uint8_t *p, s
 	return dst ? fold_256(reg, dst, p, n) : fold_256(reg, NULL, p, n);
 }
 
+static inline __attribute__((always_inline)) T512 __m512i kvec4(unsigned k)
+{
+	return _mm512_broadcast_i32x4(kvec(k));
+}
+
+static inline __attribute__((always_inline)) T512 __m512i fold4(__m512i a, __m512i k)
+{
+	return _mm512_xor_si512(_mm512_clmulepi64_epi128(a, k, 0x00),
+				_mm512_clmulepi64_epi128(a, k, 0x11));
+}
+
+static inline __attribute__((always_inline)) T512 __m512i ld4(const uint8_t *p, uint8_t *dst)
+{
+	__m512i v = _mm512_loadu_si512((const void *)p);
+
+	if (dst)
+		_mm512_storeu_si512((void *)dst, v);
+	return v;
+}
+
+/* n >= 256: four 512-bit accumulators of four blocks each, twice the
+ * bytes per multiplication of fold_256 where the CPU multiplies 512-bit
+ * vectors at the 256-bit rate; what is left past the last 256 goes by
+ * 64, then by fold_tail. */
+static inline __attribute__((always_inline)) T512 uint32_t fold_512(uint32_t reg, uint8_t *dst,
+								  const uint8_t *p, size_t n)
+{
+	const __m512i k16 = kvec4(16), k4 = kvec4(4);
+	__m512i a0 = ld4(p, dst), a1 = ld4(p + 64, dst ? dst + 64 : NULL);
+	__m512i a2 = ld4(p + 128, dst ? dst + 128 : NULL), a3 = ld4(p + 192, dst ? dst + 192 : NULL);
+
+	a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)reg)));
+	for (p += 256, n -= 256, dst = dst ? dst + 256 : NULL; n >= 256;
+	     p += 256, n -= 256, dst = dst ? dst + 256 : NULL) {
+		a0 = _mm512_xor_si512(fold4(a0, k16), ld4(p, dst));
+		a1 = _mm512_xor_si512(fold4(a1, k16), ld4(p + 64, dst ? dst + 64 : NULL));
+		a2 = _mm512_xor_si512(fold4(a2, k16), ld4(p + 128, dst ? dst + 128 : NULL));
+		a3 = _mm512_xor_si512(fold4(a3, k16), ld4(p + 192, dst ? dst + 192 : NULL));
+	}
+	a3 = _mm512_xor_si512(a3, fold4(a0, kvec4(12)));
+	a3 = _mm512_xor_si512(a3, fold4(a1, kvec4(8)));
+	a3 = _mm512_xor_si512(a3, fold4(a2, k4));
+	for (; n >= 64; p += 64, n -= 64, dst = dst ? dst + 64 : NULL)
+		a3 = _mm512_xor_si512(fold4(a3, k4), ld4(p, dst));
+	__m256i y = _mm256_xor_si256(fold2(_mm512_castsi512_si256(a3), kvec2(2)),
+				     _mm512_extracti64x4_epi64(a3, 1));
+	__m128i v = _mm_xor_si128(fold1(_mm256_castsi256_si128(y), kvec(1)),
+				  _mm256_extracti128_si256(y, 1));
+	/* as in fold_256: no dirty upper halves for the SSE code after */
+	_mm256_zeroupper();
+	return fold_tail(v, dst, p, n);
+}
+
+static T512 uint32_t crc_vpclmul512(uint32_t reg, uint8_t *dst, const uint8_t *p, size_t n)
+{
+	if (n < 256)
+		return crc_vpclmul(reg, dst, p, n);
+	return dst ? fold_512(reg, dst, p, n) : fold_512(reg, NULL, p, n);
+}
+
 T128 static uint32_t mulmod_clmul(uint32_t a, uint32_t b)
 {
 	return reduce_product(
@@ -299,7 +360,7 @@ static void crc_init(void)
 	have[IMPL_TABLE] = true;
 	int best = IMPL_TABLE;
 #if CRC_X86
-	for (uint32_t k = 1; k <= 8; k++) {
+	for (uint32_t k = 1; k <= 16; k++) {
 		fold_k[k][0] = xpow_bits(128 * k + 31);
 		fold_k[k][1] = xpow_bits(128 * k - 33);
 	}
@@ -311,7 +372,11 @@ static void crc_init(void)
 	have[IMPL_PCLMUL] = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 	have[IMPL_VPCLMUL] = have[IMPL_PCLMUL] && __builtin_cpu_supports("avx2") &&
 			     __builtin_cpu_supports("vpclmulqdq");
-	best = have[IMPL_VPCLMUL] ? IMPL_VPCLMUL : have[IMPL_PCLMUL] ? IMPL_PCLMUL : IMPL_TABLE;
+	have[IMPL_VPCLMUL512] = have[IMPL_VPCLMUL] && __builtin_cpu_supports("avx512f");
+	best = have[IMPL_VPCLMUL512] ? IMPL_VPCLMUL512 :
+	       have[IMPL_VPCLMUL]    ? IMPL_VPCLMUL :
+	       have[IMPL_PCLMUL]     ? IMPL_PCLMUL :
+				       IMPL_TABLE;
 #endif
 	atomic_store_explicit(&impl, best, memory_order_release);
 }
@@ -333,6 +398,8 @@ static inline uint32_t crc_raw(uint32_t reg, uint8_t *dst, const uint8_t *src, s
 	int i = impl_get();
 
 #if CRC_X86
+	if (i == IMPL_VPCLMUL512 && n >= 16)
+		return crc_vpclmul512(reg, dst, src, n);
 	if (i == IMPL_VPCLMUL && n >= 16)
 		return crc_vpclmul(reg, dst, src, n);
 	if (i >= IMPL_PCLMUL && n >= 16)

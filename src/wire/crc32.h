@@ -6,10 +6,11 @@
  * convention as zlib's crc32(): start with 0, feed the result of one call
  * to the next.
  *
- * Three implementations, chosen once per process from what the CPU has:
- * carry-less multiplication on 256-bit vectors (VPCLMULQDQ + AVX2), on
- * 128-bit vectors (PCLMULQDQ + SSE4.1), or slicing-by-8 tables everywhere
- * else. All three give the same result for every input.
+ * Four implementations, chosen once per process from what the CPU has:
+ * carry-less multiplication on 512-bit vectors (VPCLMULQDQ + AVX-512F),
+ * on 256-bit vectors (VPCLMULQDQ + AVX2), on 128-bit vectors (PCLMULQDQ +
+ * SSE4.1), or slicing-by-8 tables everywhere else. All four give the same
+ * result for every input.
  */
 #ifndef URVT_WIRE_CRC32_H
 #define URVT_WIRE_CRC32_H
@@ -26,7 +27,7 @@ uint32_t urvt_crc32(uint32_t crc, const void *buf, size_t len);
  * them continued from crc: one pass over the bytes instead of two. */
 uint32_t urvt_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
 
-/* The implementation in use: "vpclmul", "pclmul" or "table". */
+/* The implementation in use: "vpclmul512", "vpclmul", "pclmul" or "table". */
 const char *urvt_crc32_impl(void);
 
 /* Use implementation name from now on (tests, benchmarks): 0, or -1 if
