@@ -6,7 +6,8 @@
  * ends (the thread that receives and polls). The locked exchange that takes
  * a spinlock is a full fence on x86: 4 of the 12 ns an in-process RDMA
  * WRITE costs on this project's machines, and ~0.02 us of a 0.5 us UD
- * one-way between two processes (docs/performance.md).
+ * one-way between two processes (docs/performance-history.md "No locked
+ * RMW per WR (2026-12-04)" and "MPI on one host").
  *
  * A thread that takes the lock many times in a row, with nobody else
  * taking it, becomes its owner (urvt_bias_note). From then on it enters

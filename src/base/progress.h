@@ -42,8 +42,9 @@ int urvt_progress_on_thread(struct urvt_progress *p);
 /* An application thread polls busily and calls urvt_progress_run_due
  * often (its poll_cq): pollable timers are then run by it, on time, and
  * the timerfd is armed for them only on a coarse grid (a re-arm is a
- * system call that leaves the VM here: 7 us, docs/performance.md item
- * 12), as a backstop for a poller that stops without saying so. */
+ * system call that leaves the VM here: 7 us, docs/performance-history.md
+ * "Suggestions, ranked" item 12), as a backstop for a poller that stops
+ * without saying so. */
 void urvt_progress_set_poller(struct urvt_progress *p, bool on);
 /* Any thread, while a poller is set: run the pollable timers that are due. */
 void urvt_progress_run_due(struct urvt_progress *p);

@@ -443,7 +443,8 @@ struct rvt_cq {
 	struct {
 		/* biased (base/biaslock.h): one thread receives for the CQ
 		 * nearly always; its locked exchange per completion was a
-		 * small message's share (docs/performance.md) */
+		 * small message's share (docs/performance-history.md "MPI on
+		 * one host") */
 		struct urvt_biaslock p_lock;
 		uint32_t head;            /* written under p_lock, release */
 		_Atomic int notify;       /* enum rvt_cq_notify, one-shot */

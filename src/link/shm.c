@@ -598,12 +598,13 @@ static struct shm_rec *rec_at(uint8_t *ring, uint32_t pos)
  * message, 0.62 -> 0.80 us one way when the clear was made here. Cleared
  * ahead, the miss falls behind the mark. Four slots cover a run of small
  * records; a 4 KiB record clears its next slot here: clearing a whole
- * record's length ahead cost 64 KiB WRITEs 30 % (docs/performance.md).
- * Ahead, a slot is only read, and written only if it does read as the
- * mark it will be looked at for: the consumer's cache holds those lines
- * (it read them a lap ago), and a store would take each back from it, a
- * miss that every later store, the next record's mark included, waits for
- * (x86 makes stores visible in order); a load finds them in our cache. */
+ * record's length ahead cost 64 KiB WRITEs 30 % (docs/performance-history.md
+ * "Suggestions, ranked" item 9). Ahead, a slot is only read, and written
+ * only if it does read as the mark it will be looked at for: the
+ * consumer's cache holds those lines (it read them a lap ago), and a store
+ * would take each back from it, a miss that every later store, the next
+ * record's mark included, waits for (x86 makes stores visible in order); a
+ * load finds them in our cache. */
 #define SHM_CLEAR_AHEAD (4 * SHM_REC_ALIGN)
 static void tx_mark(struct shm_peer *p, uint32_t bytes)
 {
@@ -639,7 +640,7 @@ static void tx_mark(struct shm_peer *p, uint32_t bytes)
  * a small working set meets the consumer in cache. Only for small
  * packets: a stream of MTU-sized ones ran 10-15 % slower in a small
  * working set (the producer's stores then take lines the consumer's cache
- * holds; docs/performance.md). The look reads the consumer's tail line (a
+ * holds; docs/shm.md "rewind"). The look reads the consumer's tail line (a
  * miss), so a ring that is not drained is looked at again only
  * SHM_REWIND_EVERY bytes later.
  */
@@ -664,7 +665,7 @@ static bool tx_rewind_due(struct shm_peer *p, uint32_t off, uint32_t maxlen)
  * ring's real memory is the pages it ever touched; walking whole rings,
  * 64 processes in an all-to-all grew to 70 MiB each in 8 rounds. With one
  * peer the window is the ring: a single pair streams as before (docs/shm.md
- * "Memory", docs/performance.md "Same-host memory per process").
+ * "Memory", docs/performance-history.md "Same-host memory per process").
  */
 static uint32_t tx_win_for(uint32_t n)
 {

@@ -18,7 +18,8 @@
 
 /* per direction, a power of two; 2 MiB: producer and consumer meet in
  * cache more often than with 4 MiB (30-40 % faster), and 64 QPs' windows
- * overflow it less than 1 MiB (docs/performance.md) */
+ * overflow it less than 1 MiB (docs/performance-history.md "Where the shm
+ * link's bandwidth stops") */
 #define SHM_RING_BYTES (2u << 20)
 #define SHM_REC_HDR 8
 #define SHM_REC_ALIGN 64

@@ -390,9 +390,11 @@ static int udp_recv_batch(struct urvt_link *l, struct urvt_link_rx *rx, unsigned
 	u->rx = rx;
 	/* As many slots as the traffic fills: recvmmsg tries the slots it is
 	 * given until one finds the queue empty, and in a ping-pong that
-	 * second try is a good part of a receive's cost (docs/performance.md).
-	 * A batch fills fewer: offer that many next. Two full ones in a row
-	 * (a stream; in a ping-pong an empty poll comes between): double. */
+	 * second try is a good part of a receive's cost
+	 * (docs/performance-history.md "The UDP link between two namespaces
+	 * (2026-12-02)" item 9). A batch fills fewer: offer that many next.
+	 * Two full ones in a row (a stream; in a ping-pong an empty poll
+	 * comes between): double. */
 	if (max > u->rx_want)
 		max = u->rx_want;
 	got = rx_from(u, u->fd, u->link.info.addr6.s6_addr, 0, max);

@@ -51,7 +51,7 @@
  * within this was busy with what it took (UCX copies a batch of received
  * fragments out in 5-20 us), not waiting on memory; taken for a leaver,
  * every poll of an MPI receiver handed the link to the progress thread
- * (docs/performance.md "MPI on one host") */
+ * (docs/performance-history.md "MPI on one host") */
 #define APP_LEAVE_POLL_NS 50000
 #define APP_LEAVE_MAX 8           /* leave score: +2 per leave, -1 per stay ... */
 #define APP_LEAVER 4              /* ... a leaver from here */

@@ -302,7 +302,8 @@ void urvt_recv_pkt(struct urvt_net *net, const uint8_t *data, uint32_t len,
 		 * out, once */
 		uint32_t n = len < URVT_HDR_MAX ? len : URVT_HDR_MAX;
 		/* two fixed copies that overlap, not a call for n bytes: a
-		 * small message's every receive (docs/performance.md) */
+		 * small message's every receive (docs/performance-history.md
+		 * "MPI on one host") */
 		_Static_assert(URVT_HDR_MAX <= 64, "two 32-byte halves cover it");
 		if (n >= 32) {
 			memcpy(hdr, data, 32);

@@ -288,7 +288,8 @@ struct urvt_pkt {
  * An all-zero packet to start from by copy: GCC makes a memset or a
  * compound literal of this struct a `rep stos`, whose start-up was 40-45 %
  * of the requester's and the parser's samples on a 64 KiB WRITE over shm
- * (docs/performance.md); a copy is plain vector moves.
+ * (docs/performance-history.md "Results against the targets"); a copy is
+ * plain vector moves.
  */
 extern const struct urvt_pkt urvt_pkt_zero;
 
