@@ -238,6 +238,21 @@ static inline __attribute__((always_inline)) T256 __m256i ld2(const uint8_t *p, 
 	return v;
 }
 
+/* a holds two blocks of the data before p, folded: one block, then the
+ * rest by fold_tail (the end of both wide folds). */
+static inline __attribute__((always_inline)) T256 uint32_t fold_256_end(__m256i a, uint8_t *dst,
+								      const uint8_t *p, size_t n)
+{
+	__m128i v = _mm_xor_si128(fold1(_mm256_castsi256_si128(a), kvec(1)),
+				  _mm256_extracti128_si256(a, 1));
+
+	/* the caller's legacy SSE code stalls on dirty upper halves, and GCC
+	 * puts no vzeroupper into a function only its target attribute lets
+	 * use AVX */
+	_mm256_zeroupper();
+	return fold_tail(v, dst, p, n);
+}
+
 /* n >= 128: four 256-bit accumulators, two blocks each (eight measured
  * no faster: the multiplier's throughput is the limit, not its latency).
  * Named, not an array: GCC kept an array on the stack. */
@@ -259,13 +274,7 @@ static inline __attribute__((always_inline)) T256 uint32_t fold_256(uint32_t reg
 	a3 = _mm256_xor_si256(a3, fold2(a0, kvec2(6)));
 	a3 = _mm256_xor_si256(a3, fold2(a1, kvec2(4)));
 	a3 = _mm256_xor_si256(a3, fold2(a2, kvec2(2)));
-	__m128i v = _mm_xor_si128(fold1(_mm256_castsi256_si128(a3), kvec(1)),
-				  _mm256_extracti128_si256(a3, 1));
-	/* the caller's legacy SSE code stalls on dirty upper halves, and GCC
-	 * puts no vzeroupper into a function only its target attribute lets
-	 * use AVX */
-	_mm256_zeroupper();
-	return fold_tail(v, dst, p, n);
+	return fold_256_end(a3, dst, p, n);
 }
 
 /* n >= 16. Shorter inputs take the 128-bit folds, compiled here in the
@@ -323,13 +332,9 @@ static inline __attribute__((always_inline)) T512 uint32_t fold_512(uint32_t reg
 	a3 = _mm512_xor_si512(a3, fold4(a2, k4));
 	for (; n >= 64; p += 64, n -= 64, dst = dst ? dst + 64 : NULL)
 		a3 = _mm512_xor_si512(fold4(a3, k4), ld4(p, dst));
-	__m256i y = _mm256_xor_si256(fold2(_mm512_castsi512_si256(a3), kvec2(2)),
-				     _mm512_extracti64x4_epi64(a3, 1));
-	__m128i v = _mm_xor_si128(fold1(_mm256_castsi256_si128(y), kvec(1)),
-				  _mm256_extracti128_si256(y, 1));
-	/* as in fold_256: no dirty upper halves for the SSE code after */
-	_mm256_zeroupper();
-	return fold_tail(v, dst, p, n);
+	return fold_256_end(_mm256_xor_si256(fold2(_mm512_castsi512_si256(a3), kvec2(2)),
+					     _mm512_extracti64x4_epi64(a3, 1)),
+			    dst, p, n);
 }
 
 static T512 uint32_t crc_vpclmul512(uint32_t reg, uint8_t *dst, const uint8_t *p, size_t n)
