@@ -168,8 +168,72 @@ static uint32_t req_span_pmtus(struct rvt_qp *qp, uint32_t remaining, uint32_t a
 	return n < allow ? n : allow > 1 ? allow : 1;
 }
 
-/* One SEND/WRITE packet of s_cur (one PMTU, or a span of several). Returns
- * true when it was the last. */
+/* rc-protocol §2.3: AckReq on the last packet and every
+ * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
+ * window also on the packet that fills it (its ACK covers them all), under
+ * congestion control also whenever none is in flight and the window is near
+ * its end (it may close under a QP because of other QPs: an ACK must be on
+ * its way). For a packet of npsn PSNs that allow lets go, once
+ * s_pkts_since_ackreq counts it. */
+static bool req_wants_ack(const struct rvt_qp *qp, uint32_t npsn, bool last, uint32_t allow)
+{
+	const struct urvt_tp_qp *tp = qp_tp(qp);
+
+	return last || qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || tp->probing ||
+	       tp->resend_left == 1 || (qp->type == IBV_QPT_RC && allow <= npsn) ||
+	       (tp->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(tp));
+}
+
+/* A packet whose last PSN is lpsn asks for an ACK. */
+static void req_asked_ack(struct rvt_qp *qp, uint32_t lpsn)
+{
+	qp->s_pkts_since_ackreq = 0;
+	qp_tp(qp)->ackreq_psn = lpsn;
+	qp_tp(qp)->ackreq_valid = true;
+}
+
+/*
+ * The message's next packets while they are middle packets of one PMTU to
+ * UDP, each built from the one before (tx.c urvt_build_next_middle) after
+ * the checks req_run makes per packet that can change between them (the
+ * QP's state, RNR wait, the window): most of a long message's packets.
+ * Not for a probe or a resend, whose packets req_run counts. psn: the
+ * next packet's; op: the middle opcode of the WQE.
+ */
+static void req_send_middles(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
+			     uint8_t op, uint32_t psn)
+{
+	struct urvt_tp_qp *tp = qp_tp(qp);
+	bool rc = qp->type == IBV_QPT_RC;
+
+	while (!tp->probing && !tp->resend_left && wqe->length - qp->s_offset > qp->pmtu &&
+	       (ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_SEND_OK) &&
+	       !(qp->s_flags & RVT_S_WAIT_RNR)) {
+		uint32_t allow = rc ? urvt_cc_allow(qp, psn) : UINT32_MAX;
+		bool ackreq;
+
+		if (!allow)
+			return; /* req_run stalls */
+		qp->s_pkts_since_ackreq++;
+		ackreq = req_wants_ack(qp, 1, false, allow);
+		if (!urvt_build_next_middle(qp, q, op, psn, ackreq, &tp->sge, qp->pmtu)) {
+			qp->s_pkts_since_ackreq--;
+			return;
+		}
+		if (ackreq) {
+			req_asked_ack(qp, psn);
+			if (urvt_psn_cmp(psn, tp->psn_hi) >= 0)
+				urvt_cc_sent(qp, psn);
+		}
+		qp->s_offset += qp->pmtu;
+		sent_psn(qp, psn, 1);
+		psn = urvt_psn_add(psn, 1);
+	}
+}
+
+/* One SEND/WRITE packet of s_cur (one PMTU, or a span of several), and
+ * the middle packets that may follow it at once. Returns true when the
+ * last packet went out. */
 static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_txq *q,
 			   uint32_t psn, uint32_t allow)
 {
@@ -187,21 +251,10 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	f.xrc_srqn = wqe->xrc_srqn; /* XRC only: the only opcodes with an XRCETH */
 	f.paylen = paylen;
 	f.span_more = npsn - 1;
-	/* rc-protocol §2.3: AckReq on the last packet and every
-	 * URVT_MAX_PKT_PER_ACK packets in between, and on probes; with a fixed
-	 * window also on the packet that fills it (its ACK covers them all),
-	 * under congestion control also whenever none is in flight and the
-	 * window is near its end (it may close under a QP because of other
-	 * QPs: an ACK must be on its way) */
 	qp->s_pkts_since_ackreq += npsn;
-	if (last || qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || qp_tp(qp)->probing ||
-	    qp_tp(qp)->resend_left == 1 ||
-	    (qp->type == IBV_QPT_RC && allow <= npsn) ||
-	    (qp_tp(qp)->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(qp_tp(qp)))) {
+	if (req_wants_ack(qp, npsn, last, allow)) {
 		f.ackreq = true;
-		qp->s_pkts_since_ackreq = 0;
-		qp_tp(qp)->ackreq_psn = lpsn;
-		qp_tp(qp)->ackreq_valid = true;
+		req_asked_ack(qp, lpsn);
 	}
 	if (last) {
 		f.se = (wqe->send_flags & IBV_SEND_SOLICITED) &&
@@ -223,6 +276,8 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
 		urvt_cc_sent(qp, lpsn);
 	sent_psn(qp, psn, npsn);
+	if (!first && !last && paylen == qp->pmtu)
+		req_send_middles(qp, wqe, q, f.opcode, urvt_psn_add(psn, 1));
 	return last;
 }
 

@@ -134,6 +134,11 @@ struct urvt_txq {
 	uint8_t cur_where;                /* enum urvt_txpkt_where */
 	uint32_t cur_cap;                 /* ... may take this many bytes */
 	bool cur_may_wait;                /* ... is a plain ACK (urvt_txq_next_may_wait) */
+	/* the last packet queued, when the next of its message can be built
+	 * from it (urvt_build_next_middle): a BTH-only packet to UDP of this
+	 * QP, q->used just after it, its ICRC register after the BTH */
+	const struct rvt_qp *tmpl_qp;
+	uint32_t tmpl_end, tmpl_crc;
 	struct urvt_txq *all_prev, *all_next; /* every thread's queue (tx.c) */
 	/* the QPs this thread's receive batch owes an ACK (resp.c), by QPN:
 	 * looked up again at the batch's end, a reset or destroy may come first */
@@ -553,6 +558,14 @@ void urvt_build_finish(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32
  * urvt_build_finish: on the UDP link in one pass (the ICRC as it copies). */
 void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, uint32_t hlen,
 			   struct rvt_sge_state *ss, uint32_t paylen);
+/* The next packet of a message whose packet before it, with opcode op
+ * and the BTH alone, was the last one qp built in q (to UDP): its BTH
+ * with psn and ackreq, paylen bytes from ss, the same destination. What
+ * urvt_build_start and urvt_build_finish_sge do for it, without deciding
+ * again what they decided for the one before. False: nothing built (the
+ * packet before is not that, or q is full). */
+bool urvt_build_next_middle(struct rvt_qp *qp, struct urvt_txq *q, uint8_t op, uint32_t psn,
+			    bool ackreq, struct rvt_sge_state *ss, uint32_t paylen);
 
 /* Responder: send an ACK/NAK (syndrome) for psn now (queued on this thread's txq). */
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);

@@ -13,6 +13,7 @@
 
 #include "core/ruc.h"
 #include "transport/tp.h"
+#include "wire/icrc.h"
 #include "wire/pcap.h"
 
 static URVT_TLS bool tls_in_rx;
@@ -87,6 +88,13 @@ static void txq_key_init(void)
 	pthread_atfork(txq_fork_prepare, txq_fork_after, txq_fork_after);
 }
 
+/* q is empty: nothing queued, nothing to build from. */
+static void txq_clear(struct urvt_txq *q)
+{
+	q->n = q->used = 0;
+	q->tmpl_qp = NULL;
+}
+
 struct urvt_txq *urvt_txq_get(void)
 {
 	struct urvt_txq *q = tls_txq;
@@ -98,7 +106,8 @@ struct urvt_txq *urvt_txq_get(void)
 	q = aligned_alloc(64, sizeof(*q));
 	if (!q)
 		return NULL;
-	q->used = q->n = q->ack_due_n = 0;
+	txq_clear(q);
+	q->ack_due_n = 0;
 	q->cur_may_wait = false;
 	pthread_mutex_lock(&txq_all_lock);
 	q->all_prev = NULL;
@@ -154,6 +163,7 @@ static void txq_commit(struct urvt_txq *q, uint32_t len, const union urvt_link_a
 	t->qs = qs;
 	if (where == URVT_TXPKT_QUEUED)
 		q->used += len;
+	q->tmpl_qp = NULL;
 }
 
 /* The pcap record of a packet: on every link the addresses are the GIDs
@@ -267,8 +277,7 @@ static void txq_send(struct urvt_net *net, struct urvt_txq *q)
 			;
 		flush_run(net, q, i, j - i, k, tx);
 	}
-	q->n = 0;
-	q->used = 0;
+	txq_clear(q);
 }
 
 /*
@@ -332,7 +341,7 @@ static bool acks_wait(struct urvt_net *net, struct urvt_txq *q)
 		tp_count(net, t->qs, URVT_CTR_ACKS_WAITED, 1);
 	}
 	atomic_store_explicit(&net->wait_n, n, memory_order_relaxed);
-	q->n = q->used = 0;
+	txq_clear(q);
 	return true;
 }
 
@@ -719,7 +728,7 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 	const struct urvt_av *av = q->cur_av;
 	struct urvt_ipinfo ip;
 	union urvt_link_addr dst;
-	uint32_t crc;
+	uint32_t crc, start = 0;
 	size_t total;
 
 	if (av->route || !paylen) {
@@ -733,9 +742,49 @@ void urvt_build_finish_sge(struct rvt_qp *qp, struct urvt_txq *q, uint8_t *p, ui
 	urvt_net_tx_ipinfo(net, av, &ip);
 	total = urvt_pkt_finish_begin(p, q->cur_cap, hlen, paylen, &ip, &crc);
 	if (likely(total)) {
+		start = crc;
 		crc = rvt_copy_from_sge_crc(p + hlen, ss, paylen, crc);
 		urvt_pkt_finish_end(p, hlen + paylen, crc);
 	}
 	urvt_link_gid_addr(av->attr.grh.dgid.raw, &dst);
 	build_commit(qp, q, hlen + paylen, total, URVT_LINK_ANY, &dst);
+	/* what the next packet of the message can be built from: queued here
+	 * (not in a link's memory), no pad, no trace */
+	if (hlen == URVT_BTH_BYTES && total == hlen + paylen + URVT_ICRC_BYTES &&
+	    q->cur_where == URVT_TXPKT_QUEUED && likely(!net->pcap)) {
+		q->tmpl_qp = qp;
+		q->tmpl_end = q->used;
+		q->tmpl_crc = start;
+	}
+}
+
+bool urvt_build_next_middle(struct rvt_qp *qp, struct urvt_txq *q, uint8_t op, uint32_t psn,
+			    bool ackreq, struct rvt_sge_state *ss, uint32_t paylen)
+{
+	uint32_t len = URVT_BTH_BYTES + paylen + URVT_ICRC_BYTES, crc;
+	const struct urvt_txpkt *was;
+	struct urvt_txpkt *t;
+	const uint8_t *wb;
+	uint8_t *p;
+
+	if (q->tmpl_qp != qp || q->tmpl_end != q->used || q->n == URVT_TXQ_PKTS ||
+	    q->used + len > URVT_TXQ_BYTES)
+		return false;
+	was = &q->pkt[q->n - 1];
+	wb = q->buf + was->off;
+	if (was->len != len || bth_opcode(wb) != op)
+		return false;
+	p = q->buf + q->used;
+	memcpy(p, wb, URVT_BTH_BYTES);
+	/* BTH bytes 8..11: AckReq, no span (UDP), the PSN (urvt_pkt_build_hdr) */
+	urvt_put_be32(p + 8, (ackreq ? 0x80000000u : 0) | (psn & 0xffffffu));
+	q->tmpl_crc = urvt_icrc_start_next(q->tmpl_crc, wb, p);
+	crc = rvt_copy_from_sge_crc(p + URVT_BTH_BYTES, ss, paylen, q->tmpl_crc);
+	urvt_pkt_finish_end(p, URVT_BTH_BYTES + paylen, crc);
+	t = &q->pkt[q->n++];
+	*t = *was;
+	t->off = q->used;
+	q->used += len;
+	q->tmpl_end = q->used;
+	return true;
 }

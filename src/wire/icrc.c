@@ -162,12 +162,27 @@ uint32_t urvt_icrc_v6(const uint8_t saddr[16], const uint8_t daddr[16], uint16_t
 }
 
 /*
+ * BTH bytes 8..11 (AckReq, PSN) of a packet whose headers are the BTH
+ * alone are the last four bytes the CRC reads before the payload, and a
+ * change d of the last four input bytes changes the register by
+ * d x^32 mod P (docs/wire.md). w8_was: those bytes of the packet whose
+ * register crc is.
+ */
+static uint32_t bth_tail_changed(uint32_t crc, uint32_t w8_was, const uint8_t *bth)
+{
+	return crc ^ urvt_gf2_mulmod(urvt_icrc_get(bth + 8) ^ w8_was, GF2_X32);
+}
+
+uint32_t urvt_icrc_start_next(uint32_t crc, const uint8_t *was, const uint8_t *bth)
+{
+	return bth_tail_changed(crc, urvt_icrc_get(was + 8), bth);
+}
+
+/*
  * A built packet's headers when they are the BTH alone (a SEND or WRITE
- * middle packet: most of a stream), kept per thread for the last one:
- * the next differs only in BTH bytes 8..11 (AckReq, PSN), the last four
- * the CRC reads before the payload, and a change d of the last four input
- * bytes changes the register by d x^32 mod P. One product then, instead
- * of the masked prefix built and CRCed again (docs/wire.md).
+ * middle packet: most of a stream), kept per thread for the last one: the
+ * next usually differs only in BTH bytes 8..11, so one product
+ * (bth_tail_changed) instead of the prefix again.
  */
 struct bth_only_memo {
 	uint64_t addrs, id_ports, bth_lo;  /* saddr daddr; ID, ports; BTH 0..7 */
@@ -194,7 +209,7 @@ uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_
 		bth_lo = ((uint64_t)urvt_icrc_get(bth + 4) << 32 | urvt_icrc_get(bth)) | 0xffull << 32;
 		if (m->used && m->addrs == addrs && m->id_ports == id_ports && m->bth_lo == bth_lo &&
 		    m->len == len && m->df == ip->df)
-			return m->crc ^ urvt_gf2_mulmod(urvt_icrc_get(bth + 8) ^ m->w8, GF2_X32);
+			return bth_tail_changed(m->crc, m->w8, bth);
 	}
 	size_t pre = v4 ? put_v4_prefix(buf, urvt_gid_to_v4(ip->sgid), urvt_gid_to_v4(ip->dgid),
 					ip->ip_id, ip->df, ip->sport, ip->dport, len) :

@@ -57,6 +57,12 @@ uint32_t urvt_icrc(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t len)
 uint32_t urvt_icrc_start(const struct urvt_ipinfo *ip, const uint8_t *bth, size_t hlen,
 			 size_t len);
 
+/* urvt_icrc_start of a packet whose headers are the BTH alone, from that
+ * of another (crc) that differs from it only in BTH bytes 8..11 (AckReq,
+ * PSN): was and bth are the two BTHs. One product instead of the masked
+ * prefix built and CRCed again: a message's middle packets. */
+uint32_t urvt_icrc_start_next(uint32_t crc, const uint8_t *was, const uint8_t *bth);
+
 /*
  * What to XOR into an IPv4 ICRC computed with IP ID 0 to get the ICRC of
  * the same packet (BTH .. pad, len bytes, len < 65507) carrying IP ID id.
