@@ -161,6 +161,15 @@ static struct urvt_pkt req(uint32_t qpn, uint8_t op, uint32_t psn, bool ackreq)
 	return f;
 }
 
+/* The peer acknowledges our request psn (MSN msn), so nothing is resent. */
+static void peer_ack(struct rvt_qp *qp, uint32_t psn, uint32_t msn)
+{
+	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, psn, false);
+	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
+	f.aeth.msn = msn;
+	peer_send(&f, NULL, 0);
+}
+
 static uint64_t dev_ctr(enum urvt_ctr c)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
@@ -575,10 +584,7 @@ static void test_comp_nak_then_rnr(void **state)
 			again = p.opcode == URVT_OP_RC_SEND_MIDDLE && p.psn == MY_PSN + 1;
 	}
 	assert_true(again);
-	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 2, false);
-	f.aeth.syn = 0x1f;
-	f.aeth.msn = 1;
-	peer_send(&f, NULL, 0);
+	peer_ack(qp, MY_PSN + 2, 1);
 	assert_int_equal(ut_poll(cq, &wc, 1, 300), 1);
 	assert_true(ut_now_ms() - t0 < 600);
 	assert_int_equal(wc.wr_id, 7);
@@ -620,10 +626,7 @@ static void test_comp_send_coalesced_nak(void **state)
 	assert_int_equal(p.psn, MY_PSN + 2);
 	assert_true(p.ackreq);
 	/* one coalesced ACK for the newest PSN completes both, in order */
-	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 2, false);
-	f.aeth.syn = 0x1f;
-	f.aeth.msn = 2;
-	peer_send(&f, NULL, 0);
+	peer_ack(qp, MY_PSN + 2, 2);
 	assert_int_equal(ut_poll(cq, wc, 2, 2000), 2);
 	assert_int_equal(wc[0].wr_id, 1);
 	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
@@ -652,9 +655,7 @@ static void test_comp_send_coalesced_nak(void **state)
 	/* the same NAK again (duplicated on the wire): no second rewind */
 	peer_send(&f, NULL, 0);
 	peer_quiet_but_probes(30, MY_PSN + 4);
-	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 5, false);
-	f.aeth.syn = 0x1f;
-	peer_send(&f, NULL, 0);
+	peer_ack(qp, MY_PSN + 5, 0);
 	ut_poll1(cq, wc);
 	assert_int_equal(wc[0].wr_id, 3);
 	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
@@ -721,7 +722,7 @@ static void test_req_middles_built_alike(void **state)
 	};
 	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = sge, .num_sge = 2,
 				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
-	struct urvt_pkt p, f;
+	struct urvt_pkt p;
 	uint8_t buf[5000];
 	struct ibv_wc wc[2];
 
@@ -754,10 +755,7 @@ static void test_req_middles_built_alike(void **state)
 		assert_memory_equal(p.payload, sbuf + 7 + i * 1024, 1024);
 	}
 	peer_quiet_but_probes(20, MY_PSN);
-	f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, MY_PSN + 45, false);
-	f.aeth.syn = 0x1f;
-	f.aeth.msn = 2;
-	peer_send(&f, NULL, 0);
+	peer_ack(qp, MY_PSN + 45, 2);
 	assert_int_equal(ut_poll(cq, wc, 2, 2000), 2);
 	assert_int_equal(wc[0].wr_id, 1);
 	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
@@ -1148,15 +1146,6 @@ static uint32_t acks_waiting(void)
 {
 	struct urvt_net *net = dev.rdi->transport_priv;
 	return atomic_load(&net->wait_n);
-}
-
-/* The peer acknowledges our request psn (MSN msn), so nothing is resent. */
-static void peer_ack(struct rvt_qp *qp, uint32_t psn, uint32_t msn)
-{
-	struct urvt_pkt f = req(qp->qpn, URVT_OP_RC_ACKNOWLEDGE, psn, false);
-	f.aeth.syn = URVT_AETH_SYN_ACK_UNLIMITED;
-	f.aeth.msn = msn;
-	peer_send(&f, NULL, 0);
 }
 
 /* This test's verbs come slower than an application's: that must not make
