@@ -274,7 +274,10 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 			urvt_sge_skip(&ss, paylen);
 			qp_count(qp, URVT_CTR_CMA_REFS_SENT, 1);
 			qp_count(qp, URVT_CTR_CMA_REF_BYTES, paylen);
-		} else {
+		} else if (op != URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE ||
+			   !urvt_build_next_middle(qp, q, f.opcode, psn, false, &ss, paylen)) {
+			/* a MIDDLE after one is built from it (docs/transport.md
+			 * "A message's middle packets") */
 			p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 			urvt_build_finish_sge(qp, q, p, h, &ss, paylen);
 		}

@@ -109,6 +109,31 @@ static void peer_expect(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode)
 	assert_int_equal(p->dest_qpn, PEER_QPN);
 }
 
+/* One packet from the device, its ICRC checked as a receiver checks it
+ * (the IPv4 ID unknown: segment k of a GSO send carries ID k); tail-loss
+ * probes of probe_psn (with AckReq) are passed over. */
+static void peer_expect_icrc(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode, uint32_t probe_psn)
+{
+	struct sockaddr_in from;
+	socklen_t flen;
+	struct pollfd pfd = { .fd = peer_fd, .events = POLLIN };
+	struct urvt_ipinfo ip;
+	ssize_t n;
+
+	do {
+		assert_int_equal(poll(&pfd, 1, 2000), 1);
+		flen = sizeof(from);
+		n = recvfrom(peer_fd, buf, 5000, 0, (struct sockaddr *)&from, &flen);
+		assert_true(n > 0);
+		assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
+	} while (p->psn == probe_psn && p->ackreq && p->opcode != opcode);
+	assert_int_equal(p->opcode, opcode);
+	assert_int_equal(p->dest_qpn, PEER_QPN);
+	urvt_ipinfo_v4(&ip, from.sin_addr.s_addr, peer_addr.sin_addr.s_addr, ntohs(from.sin_port),
+		       URVT_ROCE_UDP_PORT);
+	assert_int_equal(urvt_icrc_check(&ip, buf, (size_t)n, URVT_ICRC_V4_ID_UNKNOWN), 0);
+}
+
 /* Nothing for ms but, at most, tail-loss probes: the oldest unacknowledged
  * packet, psn, with AckReq (req.c; a probe may go out while the requester
  * waits for the answer to its resend after a NAK). */
@@ -677,31 +702,6 @@ static void test_comp_send_coalesced_nak(void **state)
 	rvt_destroy_cq(cq);
 }
 
-/* One packet from the device, its ICRC checked as a receiver checks it
- * (the IPv4 ID unknown: segment k of a GSO send carries ID k); tail-loss
- * probes of probe_psn (with AckReq) are passed over. */
-static void peer_expect_icrc(struct urvt_pkt *p, uint8_t *buf, uint8_t opcode, uint32_t probe_psn)
-{
-	struct sockaddr_in from;
-	socklen_t flen;
-	struct pollfd pfd = { .fd = peer_fd, .events = POLLIN };
-	struct urvt_ipinfo ip;
-	ssize_t n;
-
-	do {
-		assert_int_equal(poll(&pfd, 1, 2000), 1);
-		flen = sizeof(from);
-		n = recvfrom(peer_fd, buf, 5000, 0, (struct sockaddr *)&from, &flen);
-		assert_true(n > 0);
-		assert_int_equal(urvt_pkt_parse(buf, (size_t)n, p), 0);
-	} while (p->psn == probe_psn && p->ackreq && p->opcode != opcode);
-	assert_int_equal(p->opcode, opcode);
-	assert_int_equal(p->dest_qpn, PEER_QPN);
-	urvt_ipinfo_v4(&ip, from.sin_addr.s_addr, peer_addr.sin_addr.s_addr, ntohs(from.sin_port),
-		       URVT_ROCE_UDP_PORT);
-	assert_int_equal(urvt_icrc_check(&ip, buf, (size_t)n, URVT_ICRC_V4_ID_UNKNOWN), 0);
-}
-
 /*
  * A long message's middle packets are built each from the one before
  * (req.c req_send_middles): on the wire they must be what the packet
@@ -1090,13 +1090,18 @@ static void test_resp_read_push_from_udp(void **state)
 	assert_int_equal(dev_ctr(URVT_CTR_DROP_BASE + URVT_DROP_BAD_LENGTH), badlen + 1);
 	f.cma = false;
 	peer_send(&f, NULL, 0);
-	peer_expect(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_FIRST);
+	/* the MIDDLEs after the first are built each from the one before
+	 * (resp.c read_respond): ICRC and PSN of each */
+	peer_expect_icrc(&p, buf, URVT_OP_RC_RDMA_READ_RESPONSE_FIRST, 0);
 	assert_false(p.cma);
 	assert_int_equal(p.paylen, 1024);
 	assert_memory_equal(p.payload, target, 1024);
 	for (int i = 1; i < 8; i++) {
-		peer_expect(&p, buf, i < 7 ? URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE
-					   : URVT_OP_RC_RDMA_READ_RESPONSE_LAST);
+		peer_expect_icrc(&p, buf,
+				 i < 7 ? URVT_OP_RC_RDMA_READ_RESPONSE_MIDDLE
+				       : URVT_OP_RC_RDMA_READ_RESPONSE_LAST, 0);
+		assert_int_equal(p.psn, PEER_PSN + (uint32_t)i);
+		assert_false(p.ackreq);
 		assert_memory_equal(p.payload, target + i * 1024, 1024);
 	}
 	peer_quiet(50);
