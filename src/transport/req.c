@@ -173,23 +173,31 @@ static uint32_t req_span_pmtus(struct rvt_qp *qp, uint32_t remaining, uint32_t a
  * window also on the packet that fills it (its ACK covers them all), under
  * congestion control also whenever none is in flight and the window is near
  * its end (it may close under a QP because of other QPs: an ACK must be on
- * its way). For a packet of npsn PSNs that allow lets go, once
- * s_pkts_since_ackreq counts it. */
+ * its way). For the next packet, of npsn PSNs, that allow lets go. */
 static bool req_wants_ack(const struct rvt_qp *qp, uint32_t npsn, bool last, uint32_t allow)
 {
 	const struct urvt_tp_qp *tp = qp_tp(qp);
 
-	return last || qp->s_pkts_since_ackreq >= URVT_MAX_PKT_PER_ACK || tp->probing ||
+	return last || qp->s_pkts_since_ackreq + npsn >= URVT_MAX_PKT_PER_ACK || tp->probing ||
 	       tp->resend_left == 1 || (qp->type == IBV_QPT_RC && allow <= npsn) ||
 	       (tp->peer && allow <= URVT_MAX_PKT_PER_ACK && !ackreq_in_flight(tp));
 }
 
-/* A packet whose last PSN is lpsn asks for an ACK. */
-static void req_asked_ack(struct rvt_qp *qp, uint32_t lpsn)
+/* A SEND/WRITE packet of npsn PSNs from psn went out, asking for an ACK
+ * or not: what the requester counts for AckReq, the window and the timer. */
+static void req_sent(struct rvt_qp *qp, uint32_t psn, uint32_t npsn, bool ackreq)
 {
-	qp->s_pkts_since_ackreq = 0;
-	qp_tp(qp)->ackreq_psn = lpsn;
-	qp_tp(qp)->ackreq_valid = true;
+	uint32_t lpsn = urvt_psn_add(psn, npsn - 1);
+
+	qp->s_pkts_since_ackreq += npsn;
+	if (ackreq) {
+		qp->s_pkts_since_ackreq = 0;
+		qp_tp(qp)->ackreq_psn = lpsn;
+		qp_tp(qp)->ackreq_valid = true;
+		if (urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
+			urvt_cc_sent(qp, lpsn);
+	}
+	sent_psn(qp, psn, npsn);
 }
 
 /*
@@ -214,19 +222,11 @@ static void req_send_middles(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urv
 
 		if (!allow)
 			return; /* req_run stalls */
-		qp->s_pkts_since_ackreq++;
 		ackreq = req_wants_ack(qp, 1, false, allow);
-		if (!urvt_build_next_middle(qp, q, op, psn, ackreq, &tp->sge, qp->pmtu)) {
-			qp->s_pkts_since_ackreq--;
+		if (!urvt_build_next_middle(qp, q, op, psn, ackreq, &tp->sge, qp->pmtu))
 			return;
-		}
-		if (ackreq) {
-			req_asked_ack(qp, psn);
-			if (urvt_psn_cmp(psn, tp->psn_hi) >= 0)
-				urvt_cc_sent(qp, psn);
-		}
 		qp->s_offset += qp->pmtu;
-		sent_psn(qp, psn, 1);
+		req_sent(qp, psn, 1, ackreq);
 		psn = urvt_psn_add(psn, 1);
 	}
 }
@@ -242,7 +242,6 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	uint32_t span = npsn * qp->pmtu;
 	uint32_t paylen = remaining > span ? span : remaining;
 	bool first = qp->s_offset == 0, last = remaining <= span;
-	uint32_t lpsn = urvt_psn_add(psn, npsn - 1);
 	struct urvt_pkt f;
 	uint32_t h;
 	uint8_t *p;
@@ -251,11 +250,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	f.xrc_srqn = wqe->xrc_srqn; /* XRC only: the only opcodes with an XRCETH */
 	f.paylen = paylen;
 	f.span_more = npsn - 1;
-	qp->s_pkts_since_ackreq += npsn;
-	if (req_wants_ack(qp, npsn, last, allow)) {
-		f.ackreq = true;
-		req_asked_ack(qp, lpsn);
-	}
+	f.ackreq = req_wants_ack(qp, npsn, last, allow);
 	if (last) {
 		f.se = (wqe->send_flags & IBV_SEND_SOLICITED) &&
 		       (urvt_opcode[f.opcode].mask & URVT_SE_OK_MASK);
@@ -273,9 +268,7 @@ static bool req_send_write(struct rvt_qp *qp, struct rvt_swqe *wqe, struct urvt_
 	p = urvt_build_start(qp, q, &f, &qp->remote_av, &h);
 	urvt_build_finish_sge(qp, q, p, h, &qp_tp(qp)->sge, paylen);
 	qp->s_offset += paylen;
-	if (f.ackreq && urvt_psn_cmp(psn, qp_tp(qp)->psn_hi) >= 0)
-		urvt_cc_sent(qp, lpsn);
-	sent_psn(qp, psn, npsn);
+	req_sent(qp, psn, npsn, f.ackreq);
 	if (!first && !last && paylen == qp->pmtu)
 		req_send_middles(qp, wqe, q, f.opcode, urvt_psn_add(psn, 1));
 	return last;
