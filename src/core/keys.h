@@ -210,30 +210,36 @@ static inline enum rvt_rkey_res rvt_chk_rkey(struct rvt_qp *qp, struct rvt_sge *
  * and then waits for every s_hlock (qp_table.c rvt_direct_barrier), which
  * is what the reference did for the ordinary path. So an MR found in its
  * slot here stays registered, unchanged, until the caller drops s_hlock.
- * Returns the host address of va, or NULL (also for an ODP MR, whose bytes
- * the ordinary path copies, odp.h, and a memory window's key, mw.c).
+ * True with *host the host address of va, or false (also for an ODP MR,
+ * whose bytes the ordinary path copies, odp.h, and a memory window's key,
+ * mw.c).
  *
- * m remembers the last key that passed and its MR's fields, good until
- * memo_gen moves (an MR leaves the table or a LOCAL_INV takes a key). The
- * lookup's dependent loads (slot, MR, its key, PD, range) were a third of
- * an in-process WRITE's instructions (docs/performance.md); a remembered
- * key costs compares on the QP's own line.
+ * m remembers the last key that passed and its MR's fields, good while
+ * memo_gen reads gen (rvt_key_memo_gen, read by the caller before its
+ * lookups; it moves when an MR leaves the table or a LOCAL_INV takes a
+ * key). The lookup's dependent loads (slot, MR, its key, PD, range) were
+ * a third of an in-process WRITE's instructions (docs/performance.md); a
+ * remembered key costs compares on the QP's own line.
  */
+static inline uint32_t rvt_key_memo_gen(const struct rvt_lkey_table *t)
+{
+	/* read before the lookups: a change that comes after them leaves the
+	 * memo behind */
+	return atomic_load_explicit(&t->memo_gen, memory_order_relaxed);
+}
+
 /* always_inline: out of line it cost a call and its register saves twice
  * per WRITE (168 -> 205 instructions per WR) */
-static inline __attribute__((always_inline)) uint8_t *
-rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, uint32_t key, uint64_t va,
-		  uint32_t len, int acc, struct rvt_key_memo *m)
+static inline __attribute__((always_inline)) bool
+rvt_direct_key_ok(struct rvt_lkey_table *t, uint32_t gen, struct rvt_pd *pd, uint32_t key,
+		  uint64_t va, uint32_t len, int acc, struct rvt_key_memo *m, uint8_t **host)
 {
-	/* read before the lookup: a change that comes after it leaves the
-	 * memo behind */
-	uint32_t gen = atomic_load_explicit(&t->memo_gen, memory_order_relaxed);
 	struct rvt_mregion *mr;
 
-	if (likely(m->gen == gen && m->key == key && m->pd == pd))
-		return (m->access & acc) == acc && range_ok(m->iova, m->length, va, len)
-			       ? m->vaddr + (va - m->iova)
-			       : NULL;
+	if (likely(m->gen == gen && m->key == key && m->pd == pd)) {
+		*host = m->vaddr + (va - m->iova);
+		return (m->access & acc) == acc && range_ok(m->iova, m->length, va, len);
+	}
 	/* No "!key" or "idx < max" test: every index a key can hold is in
 	 * the table (below), and slot 0 is never published, so key 0 finds
 	 * no MR. Pairs too with the barrier (see above). */
@@ -242,10 +248,11 @@ rvt_direct_key_ok(struct rvt_lkey_table *t, struct rvt_pd *pd, uint32_t key, uin
 	mr = key_slot(t, key);
 	if (unlikely(!mr || !key_live(mr, key) || !mr_grants(mr, pd, va, len, acc) ||
 		     (mr->access & (IBV_ACCESS_ON_DEMAND | RVT_ACCESS_MW))))
-		return NULL;
+		return false;
 	*m = (struct rvt_key_memo){ .gen = gen, .key = key, .access = mr->access, .pd = pd,
 				    .vaddr = mr->vaddr, .iova = mr->iova, .length = mr->length };
-	return mr->vaddr + (va - mr->iova);
+	*host = mr->vaddr + (va - mr->iova);
+	return true;
 }
 
 /* Whatever post_direct remembers of any key is stale. An MR leaving the

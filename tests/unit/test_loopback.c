@@ -1872,6 +1872,18 @@ static void test_direct_write(void **state)
 	ut_post_send(p->a, &wr);
 	expect_wc(p->acq, wr.wr_id, IBV_WC_SUCCESS);
 	assert_int_equal(ut_async_count(&dev, IBV_EVENT_COMM_EST, p->b, 20), 0);
+	/* 5b. unsignaled, 8 bytes (the plain case's shape): COMM_EST too */
+	ut_modify_state(p->b, IBV_QPS_RESET);
+	ut_to_init(p->b, ALL_REMOTE, 0);
+	assert_int_equal(rvt_query_qp(p->a, &qa, 0, NULL), 0);
+	ut_to_rtr_psn(&dev, p->b, p->a->qpn, qa.sq_psn, 1);
+	ut_fill(p->abuf, 8, 21);
+	wr.send_flags = 0;
+	ut_post_send(p->a, &wr);
+	assert_int_equal(ut_async_count(&dev, IBV_EVENT_COMM_EST, p->b, 20), 1);
+	assert_true(ut_check(p->bbuf, 8, 21));
+	ut_cq_empty(p->acq, 2);
+	wr.send_flags = IBV_SEND_SIGNALED;
 	ut_to_rts(p->b, 7, 7, 4);
 
 	/* 6. no peer cached (it was not there when a went to RTR): the
