@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/keys.h"
@@ -39,18 +40,12 @@ int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max)
 		free(t->gen);
 		return -ENOMEM;
 	}
-	/* Random starting generations: keys are not guessable from one another. */
-	for (uint32_t i = 0; i < max;) {
-		uint32_t buf[256];
-		ssize_t n = getrandom(buf, sizeof(buf), 0);
-		if (n <= 0) {
-			for (; i < max; i++)
-				t->gen[i] = (uint32_t)rand() & RVT_LKEY_GEN_MASK;
-			break;
-		}
-		for (size_t j = 0; j < (size_t)n / 4 && i < max; j++, i++)
-			t->gen[i] = buf[j] & RVT_LKEY_GEN_MASK;
-	}
+	/* One draw for the table: each slot's first generation comes from it
+	 * (slot_gen0), so opening a device neither draws nor writes a
+	 * generation per slot (it drew 1 MiB in 1024 system calls and wrote
+	 * the 1 MiB array, resident in every process: URVT_MAX_MR slots). */
+	if (getrandom(&t->seed, sizeof(t->seed), 0) != (ssize_t)sizeof(t->seed))
+		t->seed = (uint64_t)rand() << 32 ^ (uint64_t)rand() ^ (uint64_t)time(NULL);
 	t->next = 1; /* slot 0 is never used: key 0 stays invalid */
 	pthread_mutex_init(&t->lock, NULL);
 	return 0;
@@ -68,6 +63,19 @@ void rvt_lkey_table_fini(struct rvt_lkey_table *t)
 	free(t->table);
 	free(t->gen);
 	pthread_mutex_destroy(&t->lock);
+}
+
+/* Slot idx's first generation: its index mixed with the table's secret
+ * seed (the splitmix64 finaliser), so that keys are not guessable from
+ * one another. gen[idx] counts on from it (0 for a slot never used, as
+ * calloc leaves it): the key's generation is their sum. */
+static uint32_t slot_gen0(const struct rvt_lkey_table *t, uint32_t idx)
+{
+	uint64_t z = t->seed + (uint64_t)idx * 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (uint32_t)(z ^ (z >> 31));
 }
 
 static void mr_free_slot(struct rvt_lkey_table *t, struct rvt_mregion *mr)
@@ -133,7 +141,7 @@ static struct rvt_mregion *alloc_slot(struct rvt_lkey_table *t, uint32_t *key)
 		pthread_mutex_unlock(&t->lock);
 		return NULL;
 	}
-	*key = (idx << RVT_LKEY_GEN_BITS) | (t->gen[idx] & RVT_LKEY_GEN_MASK);
+	*key = (idx << RVT_LKEY_GEN_BITS) | ((t->gen[idx] + slot_gen0(t, idx)) & RVT_LKEY_GEN_MASK);
 	return mr;
 }
 

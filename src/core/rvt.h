@@ -103,7 +103,8 @@ struct rvt_qp_table {
 struct rvt_lkey_table {
 	uint32_t max;                          /* slots */
 	_Atomic(struct rvt_mregion *) *table;  /* published MRs by slot */
-	uint32_t *gen;                         /* next generation per slot */
+	uint32_t *gen;                         /* per slot: generations since the first (mr.c) */
+	uint64_t seed;                         /* the first generations' (mr.c slot_gen0) */
 	pthread_mutex_t lock;                  /* allocation/free (slow path) */
 	uint32_t next;                         /* allocation cursor */
 	struct rvt_mregion *free_list;         /* type-stable MR structs */
