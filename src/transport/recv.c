@@ -235,8 +235,15 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 			goto drop_qp;
 		return;
 	}
-	/* a response: a copy goes to the QP's completer (the receive slot is
-	 * reused at once); ACKs are a few bytes, READ responses one PMTU */
+	/* a response: straight to the completer when this thread can run it
+	 * now (engine.c urvt_comp_direct_begin), else a copy goes to the QP's
+	 * completer (the receive slot is reused at once); ACKs are a few
+	 * bytes, READ responses one PMTU */
+	if (urvt_comp_direct_begin(qp)) {
+		urvt_comp_direct_pkt(qp, pkt);
+		urvt_comp_direct_end(qp);
+		return;
+	}
 	b = len <= URVT_PKTBUF_DATA ? urvt_pkt_alloc(net) : NULL;
 	if (unlikely(!b)) {
 		ret = URVT_TDROP_NO_BUF;
