@@ -122,8 +122,9 @@ static void run_completer(struct urvt_net *net, struct rvt_qp *qp)
  * later, after the receive slot was reused. When the engine is free now
  * and nothing waits in the completer's queue, the receiving thread takes
  * it and completes the response itself, reading its payload where it lies
- * (a READ response span in the shm ring: one copy, ring to the READ's
- * buffers, instead of two), in the order the queue would have given.
+ * (a READ response span in the shm ring or a READ response in the socket's
+ * receive buffer: one copy, to the READ's buffers, instead of two), in the
+ * order the queue would have given.
  * So does a thread whose run of the QP's engine receives at its end (a
  * requester stalled on its window, urvt_tp_do_send): tls_stalled_qp.
  */

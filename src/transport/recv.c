@@ -29,6 +29,17 @@ static enum urvt_transport qp_transport(const struct rvt_qp *qp)
 	return urvt_opcode_transport(qp->allowed_ops);
 }
 
+/* Straight to the completer when this thread can run the QP's engine now
+ * (engine.c "Straight to the completer"): true, done; false, nothing was. */
+static bool comp_direct(struct rvt_qp *qp, const struct urvt_pkt *pkt)
+{
+	if (!urvt_comp_direct_begin(qp))
+		return false;
+	urvt_comp_direct_pkt(qp, pkt);
+	urvt_comp_direct_end(qp);
+	return true;
+}
+
 /*
  * A READ response span (docs/shm.md "Spans"): the completer takes one PMTU
  * at a time, as from any other link, so the span is cut into the packets
@@ -43,9 +54,7 @@ static int comp_enqueue_span(struct urvt_net *net, struct rvt_qp *qp, const stru
 
 	if (!urvt_span_len_ok(pkt->opcode, pkt->paylen, n, pmtu))
 		return URVT_DROP_BAD_LENGTH;
-	if (urvt_comp_direct_begin(qp)) {
-		urvt_comp_direct_pkt(qp, pkt); /* cut there (comp.c comp_span) */
-		urvt_comp_direct_end(qp);
+	if (comp_direct(qp, pkt)) { /* cut there (comp.c comp_span) */
 		qp_count(qp, URVT_CTR_COMP_DIRECT, n);
 		return 0;
 	}
@@ -101,11 +110,8 @@ static int comp_enqueue_ref(struct urvt_net *net, struct rvt_qp *qp, struct urvt
 	pkt->payload = NULL;
 	pkt->reth.va = ref.addr;
 	atomic_store_explicit(&qp_tp(qp)->cma_pid, pid, memory_order_relaxed);
-	if (urvt_comp_direct_begin(qp)) {
-		urvt_comp_direct_pkt(qp, pkt);
-		urvt_comp_direct_end(qp);
+	if (comp_direct(qp, pkt))
 		return 0;
-	}
 	b = urvt_pkt_alloc(net);
 	if (unlikely(!b))
 		return URVT_TDROP_NO_BUF;
@@ -239,11 +245,8 @@ static void recv_on_qp(struct urvt_net *net, struct rvt_qp *qp, struct urvt_pkt 
 	 * now (engine.c urvt_comp_direct_begin), else a copy goes to the QP's
 	 * completer (the receive slot is reused at once); ACKs are a few
 	 * bytes, READ responses one PMTU */
-	if (urvt_comp_direct_begin(qp)) {
-		urvt_comp_direct_pkt(qp, pkt);
-		urvt_comp_direct_end(qp);
+	if (comp_direct(qp, pkt))
 		return;
-	}
 	b = len <= URVT_PKTBUF_DATA ? urvt_pkt_alloc(net) : NULL;
 	if (unlikely(!b)) {
 		ret = URVT_TDROP_NO_BUF;
