@@ -898,7 +898,7 @@ static void read2_setup(struct read2 *r, uint8_t *la, uint8_t *lb, uint32_t len,
 {
 	memset(r, 0, sizeof(*r));
 	r->cq = ut_cq(&dev, 64);
-	r->qp = rc_qp(r->cq, 14, 3);
+	r->qp = rc_qp(r->cq, 18, 3); /* 1 s: no probe within the checks */
 	r->ma = ut_mr(pd, la, len, IBV_ACCESS_LOCAL_WRITE);
 	r->mb = ut_mr(pd, lb, len, IBV_ACCESS_LOCAL_WRITE);
 	r->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)la, .length = cut, .lkey = r->ma->lkey };
