@@ -17,10 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/random.h"
 #include "core/keys.h"
 #include "core/mw.h"
 #include "core/qp_table.h"
@@ -44,8 +43,7 @@ int rvt_lkey_table_init(struct rvt_lkey_table *t, uint32_t max)
 	 * (slot_gen0), so opening a device neither draws nor writes a
 	 * generation per slot (it drew 1 MiB in 1024 system calls and wrote
 	 * the 1 MiB array, resident in every process: URVT_MAX_MR slots). */
-	if (getrandom(&t->seed, sizeof(t->seed), 0) != (ssize_t)sizeof(t->seed))
-		t->seed = (uint64_t)rand() << 32 ^ (uint64_t)rand() ^ (uint64_t)time(NULL);
+	t->seed = urvt_random64();
 	t->next = 1; /* slot 0 is never used: key 0 stays invalid */
 	pthread_mutex_init(&t->lock, NULL);
 	return 0;

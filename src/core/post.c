@@ -147,13 +147,6 @@ static inline int rvt_qp_valid_operation(const struct rvt_qp *qp, const struct i
 	return 0;
 }
 
-/* Does wr ask for a completion: its own flag or the QP's sq_sig_all
- * (qp-semantics §2.9)? */
-static inline bool wr_signaled(const struct rvt_qp *qp, const struct ibv_send_wr *wr)
-{
-	return qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-}
-
 /*
  * W8: a local operation (LOCAL_INV, BIND_MW). An unfenced LOCAL_INV outside
  * a batch, with no local operation queued, runs now (*local_now). Decided
@@ -173,7 +166,7 @@ static inline int rvt_post_chk_local(struct rvt_qp *qp, const struct ibv_send_wr
 		int ret = local_inv_now(qp, wr->invalidate_rkey);
 		if (ret)
 			return ret;
-		if (!wr_signaled(qp, wr))
+		if (!rvt_signaled(qp, wr->send_flags))
 			return 0; /* done; no completion will ever be produced */
 	}
 	return 1;
@@ -540,7 +533,7 @@ post_direct_finish(struct rvt_qp *qp, const struct ibv_send_wr *wr, uint8_t *dst
 	rvt_copy_last(dst, src, len);
 	if (unlikely(flags & DIRECT_PEER_RTR))
 		direct_comm_est(qp->lb_peer);
-	if (wr_signaled(qp, wr))
+	if (rvt_signaled(qp, wr->send_flags))
 		direct_complete(qp, wr->wr_id, IBV_WC_RDMA_WRITE, len);
 	urvt_bias_leave(&qp->s_hlock, flags & DIRECT_FAST);
 	return 0;
@@ -560,7 +553,8 @@ post_direct_run(struct rvt_qp *qp, const struct ibv_send_wr *wr, const struct di
 	qp->s_rnr_retry = qp->rnr_retry;
 	/* The plain case: 8 bytes (a copy without a call, ruc.h), no
 	 * completion, the peer past RTR. */
-	if (likely(d->len == 8 && d->pstate != IBV_QPS_RTR && !wr_signaled(qp, wr))) {
+	if (likely(d->len == 8 && d->pstate != IBV_QPS_RTR &&
+		   !rvt_signaled(qp, wr->send_flags))) {
 		rvt_copy_last(d->dst, d->src, 8);
 		urvt_bias_leave(&qp->s_hlock, fast);
 		return 0;
@@ -646,7 +640,7 @@ static __attribute__((noinline)) bool post_ud_direct(struct rvt_qp *qp,
 		return false;
 	/* the WR is taken: its place in the send sequence, the same values */
 	rvt_post_from_seq(qp, wqe, NULL, 0, false, len);
-	if (wr_signaled(qp, wr))
+	if (rvt_signaled(qp, wr->send_flags))
 		direct_complete(qp, wr->wr_id, IBV_WC_SEND, wqe->length);
 	return true;
 }

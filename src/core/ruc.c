@@ -329,8 +329,7 @@ enum rvt_rkey_res rvt_atomic_write(struct rvt_qp *qp, uint64_t va, uint32_t rkey
  */
 void rvt_send_complete(struct rvt_qp *qp, struct rvt_swqe *wqe, enum ibv_wc_status status)
 {
-	bool signal = qp->sq_sig_all || (wqe->send_flags & IBV_SEND_SIGNALED) ||
-		      status != IBV_WC_SUCCESS;
+	bool signal = rvt_signaled(qp, wqe->send_flags) || status != IBV_WC_SUCCESS;
 	struct ibv_wc wc;
 
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_OR_FLUSH_SEND))

@@ -822,4 +822,11 @@ static inline int rvt_qp_state(struct rvt_qp *qp)
 	return atomic_load_explicit(&qp->state, memory_order_acquire);
 }
 
+/* Does a WR (or its WQE) with send_flags ask for a completion: its own
+ * flag or the QP's sq_sig_all (qp-semantics §2.9)? */
+static inline bool rvt_signaled(const struct rvt_qp *qp, unsigned int send_flags)
+{
+	return qp->sq_sig_all || (send_flags & IBV_SEND_SIGNALED);
+}
+
 #endif

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include "base/forkclose.h"
 #include "base/hostreg.h"
 #include "base/progress.h"
+#include "base/random.h"
 #include "base/timer.h"
 #include "link/udp.h"
 #include "wire/hdr.h"
@@ -211,8 +211,7 @@ int urvt_udp_share_bind(int family, const struct in6_addr *addr6, struct urvt_ud
 	s->fwd_fd = -1;
 	s->ctrs = s->own_ctrs;
 	atomic_store(&s->learned_index, -1);
-	if (getrandom(&s->secret, sizeof(s->secret), 0) != sizeof(s->secret))
-		s->secret = (uint64_t)(uintptr_t)s ^ urvt_now_ns();
+	s->secret = urvt_random64();
 	memcpy(s->key, addr6, 16);
 	fd = fwd_open(s);
 	if (fd) {

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "base/compiler.h"
 #include "base/progress.h"
+#include "base/random.h"
 #include "base/timer.h"
 
 const char *const ib_cm_state_str[IB_CM_NSTATES] = {
@@ -791,8 +791,7 @@ struct cm_device *cm_device_create(const struct cm_dev_ops *ops, void *ctx,
 	dev->gid = *gid;
 	dev->node_guid = node_guid;
 	dev->ack_delay = ack_delay;
-	if (getrandom(&dev->id_operand, sizeof(dev->id_operand), 0) != sizeof(dev->id_operand))
-		dev->id_operand = (uint32_t)urvt_now_ns();
+	dev->id_operand = (uint32_t)urvt_random64();
 	dev->next_id = 1;
 	urvt_work_init(&dev->reap_work, cm_reap);
 	urvt_timer_init(&dev->unmatched_timer, cm_unmatched_handler);

@@ -22,9 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
+#include "base/random.h"
 #include "rdmacm/addr.h"
 #include "rdmacm/cma_priv.h"
 
@@ -35,11 +35,7 @@ struct rdma_id_private *cma_all_ids;
 
 uint32_t cma_random(void)
 {
-	uint32_t v;
-
-	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
-		v = (uint32_t)rand();
-	return v;
+	return (uint32_t)urvt_random64();
 }
 
 struct rdma_id_private *cma_id_alloc(struct rdma_event_channel *ch, void *context,
