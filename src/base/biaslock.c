@@ -84,6 +84,14 @@ void urvt_bias_revoke(struct urvt_biaslock *b)
 	b->streak = 0;
 }
 
+bool urvt_bias_try_revoke(struct urvt_biaslock *b)
+{
+	atomic_store_explicit(&b->owner, 0, memory_order_relaxed);
+	fence_all_threads();
+	b->streak = 0;
+	return !atomic_load_explicit(&b->busy, memory_order_acquire);
+}
+
 void urvt_bias_note(struct urvt_biaslock *b)
 {
 	const uintptr_t me = urvt_self();

@@ -60,6 +60,10 @@ void urvt_bias_init(struct urvt_biaslock *b);
 bool urvt_bias_available(void);
 /* Out of line: the revoke (lock held, owner set and not this thread). */
 void urvt_bias_revoke(struct urvt_biaslock *b);
+/* Out of line: a try's revoke (lock held, owner set and not this thread);
+ * false when the owner is inside its section, which a try does not wait
+ * for (the owner is out of the bias either way). */
+bool urvt_bias_try_revoke(struct urvt_biaslock *b);
 /* Lock held, by a thread that would like to own it (a poster). */
 void urvt_bias_note(struct urvt_biaslock *b);
 
@@ -132,6 +136,34 @@ static inline void urvt_bias_leave(struct urvt_biaslock *b, bool fast)
 		urvt_bias_exit(b);
 	else
 		urvt_bias_unlock(b);
+}
+
+/*
+ * Either way in without waiting, for a lock that is also tried (the
+ * transport's receive side, which a thread skips when another receives):
+ * 1 = in the fast way, 0 = in by the lock (leave with urvt_bias_leave
+ * either way), -1 = somebody is inside. An owner elsewhere loses the bias;
+ * while it is still inside its section (now or since a failed try's
+ * revoke: busy set, owner clear) the try fails. The caller keeps its own
+ * thread from trying again inside (the fast way would let it in).
+ */
+static inline int urvt_bias_try(struct urvt_biaslock *b)
+{
+	uintptr_t o;
+
+	if (urvt_bias_enter(b))
+		return 1;
+	if (!urvt_spin_trylock(&b->lock))
+		return -1;
+	o = atomic_load_explicit(&b->owner, memory_order_relaxed);
+	if (unlikely(o) && o != urvt_self()) {
+		if (urvt_bias_try_revoke(b))
+			return 0;
+	} else if (likely(!atomic_load_explicit(&b->busy, memory_order_acquire))) {
+		return 0;
+	}
+	urvt_spin_unlock(&b->lock);
+	return -1;
 }
 
 /* A data path's way in (a post, a completion, a receive): the fast way for

@@ -4,6 +4,7 @@
 #define URVT_CORE_COMPILER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,12 @@ static inline void urvt_spin_lock(urvt_spinlock_t *l)
 		while (__atomic_load_n(&l->locked, __ATOMIC_RELAXED))
 			urvt_cpu_relax();
 	}
+}
+/* true = taken; no wait (a look first: a held lock's line stays shared) */
+static inline bool urvt_spin_trylock(urvt_spinlock_t *l)
+{
+	return !__atomic_load_n(&l->locked, __ATOMIC_RELAXED) &&
+	       !__atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE);
 }
 static inline void urvt_spin_unlock(urvt_spinlock_t *l)
 {

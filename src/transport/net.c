@@ -90,7 +90,6 @@ static void net_free(struct urvt_net *net)
 	urvt_stats_fini(net);
 	urvt_pool_fini(net);
 	urvt_cc_fini(net);
-	pthread_mutex_destroy(&net->rx_lock);
 	pthread_mutex_destroy(&net->watch_lock);
 	pthread_mutex_destroy(&net->facts_lock);
 	pthread_mutex_destroy(&net->bar_lock);
@@ -117,14 +116,14 @@ void urvt_net_exit_quiesce(void)
 	pthread_mutex_lock(&nets_lock);
 	for (struct urvt_net *n = nets_head; n; n = n->next_net) {
 		/* bounded: a thread that exits from inside a batch holds it */
-		bool locked = false;
-		for (int i = 0; i < 100000 && !locked; i++)
-			locked = !pthread_mutex_trylock(&n->rx_lock);
-		if (locked)
+		struct urvt_rx_hold h = { .how = -1 };
+		for (int i = 0; i < 100000 && h.how < 0; i++)
+			h = urvt_rx_trylock(n, false);
+		if (h.how >= 0)
 			urvt_txq_batch_end(n, false);
 		atomic_store(&n->exiting, true);
-		if (locked)
-			pthread_mutex_unlock(&n->rx_lock);
+		if (h.how >= 0)
+			urvt_rx_unlock(n, h);
 	}
 	pthread_mutex_unlock(&nets_lock);
 }
@@ -183,7 +182,7 @@ int urvt_net_create(struct rvt_dev_info *rdi, struct urvt_link *const *links, un
 		net->cheap_beside |= k > 0 && links[k]->cheap_poll;
 	}
 	net->nlinks = n;
-	pthread_mutex_init(&net->rx_lock, NULL);
+	urvt_bias_init(&net->rx_lock);
 	pthread_mutex_init(&net->watch_lock, NULL);
 	pthread_mutex_init(&net->facts_lock, NULL);
 	pthread_mutex_init(&net->bar_lock, NULL);
@@ -284,10 +283,11 @@ struct urvt_link *urvt_net_swap_link(struct urvt_net *net, struct urvt_link *lin
 
 	urvt_net_watch_stop(net);
 	progress_barrier(net);
-	pthread_mutex_lock(&net->rx_lock);
+	struct urvt_rx_hold h = urvt_rx_lock(net, false);
 	old = net->links[URVT_LINK_ANY];
 	net->links[URVT_LINK_ANY] = link;
-	pthread_mutex_unlock(&net->rx_lock);
+	if (h.how >= 0) /* a control path: never inside a batch */
+		urvt_rx_unlock(net, h);
 	atomic_store(&net->aside, false);
 	urvt_net_watch_start(net);
 	return old;

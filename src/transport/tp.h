@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/biaslock.h"
 #include "base/progress.h"
 #include "core/rvt.h"
 #include "link/link.h"
@@ -180,8 +181,8 @@ struct urvt_net {
 	} __attribute__((aligned(64)));
 	struct urvt_pktbuf *pool_mem;
 
-	/* the receive side: one thread at a time (rx_lock) */
-	pthread_mutex_t rx_lock;
+	/* the receive side: one thread at a time (rx_lock: urvt_rx_trylock) */
+	struct urvt_biaslock rx_lock;
 	struct urvt_link_rx *rx;          /* URVT_RX_BATCH slots */
 	/* RDMA WRITEs that complete nothing (recv.c; written under rx_lock) */
 	_Atomic uint32_t rx_mem_writes;   /* last packets of such messages */
@@ -378,6 +379,42 @@ void urvt_net_acks_flush(struct urvt_net *net, bool wait);
 /* Mark the start of a receive batch (returns the previous mark) and its end. */
 bool urvt_rx_enter(void);
 void urvt_rx_leave(bool was);
+
+/*
+ * rx_lock, biased for the thread that receives (base/biaslock.h): a busy
+ * poller takes and leaves it with plain stores, not two locked
+ * instructions a poll. Held while urvt_rx_trylock's answer is >= 0, left
+ * with urvt_rx_unlock. A thread that holds it does not get it again (a
+ * send from inside a batch that receives, as a pthread mutex's trylock
+ * would refuse it: the fast way would let it in). note: a receiving take,
+ * which counts towards owning the lock.
+ */
+struct urvt_rx_hold {
+	int how;                  /* urvt_bias_try: 1 fast, 0 locked, -1 not held */
+	struct urvt_net *outer;   /* another device's rx_lock this thread holds */
+};
+extern URVT_TLS struct urvt_net *urvt_rx_holder;
+static inline struct urvt_rx_hold urvt_rx_trylock(struct urvt_net *net, bool note)
+{
+	struct urvt_rx_hold h = { -1, urvt_rx_holder };
+
+	if (unlikely(h.outer == net))
+		return h;
+	h.how = urvt_bias_try(&net->rx_lock);
+	if (h.how < 0)
+		return h;
+	if (!h.how && note)
+		urvt_bias_note(&net->rx_lock);
+	urvt_rx_holder = net;
+	return h;
+}
+static inline void urvt_rx_unlock(struct urvt_net *net, struct urvt_rx_hold h)
+{
+	urvt_rx_holder = h.outer;
+	urvt_bias_leave(&net->rx_lock, h.how > 0);
+}
+/* Waits for it (yielding the CPU, whose holder may be next to run). */
+struct urvt_rx_hold urvt_rx_lock(struct urvt_net *net, bool note);
 
 /* IP info of a packet we send to dst (for the ICRC): ID 0 + DF, port 4791 both ways. */
 void urvt_net_tx_ipinfo(struct urvt_net *net, const struct urvt_av *av, struct urvt_ipinfo *ip);

@@ -391,13 +391,15 @@ void urvt_txq_flush(struct urvt_net *net, struct urvt_txq *q)
 {
 	/* a send outside a receive batch: the ACKs that wait go with it
 	 * (trylock: whoever receives sends them at its batch's end) */
-	if (unlikely(atomic_load_explicit(&net->wait_n, memory_order_relaxed)) && !tls_in_rx &&
-	    !pthread_mutex_trylock(&net->rx_lock)) {
-		if (atomic_load_explicit(&net->wait_n, memory_order_relaxed) &&
-		    net->wait_score < WAIT_SCORE_MAX)
-			net->wait_score++; /* the wait paid */
-		acks_into(net, q, false);
-		pthread_mutex_unlock(&net->rx_lock);
+	if (unlikely(atomic_load_explicit(&net->wait_n, memory_order_relaxed)) && !tls_in_rx) {
+		struct urvt_rx_hold h = urvt_rx_trylock(net, false);
+		if (h.how >= 0) {
+			if (atomic_load_explicit(&net->wait_n, memory_order_relaxed) &&
+			    net->wait_score < WAIT_SCORE_MAX)
+				net->wait_score++; /* the wait paid */
+			acks_into(net, q, false);
+			urvt_rx_unlock(net, h);
+		}
 	}
 	txq_send(net, q);
 }
@@ -444,12 +446,12 @@ void urvt_net_acks_flush(struct urvt_net *net, bool wait)
 {
 	if (!net || !atomic_load_explicit(&net->wait_n, memory_order_relaxed))
 		return;
-	if (wait)
-		pthread_mutex_lock(&net->rx_lock);
-	else if (pthread_mutex_trylock(&net->rx_lock))
-		return; /* the one receiving sends them */
+	struct urvt_rx_hold h = wait ? urvt_rx_lock(net, false) : urvt_rx_trylock(net, false);
+
+	if (h.how < 0)
+		return; /* the one receiving sends them (or this thread, around us) */
 	urvt_txq_batch_end(net, false);
-	pthread_mutex_unlock(&net->rx_lock);
+	urvt_rx_unlock(net, h);
 }
 
 _Static_assert(URVT_QPN_ANY == URVT_LINK_QPN_ANY, "one value for an unknown QPN");

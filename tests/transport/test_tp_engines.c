@@ -842,7 +842,8 @@ static void peer_inject_as(struct urvt_pkt *f, const void *payload, uint32_t len
 	memcpy(buf + h, payload, len);
 	n = urvt_pkt_finish(buf, sizeof(buf), h + len, &ip);
 	assert_true(n > 0);
-	pthread_mutex_lock(&net->rx_lock);
+	struct urvt_rx_hold held = urvt_rx_lock(net, false);
+	assert_true(held.how >= 0);
 	urvt_recv_pkt(net, buf, (uint32_t)n, &ip, flags, pid, NULL);
 	{
 		/* what the engines queued on this thread leaves now, as at the
@@ -851,7 +852,7 @@ static void peer_inject_as(struct urvt_pkt *f, const void *payload, uint32_t len
 		if (q)
 			urvt_txq_flush(net, q);
 	}
-	pthread_mutex_unlock(&net->rx_lock);
+	urvt_rx_unlock(net, held);
 }
 
 static void peer_inject(struct urvt_pkt *f, const void *payload, uint32_t len, int pid)
@@ -1547,9 +1548,10 @@ static void test_leave_needs_a_write(void **state)
 	 * thread would), then the SEND late: a leave */
 	memwait_peer_write(&m);
 	for (int i = 0; i < 2000 && memcmp(m.target, m.data, sizeof(m.data)); i++) {
-		pthread_mutex_lock(&net->rx_lock);
+		struct urvt_rx_hold held = urvt_rx_lock(net, false);
+		assert_true(held.how >= 0);
 		urvt_net_rx_batch(net);
-		pthread_mutex_unlock(&net->rx_lock);
+		urvt_rx_unlock(net, held);
 		usleep(1000);
 	}
 	assert_memory_equal(m.target, m.data, sizeof(m.data));
@@ -1880,9 +1882,40 @@ static void test_udp_asks_bounded_in_time_beside_busy_shm(void **state)
 	rvt_destroy_cq(cq);
 }
 
+/* rx_lock (tp.h urvt_rx_trylock): a thread that holds it does not get it
+ * again, however it holds it (the fast way, once it owns the bias after a
+ * run of takes, would let it in), nor waits for itself; another device's
+ * rx_lock held outside stays held after the inner one is left. */
+static void test_rx_lock_not_nested(void **state)
+{
+	struct urvt_net *net = dev.rdi->transport_priv;
+	struct urvt_rx_hold h, in;
+	(void)state;
+
+	for (int i = 0; i < 256; i++) {
+		h = urvt_rx_lock(net, true);
+		assert_true(h.how >= 0);
+		/* nested, as a send inside the batch that polls */
+		in = urvt_rx_trylock(net, true);
+		assert_int_equal(in.how, -1);
+		in = urvt_rx_lock(net, true);
+		assert_int_equal(in.how, -1);
+		urvt_rx_unlock(net, h);
+	}
+	/* the run of takes made this thread the owner (where membarrier is
+	 * there), and the fast way refuses the nested take as well */
+	h = urvt_rx_lock(net, true);
+	assert_true(h.how >= 0);
+	assert_true(!urvt_bias_available() || h.how == 1);
+	assert_int_equal(urvt_rx_trylock(net, true).how, -1);
+	urvt_rx_unlock(net, h);
+	assert_null(urvt_rx_holder);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rx_lock_not_nested),
 		cmocka_unit_test(test_resp_send_rnr_dup_gap),
 		cmocka_unit_test(test_resp_held_past_gaps),
 		cmocka_unit_test(test_resp_ack_waits_for_send),
