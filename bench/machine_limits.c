@@ -61,7 +61,7 @@
  *       in microseconds: the floor of a one-way message through shared
  *       memory on this machine, what any same-host transport's record or
  *       fragment pays to reach the other CPU (the MPI 8 B row).
- *   machine_limits cma SIZE SECONDS
+ *   machine_limits cma SIZE SECONDS [WINDOW]
  *       single-copy bandwidth between two processes (CPUs 0 and 1): one
  *       process reads SIZE bytes out of the other's malloc'd buffer into
  *       its own with process_vm_readv (cross-memory attach, what Open MPI's
@@ -72,7 +72,12 @@
  *       by reference do (docs/shm.md "Single copy"); and the best (the
  *       most a single-copy transport moves with one or two cores; a
  *       transport that copies twice moves each byte through memcpy once
- *       on each side).
+ *       on each side). WINDOW messages of SIZE bytes each (default 1)
+ *       lie one after the other in each process, as bench/mpi_pingbw's 16
+ *       buffers do: the copies then work on WINDOW times the bytes, which
+ *       the caches may not hold. whole_min and whole_max: the slowest and
+ *       fastest of the one-call rate's 20 ms slices (the host's own
+ *       spread within a run).
  *
  * Prints one line: RESULT <what> key=value ...
  */
@@ -694,33 +699,64 @@ static int do_line_rtt(long iters)
 	return 0;
 }
 
-/* GB/s of reading size bytes at src in process pid in calls of chunk bytes. */
-static double cma_rate(pid_t pid, uint8_t *src, uint8_t *dst, size_t size, size_t chunk,
-		       double secs)
+/* The slowest and fastest slice of a rate (GB/s), and its slice's start. */
+struct cma_slices {
+	double min, max;
+	double t0;
+	uint64_t bytes;
+};
+
+#define CMA_SLICE_S 0.02
+
+static void slice_note(struct cma_slices *sl, double t, uint64_t bytes)
+{
+	double r;
+
+	sl->bytes += bytes;
+	if (t - sl->t0 < CMA_SLICE_S)
+		return;
+	r = (double)sl->bytes / (t - sl->t0) / 1e9;
+	sl->min = sl->min && sl->min < r ? sl->min : r;
+	sl->max = sl->max > r ? sl->max : r;
+	sl->t0 = t;
+	sl->bytes = 0;
+}
+
+/* GB/s of reading window messages of size bytes at src in process pid, each
+ * in calls of chunk bytes; sl (if not NULL) gets the 20 ms slices. */
+static double cma_rate(pid_t pid, uint8_t *src, uint8_t *dst, size_t size, size_t window,
+		       size_t chunk, double secs, struct cma_slices *sl)
 {
 	uint64_t n = 0;
 	double t0 = now_s(), t;
 
+	if (sl)
+		*sl = (struct cma_slices){ .t0 = t0 };
 	do {
 		for (int r = 0; r < 8; r++, n++) {
-			for (size_t off = 0; off < size; off += chunk) {
-				size_t len = size - off < chunk ? size - off : chunk;
-				struct iovec l = { dst + off, len }, rv = { src + off, len };
+			for (size_t m = 0; m < window; m++) {
+				for (size_t off = 0; off < size; off += chunk) {
+					size_t len = size - off < chunk ? size - off : chunk;
+					size_t at = m * size + off;
+					struct iovec l = { dst + at, len }, rv = { src + at, len };
 
-				if (process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)len)
-					die("process_vm_readv");
+					if (process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)len)
+						die("process_vm_readv");
+				}
 			}
 		}
 		t = now_s();
+		if (sl)
+			slice_note(sl, t, 8 * (uint64_t)size * window);
 	} while (t - t0 < secs);
-	return (double)n * (double)size / (t - t0) / 1e9;
+	return (double)n * (double)(size * window) / (t - t0) / 1e9;
 }
 
 /* GB/s of moving size bytes of src in process pid into dst, the copy
  * split: pid writes the second half (on a go from *go, done in *done)
  * while this process reads the first. */
 static double cma_split_rate(pid_t pid, _Atomic uint32_t *go, _Atomic uint32_t *done,
-			     uint8_t *src, uint8_t *dst, size_t size, double secs)
+			     uint8_t *src, uint8_t *dst, size_t size, size_t window, double secs)
 {
 	size_t half = size / 2 / 4096 * 4096;
 	uint32_t n = 0;
@@ -728,91 +764,102 @@ static double cma_split_rate(pid_t pid, _Atomic uint32_t *go, _Atomic uint32_t *
 
 	do {
 		for (int r = 0; r < 8; r++) {
-			struct iovec l = { dst, half }, rv = { src, half };
-
 			atomic_store(go, ++n);
-			if (half && process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)half)
-				die("process_vm_readv");
+			for (size_t m = 0; m < window && half; m++) {
+				struct iovec l = { dst + m * size, half }, rv = { src + m * size, half };
+
+				if (process_vm_readv(pid, &l, 1, &rv, 1, 0) != (ssize_t)half)
+					die("process_vm_readv");
+			}
 			while (atomic_load(done) != n)
 				;
 		}
 		t = now_s();
 	} while (t - t0 < secs);
-	return (double)n * (double)size / (t - t0) / 1e9;
+	return (double)n * (double)(size * window) / (t - t0) / 1e9;
 }
 
-/* The child of do_cma: it writes the second half of src into the parent's
- * dst at each go, until go is UINT32_MAX. */
+/* The child of do_cma: it writes the second half of each of the window's
+ * messages in src into the parent's dst at each go, until go is UINT32_MAX. */
 static void cma_split_child(pid_t parent, _Atomic uint32_t *go, _Atomic uint32_t *done,
-			    uint8_t *src, uint8_t *dst, size_t size)
+			    uint8_t *src, uint8_t *dst, size_t size, size_t window)
 {
 	size_t half = size / 2 / 4096 * 4096;
 	uint32_t seen = 0;
 
 	for (;;) {
 		uint32_t g = atomic_load(go);
-		struct iovec l = { src + half, size - half }, rv = { dst + half, size - half };
 
 		if (g == UINT32_MAX)
 			_exit(0);
 		if (g == seen)
 			continue;
-		if (process_vm_writev(parent, &l, 1, &rv, 1, 0) != (ssize_t)(size - half))
-			_exit(1);
+		for (size_t m = 0; m < window; m++) {
+			struct iovec l = { src + m * size + half, size - half },
+				     rv = { dst + m * size + half, size - half };
+
+			if (process_vm_writev(parent, &l, 1, &rv, 1, 0) != (ssize_t)(size - half))
+				_exit(1);
+		}
 		seen = g;
 		atomic_store(done, g);
 	}
 }
 
-static int do_cma(size_t size, double secs)
+static int do_cma(size_t size, double secs, size_t window)
 {
-	uint8_t *src = malloc(size), *dst = malloc(size);
+	size_t total = size * window;
+	uint8_t *src = malloc(total), *dst = malloc(total);
+	struct cma_slices sl;
 	_Atomic uint32_t *sync = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 				      -1, 0);
 	pid_t child, parent = getpid();
 	int go[2];
 	char c = 0;
 
-	if (!src || !dst || size < 1 || sync == MAP_FAILED || pipe(go))
+	if (!src || !dst || size < 1 || window < 1 || sync == MAP_FAILED || pipe(go))
 		die("cma setup");
 	/* the child owns src (the sender's buffer): touched, then idle until
 	 * the split, where it writes */
-	memset(src, 0x5a, size);
-	memset(dst, 0, size);
+	memset(src, 0x5a, total);
+	memset(dst, 0, total);
 	child = fork_or_die();
 	if (!child) {
 		pin(0);
-		memset(src, 0xa5, size); /* its own copy of the pages */
+		memset(src, 0xa5, total); /* its own copy of the pages */
 		if (write(go[1], &c, 1) != 1)
 			_exit(1);
-		cma_split_child(parent, &sync[0], &sync[16], src, dst, size);
+		cma_split_child(parent, &sync[0], &sync[16], src, dst, size, window);
 	}
 	pin(1);
 	if (read(go[0], &c, 1) != 1)
 		die("cma child");
-	cma_rate(child, src, dst, size, size, 0.05); /* warm-up */
-	if (dst[0] != 0xa5 || dst[size - 1] != 0xa5) {
+	cma_rate(child, src, dst, size, window, size, 0.05, NULL); /* warm-up */
+	if (dst[0] != 0xa5 || dst[total - 1] != 0xa5) {
 		fprintf(stderr, "cma: read the wrong bytes\n");
 		return 1;
 	}
-	double whole = cma_rate(child, src, dst, size, size, secs / 3);
+	double whole = cma_rate(child, src, dst, size, window, size, secs / 3, &sl);
 	/* a chunk as big as the buffer is the whole call again */
-	double c64 = size > 65536 ? cma_rate(child, src, dst, size, 65536, secs / 3) : whole;
-	double c128 = size > 131072 ? cma_rate(child, src, dst, size, 131072, secs / 3) : whole;
-	memset(dst, 0, size);
-	double split = cma_split_rate(child, &sync[0], &sync[16], src, dst, size, secs / 3);
+	double c64 = size > 65536 ? cma_rate(child, src, dst, size, window, 65536, secs / 3, NULL)
+				  : whole;
+	double c128 = size > 131072 ? cma_rate(child, src, dst, size, window, 131072, secs / 3, NULL)
+				    : whole;
+	memset(dst, 0, total);
+	double split = cma_split_rate(child, &sync[0], &sync[16], src, dst, size, window, secs / 3);
 	atomic_store(&sync[0], UINT32_MAX);
 	waitpid(child, NULL, 0);
-	if (dst[0] != 0xa5 || dst[size - 1] != 0xa5) {
+	if (dst[0] != 0xa5 || dst[total - 1] != 0xa5) {
 		fprintf(stderr, "cma: the split moved the wrong bytes\n");
 		return 1;
 	}
 	double best = whole > c64 ? whole : c64;
 	best = best > c128 ? best : c128;
 	best = best > split ? best : split;
-	printf("RESULT cma size=%zu gbytes_per_s=%.3f whole=%.3f chunk64k=%.3f chunk128k=%.3f "
-	       "split=%.3f\n",
-	       size, best, whole, c64, c128, split);
+	printf("RESULT cma size=%zu window=%zu gbytes_per_s=%.3f whole=%.3f chunk64k=%.3f "
+	       "chunk128k=%.3f split=%.3f whole_min=%.3f whole_max=%.3f\n",
+	       size, window, best, whole, c64, c128, split, sl.min ? sl.min : whole,
+	       sl.max ? sl.max : whole);
 	return 0;
 }
 
@@ -861,11 +908,12 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "line-rtt"))
 		return do_line_rtt(strtol(argv[2], NULL, 0));
 	if (argc >= 4 && !strcmp(argv[1], "cma"))
-		return do_cma(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL));
+		return do_cma(strtoul(argv[2], NULL, 0), strtod(argv[3], NULL),
+			      argc >= 5 ? strtoul(argv[4], NULL, 0) : 1);
 usage:
 	fprintf(stderr, "usage: machine_limits memcpy SIZE SECONDS | udp-pps PAYLOAD SECONDS [gso]"
 			" | udp-stream PAYLOAD SECONDS [copy|crc] [--ns-tx NAME] [--ns-rx NAME]"
 			" [--dst ADDR] [--segs N[,N...]] | udp-rtt PAYLOAD ITERS | wake-rtt ITERS"
-			" | line-rtt ITERS | cma SIZE SECONDS\n");
+			" | line-rtt ITERS | cma SIZE SECONDS [WINDOW]\n");
 	return 2;
 }
