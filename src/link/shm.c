@@ -31,7 +31,8 @@
  *
  * Several threads of the producing process may send to one peer: they
  * take the peer's tx_lock, which lives in local memory, out of the peer's
- * reach. The consumer side runs under the transport's rx_lock (one thread).
+ * reach (biased: the thread that sends to it run after run takes it with
+ * plain stores, base/biaslock.h). The consumer side runs under the transport's rx_lock (one thread).
  * Peers are added by resolve (any thread) and service (progress thread)
  * under peers_lock; npeers (release store) only grows, and the hot paths
  * read the slots below it without a lock.
@@ -47,12 +48,17 @@
  *   release: once the receive loop has acked that retire_req (it does at
  *            the start of a batch: what it handed out before is done with,
  *            and it looked at the states after the request, so it will not
- *            touch the peer again) and no sender is inside (users == 0),
- *            the fds are closed, the region is parked and the slot is FREE.
- * A sender enters a peer by raising users, then checking that the peer is
- * UP and of the generation its address names (seq_cst both sides: either
- * the sender sees RETIRING, or the reaper sees it inside and waits); it
- * leaves after its kick. Readers that neither write nor hold fds (pending,
+ *            touch the peer again), no enterer is inside (users == 0) and
+ *            the reaper has had the peer's tx_lock once (a record's writer
+ *            that saw the peer UP is out), the fds are closed, the region
+ *            is parked and the slot is FREE.
+ * A record's writer takes the peer's tx_lock, then checks that the peer is
+ * UP and of the generation its address names (tx_lock_peer: either it
+ * sees RETIRING, or the reaper's take of the lock waits for it). Whatever
+ * else uses the peer's fds or pid (the doorbell's kick, a cross-memory
+ * copy) enters it by raising users, then checking the same (seq_cst both
+ * sides: either the enterer sees RETIRING, or the reaper sees it inside
+ * and waits). Readers that neither write nor hold fds (pending,
  * arm, lookup) are not waited for: a parked region is an anonymous mapping
  * over the same range, never a hole, so a stale read finds zeros or the
  * next occupant's ring, at worst a spurious "pending"; lookup rereads gen
@@ -724,12 +730,12 @@ static void tx_end_rec(struct shm_peer *p, uint32_t len)
 	tx_mark(p, shm_rec_bytes(len));
 }
 
-/* Packets [0, n) all go to peer p. Returns the number lost. */
+/* Packets [0, n) all go to peer p, whose tx_lock we hold. Returns the
+ * number lost. */
 static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 {
 	unsigned sent = 0;
 
-	urvt_spin_lock(&p->tx_lock);
 	for (; sent < n; sent++) {
 		if (pk[sent].len > SHM_PKT_MAX ||
 		    !tx_room_for(p, pk[sent].len,
@@ -739,13 +745,42 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
 		tx_end_rec(p, pk[sent].len);
 	}
 	tx_publish(p);
-	urvt_spin_unlock(&p->tx_lock);
-	tx_kick_peer(p);
 	return n - sent;
 }
 
-/* Enter the peer a packet goes to, if it is up and the one dst names (no
- * lock: the gate at the top); tx_leave once done with it, kick included. */
+/* The peer a record goes to, its tx_lock taken, if it is up and the one
+ * dst names; tx_unlock_peer once its records are written. The lock keeps
+ * the slot: the reaper takes it before it lets the peer's fds go (the top,
+ * and shm_peers_reap), so a record's writer needs no users count, whose
+ * two locked instructions were on every message's way. */
+static struct shm_peer *tx_lock_peer(struct urvt_shm *s, const union urvt_link_addr *dst)
+{
+	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
+	uint32_t idx = SHM_ID_IDX(dst->peer.id);
+	struct shm_peer *p;
+	bool fast;
+
+	if (idx >= npeers)
+		return NULL;
+	p = &s->peers[idx];
+	fast = urvt_bias_take_noted(&p->tx_lock);
+	if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
+	    (atomic_load_explicit(&p->gen, memory_order_relaxed) & 0xffu) == SHM_ID_GEN(dst->peer.id)) {
+		p->tx_fast = fast;
+		return p;
+	}
+	urvt_bias_leave(&p->tx_lock, fast);
+	return NULL;
+}
+
+static void tx_unlock_peer(struct shm_peer *p)
+{
+	urvt_bias_leave(&p->tx_lock, p->tx_fast);
+}
+
+/* Enter the peer dst names, if it is up and the one dst names (no lock:
+ * the gate at the top), to kick it or for a cross-memory copy; tx_leave
+ * once done with it. */
 struct shm_peer *shm_tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
 	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
@@ -775,34 +810,47 @@ static uint8_t *shm_tx_reserve(struct urvt_link *l, const union urvt_link_addr *
 
 	if (maxlen > SHM_PKT_MAX)
 		return NULL;
-	p = shm_tx_enter(shm_of(l), dst);
+	p = tx_lock_peer(shm_of(l), dst);
 	if (!p)
 		return NULL;
-	urvt_spin_lock(&p->tx_lock);
 	if (!tx_room_for(p, maxlen, wait)) {
-		urvt_spin_unlock(&p->tx_lock);
-		shm_tx_leave(p);
+		tx_unlock_peer(p);
 		return NULL;
 	}
 	return tx_head_rec(p)->data;
 }
 
-/* The peer is the one tx_reserve entered and locked: its state may have
- * changed since, its slot cannot have been reused (users). */
+/* The peer is the one tx_reserve locked: its state may have changed since,
+ * its slot cannot have been reused (tx_lock). */
 static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t len)
 {
 	struct shm_peer *p = &shm_of(l)->peers[SHM_ID_IDX(dst->peer.id)];
 
 	tx_end_rec(p, len);
 	tx_publish(p);
-	urvt_spin_unlock(&p->tx_lock);
-	shm_tx_leave(p);
+	tx_unlock_peer(p);
 }
 
+/* After a publish: the peer's doorbell if it sleeps. Its need_wake is
+ * looked at before the gate (a region's memory stays mapped while the link
+ * lives: the top), so that a peer that polls costs the fence and a load,
+ * not the users count's two locked instructions as well. */
 static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
 {
-	struct shm_peer *p = shm_tx_enter(shm_of(l), dst);
+	struct urvt_shm *s = shm_of(l);
+	uint32_t idx = SHM_ID_IDX(dst->peer.id);
+	struct shm_peer *p;
 
+	if (idx >= atomic_load_explicit(&s->npeers, memory_order_acquire))
+		return;
+	p = &s->peers[idx];
+	/* the state's acquire pairs with the handshake's publish of tx_ctrl */
+	if (atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
+		return;
+	atomic_thread_fence(memory_order_seq_cst); /* tx_kick_peer: after our head */
+	if (!atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed))
+		return;
+	p = shm_tx_enter(s, dst);
 	if (p) {
 		tx_kick_peer(p);
 		shm_tx_leave(p);
@@ -826,10 +874,11 @@ static unsigned shm_send_batch(struct urvt_link *l, struct urvt_link_tx *pk, uns
 			pk[j].fault = 0;
 			j++;
 		}
-		p = shm_tx_enter(s, pk[i].dst);
+		p = tx_lock_peer(s, pk[i].dst);
 		if (p) {
 			lost += tx_peer(p, pk + i, j - i);
-			shm_tx_leave(p);
+			tx_unlock_peer(p);
+			shm_tx_kick(l, pk[i].dst);
 		} else {
 			lost += j - i;
 		}

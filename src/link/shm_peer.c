@@ -25,7 +25,7 @@ struct shm_peer *shm_peer_new(struct urvt_shm *s)
 		p = &s->peers[n];
 		memset(p, 0, sizeof(*p));
 		atomic_store(&p->gen, 1); /* never 0: a peer's epoll tag is not the listener's */
-		urvt_spin_init(&p->tx_lock);
+		urvt_bias_init(&p->tx_lock);
 		atomic_store_explicit(&s->npeers, n + 1, memory_order_release);
 	} else {
 		shm_peers_reap(s);
@@ -176,6 +176,10 @@ void shm_peers_reap(struct urvt_shm *s)
 			retired = true;
 		} else if (st == PEER_RETIRING && (int32_t)(ack - p->retire_at) >= 0 &&
 			   !atomic_load(&p->users)) {
+			/* a record's writer that saw the peer UP (shm.c
+			 * tx_lock_peer) is out once we have had its lock */
+			urvt_bias_lock(&p->tx_lock);
+			urvt_bias_unlock(&p->tx_lock);
 			if (p->sock >= 0)
 				close(p->sock); /* leaves the epoll set if still in */
 			p->sock = -1;

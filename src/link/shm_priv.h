@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/biaslock.h"
 #include "base/compiler.h"
 #include "base/forkclose.h"
 #include "base/timer.h"
@@ -81,9 +82,13 @@ struct shm_peer {
 	struct shm_region *region;
 	struct shm_ctrl *tx_ctrl, *rx_ctrl;
 	uint8_t *tx_ring, *rx_ring;
-	/* producers of this process */
-	urvt_spinlock_t tx_lock __cacheline_aligned;
-	_Atomic uint32_t users;           /* senders inside (tx_enter) */
+	/* producers of this process: a record is written under tx_lock,
+	 * biased for the thread that sends here run after run
+	 * (base/biaslock.h; tx_lock_peer); what else uses the peer enters
+	 * it (users, shm_tx_enter) */
+	struct urvt_biaslock tx_lock __cacheline_aligned;
+	bool tx_fast;                     /* the holder took tx_lock the fast way */
+	_Atomic uint32_t users;           /* enterers inside (shm_tx_enter) */
 	uint32_t tx_head;
 	uint32_t tx_tail_seen;            /* the tail at our last look: at most the
 					     real one, so room by it is room */

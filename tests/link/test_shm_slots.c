@@ -8,8 +8,10 @@
  * peer. The test plays the progress thread and the receive loop.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "base/timer.h"
 #include "link/shm.h"
 #include "wire/ip.h"
 
@@ -151,10 +154,79 @@ static void test_more_peers_than_slots(void **state)
 	urvt_link_close(srv);
 }
 
+/* A record being written to a peer that leaves meanwhile: the writer
+ * holds the peer's tx_lock from tx_reserve to tx_commit, and the slot's
+ * release (its fds closed, its region parked) waits for it. */
+struct held_writer {
+	struct urvt_link *l;
+	const union urvt_link_addr *dst;
+	_Atomic int stage;                /* 1: reserved, 2: committed */
+};
+
+#define HOLD_NS 150000000ull
+
+static void *write_slowly(void *arg)
+{
+	struct held_writer *w = arg;
+	uint8_t *p = w->l->ops->tx_reserve(w->l, w->dst, 64, URVT_TX_WAIT_NOW);
+
+	if (!p) {
+		atomic_store(&w->stage, -1);
+		return NULL;
+	}
+	atomic_store(&w->stage, 1);
+	for (uint64_t end = urvt_now_ns() + HOLD_NS; urvt_now_ns() < end;)
+		usleep(1000);
+	memset(p, 0x5a, 64);
+	/* the peer is gone by now; what matters is who comes first */
+	atomic_store(&w->stage, 2);
+	w->l->ops->tx_commit(w->l, w->dst, 64);
+	return NULL;
+}
+
+static void test_release_waits_for_a_writer(void **state)
+{
+	struct urvt_link *srv = open_n(PEERS + 2), *c = open_n(PEERS + 3);
+	union urvt_link_addr to, back;
+	struct held_writer w = { .l = srv, .dst = &back };
+	struct urvt_shm_stats st;
+	pthread_t t;
+	uint64_t t0;
+
+	(void)state;
+	assert_true(urvt_link_resolve(c, srv->info.addr6.s6_addr, URVT_LINK_QPN_ANY, &to) >= 0);
+	service(srv);
+	service(c);
+	send_one(c, &to, srv, 1);
+	assert_int_equal(urvt_link_resolve(srv, c->info.addr6.s6_addr, URVT_LINK_QPN_ANY, &back),
+			 URVT_LINK_REACH_GID);
+	assert_int_equal(pthread_create(&t, NULL, write_slowly, &w), 0);
+	while (!atomic_load(&w.stage))
+		usleep(100);
+	assert_int_equal(atomic_load(&w.stage), 1);
+	urvt_link_close(c);
+	t0 = urvt_now_ns();
+	st = settle(srv); /* retire, the receive loop's ack, release */
+	/* the release waited for the writer's commit */
+	assert_int_equal(atomic_load(&w.stage), 2);
+	assert_true(urvt_now_ns() - t0 > HOLD_NS / 2);
+	assert_int_equal(st.peers_gone, 1);
+	pthread_join(t, NULL);
+	/* the slot was let go: a new peer takes it and is reached */
+	c = open_n(PEERS + 4);
+	assert_true(urvt_link_resolve(c, srv->info.addr6.s6_addr, URVT_LINK_QPN_ANY, &to) >= 0);
+	service(srv);
+	service(c);
+	send_one(c, &to, srv, 2);
+	urvt_link_close(c);
+	urvt_link_close(srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_more_peers_than_slots),
+		cmocka_unit_test(test_release_waits_for_a_writer),
 	};
 
 	net = 100 + (unsigned)getpid() % 100;
