@@ -142,6 +142,10 @@ static void ack_build(struct rvt_qp *qp, uint8_t opcode, uint8_t syn, uint32_t p
 	f.aeth.syn = syn;
 	f.aeth.msn = msn;
 	f.atmack_orig = orig;
+	/* to a same-host peer: straight into its ring (~700 -> ~300
+	 * instructions, on the way of every RC ping-pong's reply) */
+	if (urvt_build_ack_now(qp, q, &f, peer_av(qp)->route))
+		return;
 	p = urvt_build_start(qp, q, &f, peer_av(qp), &h);
 	if (opcode == URVT_OP_RC_ACKNOWLEDGE && urvt_aeth_syn_type(syn) == URVT_AETH_ACK)
 		urvt_txq_next_may_wait(q); /* tx.c "ACKs that wait" */

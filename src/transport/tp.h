@@ -587,6 +587,14 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
  * what urvt_build_start and urvt_build_finish_sge do for it, without
  * their other cases. False: nothing built, nothing held (no link that
  * builds in place, a trace, no room, no peer, a full queue). */
+/* An ACKNOWLEDGE or ATOMIC ACKNOWLEDGE (an ACK, a NAK, an atomic's answer)
+ * built and committed in one go in the memory of route's link, where there
+ * is room now, as urvt_build_start and urvt_build_finish would build it
+ * there (wire/hdr.h urvt_pkt_build_ack; no ICRC on a lossless link).
+ * False: nothing built (not such an opcode, no link that builds in place,
+ * a trace, no room, a full queue): build it the usual way. */
+bool urvt_build_ack_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			uint32_t route);
 bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 		       uint32_t route, struct rvt_sge_state *ss);
 /* Finish (pad + ICRC for the path) and commit the len-byte packet. */

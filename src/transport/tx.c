@@ -650,6 +650,28 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	return p;
 }
 
+bool urvt_build_ack_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
+			uint32_t route)
+{
+	uint32_t mask = urvt_opcode[f->opcode].mask, total;
+	struct urvt_link *l = in_place_link(qp_net(qp), route);
+	union urvt_link_addr dst;
+	uint8_t *p;
+
+	if (!l || !l->lossless || q->n == URVT_TXQ_PKTS || !(mask & URVT_AETH_MASK) ||
+	    (mask & URVT_PAYLOAD_MASK))
+		return false;
+	peer_dst(&dst, route);
+	/* what urvt_build_start reserves for it: the ring's rewinds alike */
+	p = l->ops->tx_reserve(l, &dst, URVT_HDR_MAX + URVT_ICRC_BYTES, URVT_TX_WAIT_NOW);
+	if (!p)
+		return false;
+	total = (uint32_t)urvt_pkt_pad_no_icrc(p, urvt_pkt_build_ack(p, f), 0);
+	l->ops->tx_commit(l, &dst, total);
+	txq_commit(q, total, &dst, urvt_route_link(route), urvt_qp_stats(qp), URVT_TXPKT_IN_LINK);
+	return true;
+}
+
 bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 		       uint32_t route, struct rvt_sge_state *ss)
 {

@@ -142,14 +142,9 @@ static inline void bth_put(uint8_t *buf, uint8_t opcode, uint8_t b1, uint16_t pk
 	urvt_put_be32(buf + 8, w2);
 }
 
-size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
+/* Every BTH field f sets, with PadCnt pad. */
+static inline void bth_put_all(uint8_t *buf, const struct urvt_pkt *f, uint8_t pad)
 {
-	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
-	uint32_t mask = info->mask;
-
-	if (!mask || cap < info->length)
-		return 0;
-	uint8_t pad = (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0;
 	bth_put(buf, f->opcode,
 		(uint8_t)((f->se ? URVT_BTH_SE : 0) | (f->mig ? URVT_BTH_MIG : 0) |
 			  pad << URVT_BTH_PAD_SHIFT | (f->tver & URVT_BTH_TVER_MASK)),
@@ -158,6 +153,16 @@ size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
 			(f->cma ? (uint32_t)URVT_BTH_CMA << 24 : 0) | (f->dest_qpn & URVT_QPN_MASK),
 		(f->ackreq ? 0x80000000u : 0) | (f->span_more & URVT_BTH_SPAN_MAX) << 24 |
 			(f->psn & 0xffffffu));
+}
+
+size_t urvt_pkt_build_hdr(uint8_t *buf, size_t cap, const struct urvt_pkt *f)
+{
+	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
+	uint32_t mask = info->mask;
+
+	if (!mask || cap < info->length)
+		return 0;
+	bth_put_all(buf, f, (mask & URVT_PAYLOAD_MASK) ? urvt_pad_for(f->paylen) : 0);
 
 	uint8_t *o;
 	if (mask & URVT_XRCETH_MASK)
@@ -264,6 +269,18 @@ size_t urvt_pkt_build_ud_send(uint8_t *buf, const struct urvt_pkt *f)
 	deth_set_sqp(buf + info->offset[URVT_DETH], f->deth.sqp);
 	if (f->opcode == URVT_OP_UD_SEND_ONLY_WITH_IMMEDIATE)
 		immdt_set_imm(buf + info->offset[URVT_IMMDT], f->immdt);
+	return info->length;
+}
+
+size_t urvt_pkt_build_ack(uint8_t *buf, const struct urvt_pkt *f)
+{
+	const struct urvt_opcode_info *info = &urvt_opcode[f->opcode];
+
+	bth_put_all(buf, f, 0);
+	aeth_set_syn(buf + info->offset[URVT_AETH], f->aeth.syn);
+	aeth_set_msn(buf + info->offset[URVT_AETH], f->aeth.msn);
+	if (info->mask & URVT_ATMACK_MASK)
+		atmack_set_orig(buf + info->offset[URVT_ATMACK], f->atmack_orig);
 	return info->length;
 }
 

@@ -371,6 +371,14 @@ size_t urvt_pkt_finish_no_icrc(uint8_t *buf, size_t cap, size_t len);
  * P_Key, destination QP, AckReq, PSN. Returns the header length.
  */
 size_t urvt_pkt_build_ud_send(uint8_t *buf, const struct urvt_pkt *f);
+/*
+ * The headers of an ACKNOWLEDGE or ATOMIC ACKNOWLEDGE (RC or XRC: BTH, AETH,
+ * AtomicAckETH for the atomic's), the bytes urvt_pkt_build_hdr writes for
+ * them, without its look at every other header (a same-host ACK's way,
+ * transport/tx.c urvt_build_hdr_now): f->opcode is one of those, buf has
+ * room for their headers. Returns the header length.
+ */
+size_t urvt_pkt_build_ack(uint8_t *buf, const struct urvt_pkt *f);
 /* After hlen header and paylen payload bytes: the PadCnt zero bytes and a
  * zero ICRC field (a lossless link, as urvt_pkt_finish_no_icrc). Returns
  * the packet's length. */
