@@ -753,19 +753,32 @@ static unsigned tx_peer(struct shm_peer *p, struct urvt_link_tx *pk, unsigned n)
  * the slot: the reaper takes it before it lets the peer's fds go (the top,
  * and shm_peers_reap), so a record's writer needs no users count, whose
  * two locked instructions were on every message's way. */
+/* The slot dst names, if there is one (what is in it: peer_is). */
+static struct shm_peer *peer_slot(struct urvt_shm *s, const union urvt_link_addr *dst)
+{
+	uint32_t idx = SHM_ID_IDX(dst->peer.id);
+
+	return idx < atomic_load_explicit(&s->npeers, memory_order_acquire) ? &s->peers[idx] : NULL;
+}
+
+/* p is up and the occupant dst names (its gen), as the gate or tx_lock of
+ * the top asks it. */
+static bool peer_is(struct shm_peer *p, const union urvt_link_addr *dst)
+{
+	return atomic_load(&p->state) == PEER_UP &&
+	       (atomic_load_explicit(&p->gen, memory_order_relaxed) & 0xffu) ==
+		       SHM_ID_GEN(dst->peer.id);
+}
+
 static struct shm_peer *tx_lock_peer(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
-	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
-	uint32_t idx = SHM_ID_IDX(dst->peer.id);
-	struct shm_peer *p;
+	struct shm_peer *p = peer_slot(s, dst);
 	bool fast;
 
-	if (idx >= npeers)
+	if (!p)
 		return NULL;
-	p = &s->peers[idx];
 	fast = urvt_bias_take_noted(&p->tx_lock);
-	if (atomic_load_explicit(&p->state, memory_order_acquire) == PEER_UP &&
-	    (atomic_load_explicit(&p->gen, memory_order_relaxed) & 0xffu) == SHM_ID_GEN(dst->peer.id)) {
+	if (peer_is(p, dst)) {
 		p->tx_fast = fast;
 		return p;
 	}
@@ -783,16 +796,12 @@ static void tx_unlock_peer(struct shm_peer *p)
  * once done with it. */
 struct shm_peer *shm_tx_enter(struct urvt_shm *s, const union urvt_link_addr *dst)
 {
-	uint32_t npeers = atomic_load_explicit(&s->npeers, memory_order_acquire);
-	uint32_t idx = SHM_ID_IDX(dst->peer.id);
-	struct shm_peer *p;
+	struct shm_peer *p = peer_slot(s, dst);
 
-	if (idx >= npeers)
+	if (!p)
 		return NULL;
-	p = &s->peers[idx];
 	atomic_fetch_add(&p->users, 1);
-	if (atomic_load(&p->state) == PEER_UP &&
-	    (atomic_load_explicit(&p->gen, memory_order_relaxed) & 0xffu) == SHM_ID_GEN(dst->peer.id))
+	if (peer_is(p, dst))
 		return p;
 	atomic_fetch_sub_explicit(&p->users, 1, memory_order_release);
 	return NULL;
@@ -838,14 +847,10 @@ static void shm_tx_commit(struct urvt_link *l, const union urvt_link_addr *dst, 
 static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
 {
 	struct urvt_shm *s = shm_of(l);
-	uint32_t idx = SHM_ID_IDX(dst->peer.id);
-	struct shm_peer *p;
+	struct shm_peer *p = peer_slot(s, dst);
 
-	if (idx >= atomic_load_explicit(&s->npeers, memory_order_acquire))
-		return;
-	p = &s->peers[idx];
 	/* the state's acquire pairs with the handshake's publish of tx_ctrl */
-	if (atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
+	if (!p || atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
 		return;
 	atomic_thread_fence(memory_order_seq_cst); /* tx_kick_peer: after our head */
 	if (!atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed))
