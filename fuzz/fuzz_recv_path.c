@@ -655,7 +655,9 @@ static void inject(struct reader *r)
 	 * process's (docs/shm.md "Single copy": answers by reference read from
 	 * wherever they say) */
 	bool same_host = len >= 12 && bth_cma(b) && ((ctl >> 3) & 3) < 2;
-	pthread_mutex_lock(&net->rx_lock);
+	struct urvt_rx_hold held = urvt_rx_lock(net, false);
+	if (held.how < 0)
+		abort(); /* this thread held it already: a harness bug */
 	urvt_recv_pkt(net, b, len, &ip, same_host ? URVT_RX_SPANS : 0, same_host ? getpid() : 0,
 		      NULL);
 	{
@@ -663,7 +665,7 @@ static void inject(struct reader *r)
 		if (q)
 			urvt_txq_flush(net, q);
 	}
-	pthread_mutex_unlock(&net->rx_lock);
+	urvt_rx_unlock(net, held);
 	free(b);
 }
 
