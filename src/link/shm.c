@@ -491,17 +491,23 @@ static void tx_publish(struct shm_peer *p)
 }
 
 /* After a publish: the consumer sets need_wake, then looks at head; we
- * stored head, now look at need_wake: one of us sees the other. No
- * doorbell yet (HELLO_ACK not in): leave need_wake for peer_hello_ack,
- * which rings it when the doorbell comes. */
+ * stored head, now look at need_wake: one of us sees the other. */
+static bool peer_sleeps(struct shm_peer *p)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed);
+}
+
+/* Ring a sleeping peer's doorbell. No doorbell yet (HELLO_ACK not in):
+ * leave need_wake for peer_hello_ack, which rings it when it comes. */
 static void tx_kick_peer(struct shm_peer *p)
 {
 	int db;
 
-	atomic_thread_fence(memory_order_seq_cst);
+	if (!peer_sleeps(p))
+		return;
 	db = atomic_load_explicit(&p->doorbell, memory_order_acquire);
-	if (db >= 0 && atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed) &&
-	    atomic_exchange(&p->tx_ctrl->need_wake, 0))
+	if (db >= 0 && atomic_exchange(&p->tx_ctrl->need_wake, 0))
 		ring_doorbell(db);
 }
 
@@ -850,10 +856,8 @@ static void shm_tx_kick(struct urvt_link *l, const union urvt_link_addr *dst)
 	struct shm_peer *p = peer_slot(s, dst);
 
 	/* the state's acquire pairs with the handshake's publish of tx_ctrl */
-	if (!p || atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP)
-		return;
-	atomic_thread_fence(memory_order_seq_cst); /* tx_kick_peer: after our head */
-	if (!atomic_load_explicit(&p->tx_ctrl->need_wake, memory_order_relaxed))
+	if (!p || atomic_load_explicit(&p->state, memory_order_acquire) != PEER_UP ||
+	    !peer_sleeps(p))
 		return;
 	p = shm_tx_enter(s, dst);
 	if (p) {

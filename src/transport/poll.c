@@ -201,10 +201,12 @@ struct urvt_rx_hold urvt_rx_lock(struct urvt_net *net, bool note)
 }
 
 /* Receive what the links hold (all of them, or the cheap ones), waiting
- * for whoever is at it; the packets count as ctr's (who received). */
-static int net_rx_drain(struct urvt_net *net, bool all, enum urvt_ctr ctr)
+ * for whoever is at it (wait: a receiver's take, which counts towards
+ * owning rx_lock), or not if someone is; the packets count as ctr's (who
+ * received). */
+static int net_rx_drain(struct urvt_net *net, bool all, bool wait, enum urvt_ctr ctr)
 {
-	struct urvt_rx_hold h = urvt_rx_lock(net, true);
+	struct urvt_rx_hold h = wait ? urvt_rx_lock(net, true) : urvt_rx_trylock(net, false);
 	int n = 0;
 
 	if (h.how >= 0) {
@@ -236,7 +238,7 @@ static void net_rx_cb(void *arg)
 	 * callback, in this round or the next. */
 	if (l->ops->ack_wake)
 		l->ops->ack_wake(l);
-	net_rx_drain(net, !l->cheap_poll, URVT_CTR_RX_BY_PROGRESS);
+	net_rx_drain(net, !l->cheap_poll, true, URVT_CTR_RX_BY_PROGRESS);
 	/* armed again by net_sleep, when the thread stops spinning */
 }
 
@@ -300,25 +302,19 @@ static void watchdog_fn(struct urvt_timer *t)
 	if (give) {
 		atomic_store_explicit(&net->app_run, 0, memory_order_relaxed);
 		rx_watch(net, URVT_CTR_RX_GIVE_WATCHDOG);
-		net_rx_drain(net, true, URVT_CTR_RX_BY_PROGRESS);
+		net_rx_drain(net, true, true, URVT_CTR_RX_BY_PROGRESS);
 	}
 }
 
 void urvt_net_drain(struct rvt_dev_info *rdi)
 {
 	struct urvt_net *net = rdi->transport_priv;
-	struct urvt_rx_hold h;
 
-	if (!net)
-		return;
-	h = urvt_rx_trylock(net, false);
-	if (h.how < 0)
-		return; /* someone is receiving right now */
-	int n = urvt_net_rx_drain(net);
-	rx_count(net,
-		 urvt_progress_on_thread(rdi->progress) ? URVT_CTR_RX_BY_PROGRESS : URVT_CTR_RX_BY_APP,
-		 n);
-	urvt_rx_unlock(net, h);
+	/* not if someone is receiving right now */
+	if (net)
+		net_rx_drain(net, true, false,
+			     urvt_progress_on_thread(rdi->progress) ? URVT_CTR_RX_BY_PROGRESS
+								    : URVT_CTR_RX_BY_APP);
 }
 
 /* A device counter (a link's <name>_rx_packets: what it delivered). */
@@ -615,7 +611,7 @@ int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd)
 	 * event this thread enters skips the pipe, event.c) */
 	/* waits for rx_lock: spinning on a trylock starved its holder when
 	 * both shared one CPU */
-	if (net_rx_drain(net, false, URVT_CTR_RX_BY_WAITER))
+	if (net_rx_drain(net, false, true, URVT_CTR_RX_BY_WAITER))
 		return 0;
 	/* as the progress thread before it sleeps (net_sleep): what comes
 	 * from here on, or came since the drain, rings */
@@ -632,7 +628,7 @@ int urvt_net_wait_event(struct rvt_dev_info *rdi, int fd, int *wait_fd)
 			l->ops->ack_wake(l);
 		all = all || !l->cheap_poll;
 	}
-	net_rx_drain(net, all, URVT_CTR_RX_BY_WAITER);
+	net_rx_drain(net, all, true, URVT_CTR_RX_BY_WAITER);
 	/* leaving: what comes next rings whoever sleeps then (the progress
 	 * thread, or this thread back here) */
 	links_arm(net);

@@ -101,11 +101,6 @@ int urvt_net_rx_batch(struct urvt_net *net)
 	return urvt_net_rx_links(net, true, false);
 }
 
-int urvt_net_rx_drain(struct urvt_net *net)
-{
-	return urvt_net_rx_drain_links(net, true);
-}
-
 int urvt_net_rx_drain_links(struct urvt_net *net, bool all)
 {
 	int got = 0;

@@ -427,9 +427,8 @@ int urvt_net_rx_batch(struct urvt_net *net);
  * call; app: an application's poll (its plain ACKs may wait for its next
  * send). */
 int urvt_net_rx_links(struct urvt_net *net, bool all, bool app);
-/* Batches until the links are empty, at most 64; the datagrams read. */
-int urvt_net_rx_drain(struct urvt_net *net);
-/* The same, of all links or only the cheap_poll ones (urvt_net_rx_links). */
+/* Batches until the links (all, or only the cheap_poll ones:
+ * urvt_net_rx_links) are empty, at most 64; the datagrams read. */
 int urvt_net_rx_drain_links(struct urvt_net *net, bool all);
 /* Any cheap_poll link has something waiting (no lock needed). */
 bool urvt_net_rx_pending(struct urvt_net *net);
