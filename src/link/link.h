@@ -168,11 +168,12 @@ struct urvt_link_ops {
 	 * answer: its memory is the application's again). May wait for a
 	 * push under way, bounded. */
 	void (*cma_fence)(struct urvt_link *l, const union urvt_link_addr *dst);
-	/* Optional, with cma: write len bytes from local (n segments) into the
-	 * memory of dst's process at addr, if epoch is still its epoch. true
-	 * if every byte was written. */
+	/* Optional, with cma: write len bytes from local (nl segments) into
+	 * the memory of dst's process at remote (nr segments), in one system
+	 * call, if epoch is still its epoch. true if every byte was written. */
 	bool (*cma_push)(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t epoch,
-			 const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
+			 const struct iovec *local, unsigned nl, const struct iovec *remote,
+			 unsigned nr, size_t len);
 	/* Optional: receive what is sent to multicast group gid (0 or a
 	 * negative errno), or stop receiving it. Slow path. */
 	int (*mcast_join)(struct urvt_link *l, const uint8_t gid[16]);

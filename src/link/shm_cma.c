@@ -46,17 +46,17 @@ void shm_cma_fence(struct urvt_link *l, const union urvt_link_addr *dst)
 }
 
 bool shm_cma_push(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t epoch,
-		  const struct iovec *local, unsigned n, uint64_t addr, uint32_t len)
+		  const struct iovec *local, unsigned nl, const struct iovec *remote, unsigned nr,
+		  size_t len)
 {
 	struct shm_peer *p = shm_tx_enter(shm_of(l), dst);
-	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
 	bool ok = false;
 
 	if (!p)
 		return false;
 	atomic_fetch_add_explicit(&p->rx_ctrl->cma_busy, 1, memory_order_seq_cst);
 	if (p->pid && atomic_load_explicit(&p->rx_ctrl->cma_epoch, memory_order_seq_cst) == epoch)
-		ok = process_vm_writev(p->pid, local, n, &remote, 1, 0) == (ssize_t)len;
+		ok = process_vm_writev(p->pid, local, nl, remote, nr, 0) == (ssize_t)len;
 	atomic_fetch_sub_explicit(&p->rx_ctrl->cma_busy, 1, memory_order_release);
 	shm_tx_leave(p);
 	return ok;

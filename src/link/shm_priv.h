@@ -205,7 +205,8 @@ void shm_tx_leave(struct shm_peer *p);
 uint32_t shm_cma_epoch(struct urvt_link *l, const union urvt_link_addr *dst);
 void shm_cma_fence(struct urvt_link *l, const union urvt_link_addr *dst);
 bool shm_cma_push(struct urvt_link *l, const union urvt_link_addr *dst, uint32_t epoch,
-		  const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
+		  const struct iovec *local, unsigned nl, const struct iovec *remote, unsigned nr,
+		  size_t len);
 bool shm_region_place(struct shm_peer *p, int fd);
 uint64_t shm_peer_tag(struct urvt_shm *s, struct shm_peer *p);
 bool shm_peer_map_dirs(struct shm_peer *p);

@@ -30,9 +30,10 @@
 #define SHM_PKT_MAX (SHM_SPAN_PAYLOAD + 128)
 #define SHM_REC_WRAP 0xffffffffu          /* the rest of the ring is unused */
 #define SHM_MAGIC 0x75727673u             /* "urvs" */
-#define SHM_VERSION 7                     /* 2: 2 MiB rings; 3: ready marks;
+#define SHM_VERSION 8                     /* 2: 2 MiB rings; 3: ready marks;
 					     4: peers are (GID, slot); 5: win;
-					     6: spans; 7: cma_epoch, cma_busy */
+					     6: spans; 7: cma_epoch, cma_busy;
+					     8: urvt_cma_push.whole */
 
 /* The producer's rewind (shm.c tx_rewind_due): not protocol (a consumer
  * follows a WRAP record from any offset but 0), here for the tests. Past

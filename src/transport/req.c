@@ -351,6 +351,8 @@ static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t of
 			push->addr = (uintptr_t)g->vaddr + o;
 			push->len = left - pull;
 			push->epoch = epoch;
+			/* the first byte in the same buffer: all of them are */
+			push->whole = o >= pull ? push->addr - pull : 0;
 			return sizeof(*push);
 		}
 		o -= g->sge_length;

@@ -202,8 +202,9 @@ static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
 		      const struct urvt_cma_push *push)
 {
 	struct iovec local = { .iov_base = ss->sge.vaddr, .iov_len = push->len };
+	struct iovec remote = { .iov_base = (void *)(uintptr_t)push->addr, .iov_len = push->len };
 
-	if (!urvt_tx_cma_push(qp_net(qp), peer_av(qp), push->epoch, &local, 1, push->addr,
+	if (!urvt_tx_cma_push(qp_net(qp), peer_av(qp), push->epoch, &local, 1, &remote, 1,
 			      push->len))
 		return false;
 	qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
@@ -217,10 +218,10 @@ static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
  * first PSN); otherwise a replay from the middle continues with MIDDLE/LAST.
  * by_ref: each says where its bytes are instead of carrying them, and with
  * push the last push->len bytes are written into the requester (docs/shm.md
- * "Single copy").
+ * "Single copy"); placed: all of them were (reads_pay).
  */
 static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, uint32_t psn,
-			 bool restart, bool by_ref, const struct urvt_cma_push *push)
+			 bool restart, bool by_ref, const struct urvt_cma_push *push, bool placed)
 {
 	struct urvt_txq *q = urvt_txq_get();
 	/* to a peer whose link joins PMTUs: spans of them (docs/shm.md
@@ -267,7 +268,7 @@ static void read_respond(struct rvt_qp *qp, struct rvt_sge *src, uint32_t len, u
 		f.aeth.msn = qp->r_msn;
 		if (by_ref) {
 			/* where the bytes are, not the bytes */
-			struct urvt_cma_ref ref = { .addr = pushed ? 0 : (uintptr_t)ss.sge.vaddr,
+			struct urvt_cma_ref ref = { .addr = pushed || placed ? 0 : (uintptr_t)ss.sge.vaddr,
 						    .len = paylen };
 
 			f.cma = true;
@@ -545,7 +546,113 @@ static bool read_push_asked(struct rvt_qp *qp, const struct urvt_pkt *pkt, uint3
 	if (pkt->paylen != sizeof(*push))
 		return false;
 	memcpy(push, pkt->payload, sizeof(*push)); /* once: the ring is shared */
+	if (push->whole && push->whole != push->addr - (len - push->len))
+		push->whole = 0; /* not the same buffer: not the whole */
 	return push->addr && push->len && push->len < len && !((len - push->len) % qp->pmtu);
+}
+
+/*
+ * READs of a batch (docs/shm.md "Pushes of a batch"). A requester asks
+ * several READs at a time (UCX 8), and each push or read by reference is a
+ * system call that costs about a microsecond beyond its copy. So a READ
+ * that asked for a push into one buffer waits for the end of the receive
+ * batch (rx.c); there the first 3/8 of a QP's waiting READs are answered
+ * by reference, each read whole by the requester, while the rest are
+ * written into the requester in one call and answered as pushed. A READ
+ * that waited alone is split as any other (read_respond). Until they are
+ * answered the QP answers nothing else: every request packet but the next
+ * such READ, and every NAK, pays them first (reads_pay), and nothing waits
+ * behind held packets (ooo_drain answers once at its end).
+ */
+static bool read_wait(struct rvt_qp *qp, const struct rvt_sge *sge, uint32_t len, uint32_t psn,
+		      const struct urvt_cma_push *push)
+{
+	struct urvt_txq *q;
+	struct urvt_read_due *e;
+
+	if (!push->whole || len > URVT_CMA_UNEVEN_MAX || qp_tp(qp)->ack_hold || !urvt_in_rx())
+		return false;
+	q = urvt_txq_get();
+	if (!q || q->read_due_n == URVT_READS_DUE)
+		return false;
+	e = &q->read_due[q->read_due_n++];
+	rvt_get_qp(qp);
+	e->qp = qp;
+	e->sge = *sge;
+	e->len = len;
+	e->psn = psn;
+	e->push = *push;
+	qp_tp(qp)->read_due = true;
+	return true;
+}
+
+/* Answer the READs of qp that wait in this thread's batch (r_lock held). */
+static void reads_pay(struct rvt_qp *qp)
+{
+	struct urvt_txq *q = urvt_txq_peek();
+	struct urvt_read_due d[URVT_READS_DUE];
+	struct iovec local[URVT_READS_DUE], remote[URVT_READS_DUE];
+	uint32_t k = 0, n = 0, by_ref;
+	size_t total = 0;
+	bool pushed = false;
+
+	qp_tp(qp)->read_due = false;
+	if (!q)
+		return;
+	for (uint32_t i = 0; i < q->read_due_n; i++) {
+		if (q->read_due[i].qp == qp)
+			d[k++] = q->read_due[i];
+		else
+			q->read_due[n++] = q->read_due[i];
+	}
+	q->read_due_n = n;
+	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
+		/* reset or error meanwhile: nothing more is answered */
+	} else if (k == 1) {
+		read_respond(qp, &d[0].sge, d[0].len, d[0].psn, true, true, &d[0].push, false);
+	} else if (k) {
+		/* the requester reads 3/8 of them (rd_ask_push), the first */
+		by_ref = (k * 3 + 4) / 8;
+		for (uint32_t i = 0; i < by_ref; i++)
+			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL, false);
+		/* one push for the rest, as far as they name one epoch */
+		for (n = 0; by_ref + n < k && d[by_ref + n].push.epoch == d[by_ref].push.epoch; n++) {
+			const struct urvt_read_due *e = &d[by_ref + n];
+
+			local[n].iov_base = e->sge.vaddr;
+			remote[n].iov_base = (void *)(uintptr_t)e->push.whole;
+			local[n].iov_len = remote[n].iov_len = e->len;
+			total += e->len;
+		}
+		pushed = urvt_tx_cma_push(qp_net(qp), peer_av(qp), d[by_ref].push.epoch, local, n,
+					  remote, n, total);
+		if (pushed) {
+			qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
+			qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, total);
+			qp_count(qp, URVT_CTR_CMA_PUSH_READS, n);
+		}
+		for (uint32_t i = by_ref; i < k; i++)
+			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL,
+				     pushed && i < by_ref + n);
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		rvt_put_sge(&d[i].sge);
+		rvt_put_qp(qp);
+	}
+}
+
+void urvt_resp_reads_due_flush(struct urvt_txq *q)
+{
+	while (q->read_due_n) {
+		struct rvt_qp *qp = q->read_due[0].qp;
+		bool fast;
+
+		rvt_get_qp(qp); /* reads_pay puts the entries' references */
+		fast = urvt_bias_take_noted(&qp->r_lock);
+		reads_pay(qp);
+		urvt_bias_leave(&qp->r_lock, fast);
+		rvt_put_qp(qp);
+	}
 }
 
 static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
@@ -554,7 +661,7 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	struct urvt_cma_push push;
 	uint32_t len = pkt->reth.len, npkts;
 	enum rvt_rkey_res r;
-	bool by_ref;
+	bool by_ref, push_asked;
 
 	if (!qp->max_dest_rd_atomic)
 		return RESP_NAK_INV; /* no responder resources */
@@ -566,10 +673,15 @@ static enum resp_res exec_read(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 	npkts = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	res_save(qp, pkt, urvt_psn_add(pkt->psn, npkts - 1), pkt->reth.va, pkt->reth.rkey, len);
 	by_ref = read_by_ref(qp, pkt, &sge, len);
-	read_respond(qp, len ? &sge : NULL, len, pkt->psn, true, by_ref,
-		     by_ref && read_push_asked(qp, pkt, len, &push) ? &push : NULL);
-	if (len)
-		rvt_put_sge(&sge);
+	push_asked = by_ref && read_push_asked(qp, pkt, len, &push);
+	if (!push_asked || !read_wait(qp, &sge, len, pkt->psn, &push)) {
+		if (unlikely(qp_tp(qp)->read_due))
+			reads_pay(qp);
+		read_respond(qp, len ? &sge : NULL, len, pkt->psn, true, by_ref,
+			     push_asked ? &push : NULL, false);
+		if (len)
+			rvt_put_sge(&sge);
+	}
 	qp->r_psn = qp->r_ack_psn = urvt_psn_add(pkt->psn, npkts);
 	return RESP_OK;
 }
@@ -623,7 +735,7 @@ static enum resp_res exec_atomic_write(struct rvt_qp *qp, const struct urvt_pkt 
 	qp->r_msn = urvt_msn_add(qp->r_msn, 1);
 	/* saved: a duplicate is answered again, never executed again */
 	res_save(qp, pkt, pkt->psn, pkt->reth.va, pkt->reth.rkey, sizeof(val));
-	read_respond(qp, NULL, 0, pkt->psn, true, false, NULL);
+	read_respond(qp, NULL, 0, pkt->psn, true, false, NULL, false);
 	qp->r_psn = qp->r_ack_psn = urvt_psn_next(pkt->psn);
 	return RESP_OK;
 }
@@ -652,7 +764,7 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 		}
 		if (pkt->mask & URVT_ATOMIC_WRITE_MASK) {
 			if (pkt->psn == e->psn)
-				read_respond(qp, NULL, 0, pkt->psn, true, false, NULL);
+				read_respond(qp, NULL, 0, pkt->psn, true, false, NULL, false);
 			return;
 		}
 		/* READ: the duplicate must ask for a part of the original */
@@ -666,7 +778,7 @@ static void rc_duplicate(struct rvt_qp *qp, const struct urvt_pkt *pkt)
 				break;
 			read_respond(qp, pkt->reth.len ? &sge : NULL, pkt->reth.len, pkt->psn,
 				     pkt->psn == e->psn, read_by_ref(qp, pkt, &sge, pkt->reth.len),
-				     NULL); /* a replay never pushes (req.c rd_ask_push) */
+				     NULL, false); /* a replay never pushes (req.c rd_ask_push) */
 			if (pkt->reth.len)
 				rvt_put_sge(&sge);
 			return;
@@ -728,6 +840,8 @@ static bool rc_fail(struct rvt_qp *qp, const struct urvt_pkt *pkt, enum resp_res
 		st = IBV_WC_REM_INV_REQ_ERR;
 		break;
 	}
+	if (unlikely(qp_tp(qp)->read_due))
+		reads_pay(qp); /* their PSNs come first */
 	if (syn)
 		urvt_send_ack(qp, syn, pkt->psn);
 	rdma_done(qp);
@@ -1082,6 +1196,10 @@ void urvt_resp_rcv(struct rvt_qp *qp, struct urvt_pkt *pkt, const struct urvt_ip
 		qp_count(qp, URVT_CTR_DROP_BASE + URVT_TDROP_BAD_STATE, 1);
 		return;
 	}
+	/* READs of a batch: answered before anything but the next such READ */
+	if (unlikely(qp_tp(qp)->read_due) &&
+	    !(pkt->cma && pkt->opcode == URVT_OP_RC_RDMA_READ_REQUEST && pkt->psn == qp->r_psn))
+		reads_pay(qp);
 	switch (qp->type) {
 	case IBV_QPT_RC:
 		if (unlikely(qp_tp(qp)->ooo_head) && pkt->psn == qp->r_psn && !qp->xrcd) {

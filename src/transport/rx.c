@@ -76,6 +76,8 @@ int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 	 * receive path: they must not wait long on a full ring either */
 	if (!was_in_rx) {
 		struct urvt_txq *q = urvt_txq_peek();
+		if (q && q->read_due_n)
+			urvt_resp_reads_due_flush(q);
 		if (q && q->ack_due_n)
 			urvt_resp_acks_due_flush(q);
 	}

@@ -62,6 +62,7 @@ const char *const urvt_ctr_name[URVT_CTR_NUM] = {
 	[URVT_CTR_CMA_FAILS] = "cma_fails",
 	[URVT_CTR_CMA_PUSHES] = "cma_pushes",
 	[URVT_CTR_CMA_PUSH_BYTES] = "cma_push_bytes",
+	[URVT_CTR_CMA_PUSH_READS] = "cma_push_reads",
 	[URVT_CTR_OOO_EXECUTED] = "ooo_executed",
 	[URVT_CTR_RX_BY_APP] = "rx_datagrams_app",
 	[URVT_CTR_RX_BY_PROGRESS] = "rx_datagrams_progress",

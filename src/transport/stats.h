@@ -92,6 +92,7 @@ enum urvt_ctr {
 	URVT_CTR_CMA_FAILS,          /* ... that could not be read: the READ is asked for again with data */
 	URVT_CTR_CMA_PUSHES,         /* READ bytes written into the requester's process (resp.c) */
 	URVT_CTR_CMA_PUSH_BYTES,     /* ... their bytes */
+	URVT_CTR_CMA_PUSH_READS,     /* READs a push of a batch wrote whole (resp.c reads_pay) */
 	URVT_CTR_FWD_OUT,            /* a shared address (docs/host-identity.md): datagrams
 					which the kernel steered to us, forwarded to their process */
 	URVT_CTR_FWD_IN,             /* ... forwarded to us by another process */

@@ -86,6 +86,9 @@ static inline void wqe_flags_set(struct rvt_swqe *wqe, uint16_t f)
 #define URVT_WAIT_ACK_BYTES 32
 /* QPs of one receive batch that owe an ACK (resp.c "ACKs of a batch") */
 #define URVT_ACKS_DUE 16
+/* READs a receive batch answers at its end, at most (resp.c "READs of a
+ * batch"): more than a requester keeps in flight (UCX asks 8 at a time) */
+#define URVT_READS_DUE 16
 
 /* Datagrams one receive batch takes from a link. */
 #define URVT_RX_BATCH 32
@@ -148,6 +151,16 @@ struct urvt_txq {
 		struct rvt_dev_info *rdi;
 		uint32_t qpn;
 	} ack_due[URVT_ACKS_DUE];
+	/* the READs this thread's receive batch answers at its end (resp.c
+	 * "READs of a batch"), in arrival order, each holding its QP and its
+	 * MR: the answers must go out before anything else their QPs say */
+	uint32_t read_due_n;
+	struct urvt_read_due {
+		struct rvt_qp *qp;
+		struct rvt_sge sge;
+		uint32_t len, psn;
+		struct urvt_cma_push push;
+	} read_due[URVT_READS_DUE];
 	struct urvt_txpkt pkt[URVT_TXQ_PKTS];
 	uint8_t buf[URVT_TXQ_BYTES] __attribute__((aligned(64)));
 };
@@ -577,7 +590,8 @@ bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
 bool urvt_tx_cma_epoch(const struct urvt_net *net, const struct urvt_av *av, uint32_t *epoch);
 void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av);
 bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint32_t epoch,
-		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len);
+		      const struct iovec *local, unsigned nl, const struct iovec *remote,
+		      unsigned nr, size_t len);
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			  const struct urvt_av *av, uint32_t *hlen);
 /* A UD SEND Only (with Immediate) that f describes, its paylen payload
@@ -615,6 +629,9 @@ bool urvt_build_next_middle(struct rvt_qp *qp, struct urvt_txq *q, uint8_t op, u
 void urvt_send_ack(struct rvt_qp *qp, uint8_t syn, uint32_t psn);
 /* The end of a receive batch on this thread: the ACKs it owes leave. */
 void urvt_resp_acks_due_flush(struct urvt_txq *q);
+/* The READs this thread's receive batch let wait (resp.c "READs of a
+ * batch"): answered now, before the batch's ACKs. */
+void urvt_resp_reads_due_flush(struct urvt_txq *q);
 /* A QP being reset: its owed ACK leaves now, from this thread (the
  * application may have taken the receive completion and destroyed the QP
  * before the receiving batch ended). */

@@ -96,6 +96,7 @@ struct urvt_tp_qp {
 	uint32_t ooo_n;
 	bool ack_hold;                /* they are running: one answer at the end */
 	bool ack_due;                 /* an ACK of ack_due_psn is owed at the batch's end */
+	bool read_due;                /* READs wait in this thread's batch (txq read_due) */
 	uint32_t ack_due_psn, ack_due_msn;
 	struct rvt_sge_state r_cur;   /* scatter cursor; qp->r_sge keeps the whole WQE */
 	uint32_t r_rdma_total;        /* RETH DMA length of the WRITE in progress */

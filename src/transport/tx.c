@@ -108,6 +108,7 @@ struct urvt_txq *urvt_txq_get(void)
 		return NULL;
 	txq_clear(q);
 	q->ack_due_n = 0;
+	q->read_due_n = 0;
 	q->cur_may_wait = false;
 	pthread_mutex_lock(&txq_all_lock);
 	q->all_prev = NULL;
@@ -603,7 +604,8 @@ void urvt_tx_cma_fence(const struct urvt_net *net, const struct urvt_av *av)
 }
 
 bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint32_t epoch,
-		      const struct iovec *local, unsigned n, uint64_t addr, uint32_t len)
+		      const struct iovec *local, unsigned nl, const struct iovec *remote,
+		      unsigned nr, size_t len)
 {
 	struct urvt_link *l = net->links[urvt_route_link(av->route)];
 	union urvt_link_addr dst;
@@ -611,7 +613,7 @@ bool urvt_tx_cma_push(const struct urvt_net *net, const struct urvt_av *av, uint
 	if (!l->ops->cma_push)
 		return false;
 	peer_dst(&dst, av->route);
-	return l->ops->cma_push(l, &dst, epoch, local, n, addr, len);
+	return l->ops->cma_push(l, &dst, epoch, local, nl, remote, nr, len);
 }
 
 uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,

@@ -113,11 +113,14 @@ struct urvt_cma_ref {
 };
 /* The payload a READ request that asks for an answer by reference may
  * carry: where the responder may write the request's last len bytes in
- * the requester's process, if the requester's epoch is still epoch. */
+ * the requester's process, if the requester's epoch is still epoch;
+ * whole: where all the request's bytes are, when they lie in one buffer
+ * there (the responder may then write them all), else 0. */
 struct urvt_cma_push {
 	uint64_t addr;
 	uint32_t len;
 	uint32_t epoch;
+	uint64_t whole;
 };
 static inline uint32_t bth_psn(const uint8_t *bth) { return urvt_get_be24(bth + 9); }
 

@@ -5,7 +5,7 @@
  * they exchange QP numbers over a socketpair.
  *
  *   tp_bulk [-b BYTES] [-s MSG] [-m send|write|read|rw] [-k] [-t TIMEOUT] [-w DEPTH]
- *           [-c COUNTER]
+ *           [-c COUNTER] [-C COUNTER]
  *
  * send:  the parent (requester) SENDs BYTES in MSG-sized messages; each
  *        carries its sequence number and a pattern; the child checks that
@@ -20,7 +20,7 @@
  *        answers by reference, docs/shm.md "Single copy", the requester
  *        holds the WRITE back until the READ's bytes are in).
  * -c CTR: the requester's counter CTR (urvt-stat) must be above 0 at the
- *        end (that the path under test was taken).
+ *        end (that the path under test was taken); -C CTR: the responder's.
  * -k:    kill the child (SIGKILL) half-way; every outstanding WR of the
  *        parent must then complete, the first with IBV_WC_RETRY_EXC_ERR,
  *        within the retry budget ((retry_cnt + 1) x timeout, x2 slack).
@@ -54,7 +54,7 @@ static bool kill_mode;
 static int timeout_code = 14;
 static int depth = 16;
 static int retry_cnt = 7;
-static const char *need_ctr;
+static const char *need_ctr, *need_resp_ctr;
 
 struct peer {
 	uint32_t qpn, psn, rkey;
@@ -308,6 +308,11 @@ static int run_responder(int sock)
 	if (is_send || is_write)
 		printf("responder: %" PRIu64 " messages of %u bytes complete and in order\n", seq, msg);
 	print_counters("responder");
+	if (need_resp_ctr && !counter_positive(need_resp_ctr)) {
+		fprintf(stderr, "responder: counter %s is 0: the path under test was not taken\n",
+			need_resp_ctr);
+		return 1;
+	}
 	return 0;
 }
 
@@ -479,19 +484,20 @@ int main(int argc, char **argv)
 	int opt, sv[2], st, ret;
 	pid_t child;
 
-	while ((opt = getopt(argc, argv, "b:s:m:kt:w:r:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "b:s:m:kt:w:r:c:C:")) != -1) {
 		switch (opt) {
 		case 'b': total = parse_size(optarg); break;
 		case 's': msg = (uint32_t)parse_size(optarg); break;
 		case 'm': mode = optarg; break;
 		case 'k': kill_mode = true; break;
 		case 'c': need_ctr = optarg; break;
+		case 'C': need_resp_ctr = optarg; break;
 		case 't': timeout_code = atoi(optarg); break;
 		case 'w': depth = atoi(optarg); break;
 		case 'r': retry_cnt = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: tp_bulk [-b bytes] [-s msg] [-m send|write|read|rw] "
-					"[-k] [-t timeout] [-w depth] [-r retry_cnt] [-c counter]\n");
+					"[-k] [-t timeout] [-w depth] [-r retry_cnt] [-c counter] [-C counter]\n");
 			return 2;
 		}
 	}

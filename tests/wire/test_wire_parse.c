@@ -162,24 +162,27 @@ static void check_consistent(const struct urvt_pkt *p, const uint8_t *buf, size_
 }
 
 /* The one payload of an opcode without one (docs/wire.md "Single copy"): a
- * READ request with BTH's CMA bit may carry 16 bytes, built and parsed;
- * without the bit, with another length, or on another such opcode, the
- * builder refuses it and the parser drops it (bad_length). */
+ * READ request with BTH's CMA bit may carry a struct urvt_cma_push (24
+ * bytes), built and parsed; without the bit, with another length (the 16
+ * of SHM_VERSION 7's), or on another such opcode, the builder refuses it
+ * and the parser drops it (bad_length). */
 static void test_cma_push_payload(void **state)
 {
+	enum { PUSH = sizeof(struct urvt_cma_push) };
 	static const struct {
 		uint8_t op;
 		bool cma;
 		uint32_t len;
 		bool ok;
 	} cases[] = {
-		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 16, true },
-		{ URVT_OP_XRC_RDMA_READ_REQUEST, true, 16, true },
-		{ URVT_OP_RC_RDMA_READ_REQUEST, false, 16, false },
-		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 20, false },
-		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 12, false },
-		{ URVT_OP_RC_ACKNOWLEDGE, true, 16, false },
-		{ URVT_OP_RC_COMPARE_SWAP, true, 16, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, PUSH, true },
+		{ URVT_OP_XRC_RDMA_READ_REQUEST, true, PUSH, true },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, false, PUSH, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, PUSH + 4, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, PUSH - 4, false },
+		{ URVT_OP_RC_RDMA_READ_REQUEST, true, 16, false },
+		{ URVT_OP_RC_ACKNOWLEDGE, true, PUSH, false },
+		{ URVT_OP_RC_COMPARE_SWAP, true, PUSH, false },
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -208,8 +211,8 @@ static void test_cma_push_payload(void **state)
 				 cases[i].ok ? 0 : -URVT_DROP_BAD_LENGTH);
 		if (cases[i].ok) {
 			assert_true(p.cma);
-			assert_int_equal(p.paylen, 16);
-			assert_memory_equal(p.payload, buf + h, 16);
+			assert_int_equal(p.paylen, PUSH);
+			assert_memory_equal(p.payload, buf + h, PUSH);
 		}
 	}
 }
