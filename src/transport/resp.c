@@ -586,15 +586,52 @@ static bool read_wait(struct rvt_qp *qp, const struct rvt_sge *sge, uint32_t len
 	return true;
 }
 
+/* Write the waiting READs d[0..n) whole into the requester with one call,
+ * as far as they name one epoch, and answer them: as pushed, or by
+ * reference where the push could not be made. */
+static void reads_push(struct rvt_qp *qp, struct urvt_read_due *d, uint32_t n)
+{
+	struct iovec local[URVT_READS_DUE], remote[URVT_READS_DUE];
+	size_t total = 0;
+	uint32_t m;
+	bool pushed;
+
+	for (m = 0; m < n && d[m].push.epoch == d[0].push.epoch; m++) {
+		local[m].iov_base = d[m].sge.vaddr;
+		remote[m].iov_base = (void *)(uintptr_t)d[m].push.whole;
+		local[m].iov_len = remote[m].iov_len = d[m].len;
+		total += d[m].len;
+	}
+	pushed = urvt_tx_cma_push(qp_net(qp), peer_av(qp), d[0].push.epoch, local, m, remote, m,
+				  total);
+	if (pushed) {
+		qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
+		qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, total);
+		qp_count(qp, URVT_CTR_CMA_PUSH_READS, m);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL, pushed && i < m);
+}
+
+/* Do two of the waiting READs d[0..k) land on the same bytes of the
+ * requester (a benchmark that reads into one buffer)? Read whole by the
+ * two processes at once, those bytes would bounce between their caches. */
+static bool reads_overlap(const struct urvt_read_due *d, uint32_t k)
+{
+	for (uint32_t i = 0; i < k; i++)
+		for (uint32_t j = i + 1; j < k; j++)
+			if (d[i].push.whole < d[j].push.whole + d[j].len &&
+			    d[j].push.whole < d[i].push.whole + d[i].len)
+				return true;
+	return false;
+}
+
 /* Answer the READs of qp that wait in this thread's batch (r_lock held). */
 static void reads_pay(struct rvt_qp *qp)
 {
 	struct urvt_txq *q = urvt_txq_peek();
 	struct urvt_read_due d[URVT_READS_DUE];
-	struct iovec local[URVT_READS_DUE], remote[URVT_READS_DUE];
 	uint32_t k = 0, n = 0, by_ref;
-	size_t total = 0;
-	bool pushed = false;
 
 	qp_tp(qp)->read_due = false;
 	if (!q)
@@ -608,32 +645,17 @@ static void reads_pay(struct rvt_qp *qp)
 	q->read_due_n = n;
 	if (!(ib_rvt_state_ops[rvt_qp_state(qp)] & RVT_PROCESS_RECV_OK)) {
 		/* reset or error meanwhile: nothing more is answered */
-	} else if (k == 1) {
-		read_respond(qp, &d[0].sge, d[0].len, d[0].psn, true, true, &d[0].push, false);
-	} else if (k) {
+	} else if (k == 1 || reads_overlap(d, k)) {
+		/* each split between the two processes, as any READ */
+		for (uint32_t i = 0; i < k; i++)
+			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, &d[i].push,
+				     false);
+	} else {
 		/* the requester reads 3/8 of them (rd_ask_push), the first */
 		by_ref = (k * 3 + 4) / 8;
 		for (uint32_t i = 0; i < by_ref; i++)
 			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL, false);
-		/* one push for the rest, as far as they name one epoch */
-		for (n = 0; by_ref + n < k && d[by_ref + n].push.epoch == d[by_ref].push.epoch; n++) {
-			const struct urvt_read_due *e = &d[by_ref + n];
-
-			local[n].iov_base = e->sge.vaddr;
-			remote[n].iov_base = (void *)(uintptr_t)e->push.whole;
-			local[n].iov_len = remote[n].iov_len = e->len;
-			total += e->len;
-		}
-		pushed = urvt_tx_cma_push(qp_net(qp), peer_av(qp), d[by_ref].push.epoch, local, n,
-					  remote, n, total);
-		if (pushed) {
-			qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
-			qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, total);
-			qp_count(qp, URVT_CTR_CMA_PUSH_READS, n);
-		}
-		for (uint32_t i = by_ref; i < k; i++)
-			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL,
-				     pushed && i < by_ref + n);
+		reads_push(qp, d + by_ref, k - by_ref);
 	}
 	for (uint32_t i = 0; i < k; i++) {
 		rvt_put_sge(&d[i].sge);
