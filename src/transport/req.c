@@ -334,7 +334,7 @@ static bool rd_ask_cma(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t len)
 static uint32_t rd_ask_push(struct rvt_qp *qp, struct rvt_swqe *wqe, uint32_t off, uint32_t left,
 			    struct urvt_cma_push *push)
 {
-	uint32_t ours = left <= URVT_CMA_UNEVEN_MAX ? left / 8 * 3 : left / 2;
+	uint32_t ours = left <= URVT_CMA_UNEVEN_MAX ? left / 8 * URVT_CMA_PULL_EIGHTHS : left / 2;
 	uint32_t pull = (ours + qp->pmtu - 1) / qp->pmtu * qp->pmtu;
 	uint64_t o = (uint64_t)off + pull;
 

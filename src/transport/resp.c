@@ -552,17 +552,18 @@ static bool read_push_asked(struct rvt_qp *qp, const struct urvt_pkt *pkt, uint3
 }
 
 /*
- * READs of a batch (docs/shm.md "Pushes of a batch"). A requester asks
- * several READs at a time (UCX 8), and each push or read by reference is a
- * system call that costs about a microsecond beyond its copy. So a READ
- * that asked for a push into one buffer waits for the end of the receive
- * batch (rx.c); there the first 3/8 of a QP's waiting READs are answered
- * by reference, each read whole by the requester, while the rest are
- * written into the requester in one call and answered as pushed. A READ
- * that waited alone is split as any other (read_respond). Until they are
- * answered the QP answers nothing else: every request packet but the next
- * such READ, and every NAK, pays them first (reads_pay), and nothing waits
- * behind held packets (ooo_drain answers once at its end).
+ * READs of a batch (docs/shm.md "Single copy", READs of a batch). A
+ * requester asks several READs at a time (UCX 8), and each push or read by
+ * reference is a system call that costs about a microsecond beyond its
+ * copy. So a READ that asked for a push into one buffer waits for the end
+ * of the receive batch (rx.c); there the first 3/8 of a QP's waiting READs
+ * are answered by reference, each read whole by the requester, while the
+ * rest are written into the requester in one call and answered as pushed.
+ * A READ that waited alone, or READs that land on the same bytes, are
+ * split as any other (read_respond). Until they are answered the QP
+ * answers nothing else: every request packet but the next such READ, and
+ * every NAK, pays them first (reads_pay), and nothing waits behind held
+ * packets (ooo_drain answers once at its end).
  */
 static bool read_wait(struct rvt_qp *qp, const struct rvt_sge *sge, uint32_t len, uint32_t psn,
 		      const struct urvt_cma_push *push)
@@ -651,8 +652,8 @@ static void reads_pay(struct rvt_qp *qp)
 			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, &d[i].push,
 				     false);
 	} else {
-		/* the requester reads 3/8 of them (rd_ask_push), the first */
-		by_ref = (k * 3 + 4) / 8;
+		/* the requester reads its share of them, the first */
+		by_ref = (k * URVT_CMA_PULL_EIGHTHS + 4) / 8;
 		for (uint32_t i = 0; i < by_ref; i++)
 			read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL, false);
 		reads_push(qp, d + by_ref, k - by_ref);

@@ -580,9 +580,11 @@ uint32_t urvt_tx_span(const struct urvt_net *net, const struct urvt_av *av);
  * "Single copy")? From URVT_CMA_MIN bytes: below, the ring's two copies
  * on two cores were as fast (ib_read_bw at 16 KiB). */
 #define URVT_CMA_MIN (32u << 10)
-/* Up to this many bytes the requester reads 3/8 of them and the
- * responder writes the rest; above, half each (req.c rd_ask_push) */
+/* Up to this many bytes the requester reads URVT_CMA_PULL_EIGHTHS eighths
+ * of a READ, or of a batch's READs (resp.c reads_pay), and the responder
+ * writes the rest; above, half each (req.c rd_ask_push) */
 #define URVT_CMA_UNEVEN_MAX (128u << 10)
+#define URVT_CMA_PULL_EIGHTHS 3
 bool urvt_tx_cma(const struct urvt_net *net, const struct urvt_av *av);
 /* Pushes of READ data (link.h cma_epoch, cma_fence, cma_push) over av,
  * which urvt_tx_cma allowed (the fence: any av). The epoch: false if av's
