@@ -48,18 +48,18 @@ static inline void rvt_direct_wait(struct rvt_qp *qp)
 struct rvt_qp *rvt_qp_struct_alloc(struct rvt_qp_table *t);
 void rvt_qp_struct_free(struct rvt_qp_table *t, struct rvt_qp *qp);
 
-/*
- * QPN -> referenced QP, or NULL (the receive and loopback fast paths;
- * inline). Increment-unless-zero: a dying or recycled QP has refcount 0;
- * the structure may have been reused for another QP meanwhile, so the QPN
- * and the slot are checked again after the reference is taken.
- */
 /* Another reference to a QP the caller holds one to. */
 static inline void rvt_get_qp(struct rvt_qp *qp)
 {
 	atomic_fetch_add_explicit(&qp->refcount, 1, memory_order_relaxed);
 }
 
+/*
+ * QPN -> referenced QP, or NULL (the receive and loopback fast paths;
+ * inline). Increment-unless-zero: a dying or recycled QP has refcount 0;
+ * the structure may have been reused for another QP meanwhile, so the QPN
+ * and the slot are checked again after the reference is taken.
+ */
 static inline void rvt_put_qp(struct rvt_qp *qp)
 {
 	atomic_fetch_sub_explicit(&qp->refcount, 1, memory_order_release);

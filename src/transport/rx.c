@@ -72,8 +72,9 @@ int urvt_net_rx_links(struct urvt_net *net, bool all, bool app)
 	for (unsigned k = 0; k < net->nlinks; k++)
 		if (net->links[k] && (all || net->links[k]->cheap_poll))
 			got += rx_link(net, k);
-	/* the ACKs the batch owes (resp.c "ACKs of a batch"), still as the
-	 * receive path: they must not wait long on a full ring either */
+	/* the READs the batch let wait (resp.c "READs of a batch"), then the
+	 * ACKs it owes (resp.c "ACKs of a batch"), still as the receive path:
+	 * they must not wait long on a full ring either */
 	if (!was_in_rx) {
 		struct urvt_txq *q = urvt_txq_peek();
 		if (q && q->read_due_n)
