@@ -196,6 +196,19 @@ static void send_atomic_ack(struct rvt_qp *qp, uint32_t psn, uint64_t orig)
 	ack_pkt(qp, URVT_OP_RC_ATOMIC_ACKNOWLEDGE, URVT_AETH_SYN_ACK_UNLIMITED, psn, orig);
 }
 
+/* Write len bytes from local into the requester at remote (n segments
+ * each) with one system call, if the push's epoch is still its epoch;
+ * counted as one push. */
+static bool cma_push(struct rvt_qp *qp, uint32_t epoch, const struct iovec *local,
+		     const struct iovec *remote, unsigned n, size_t len)
+{
+	if (!urvt_tx_cma_push(qp_net(qp), peer_av(qp), epoch, local, n, remote, n, len))
+		return false;
+	qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
+	qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, len);
+	return true;
+}
+
 /* Write the last push->len bytes at ss into the requester (docs/shm.md
  * "Single copy"); false: it must read them itself. */
 static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
@@ -204,12 +217,7 @@ static bool read_push(struct rvt_qp *qp, const struct rvt_sge_state *ss,
 	struct iovec local = { .iov_base = ss->sge.vaddr, .iov_len = push->len };
 	struct iovec remote = { .iov_base = (void *)(uintptr_t)push->addr, .iov_len = push->len };
 
-	if (!urvt_tx_cma_push(qp_net(qp), peer_av(qp), push->epoch, &local, 1, &remote, 1,
-			      push->len))
-		return false;
-	qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
-	qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, push->len);
-	return true;
+	return cma_push(qp, push->epoch, &local, &remote, 1, push->len);
 }
 
 /*
@@ -603,13 +611,9 @@ static void reads_push(struct rvt_qp *qp, struct urvt_read_due *d, uint32_t n)
 		local[m].iov_len = remote[m].iov_len = d[m].len;
 		total += d[m].len;
 	}
-	pushed = urvt_tx_cma_push(qp_net(qp), peer_av(qp), d[0].push.epoch, local, m, remote, m,
-				  total);
-	if (pushed) {
-		qp_count(qp, URVT_CTR_CMA_PUSHES, 1);
-		qp_count(qp, URVT_CTR_CMA_PUSH_BYTES, total);
+	pushed = cma_push(qp, d[0].push.epoch, local, remote, m, total);
+	if (pushed)
 		qp_count(qp, URVT_CTR_CMA_PUSH_READS, m);
-	}
 	for (uint32_t i = 0; i < n; i++)
 		read_respond(qp, &d[i].sge, d[i].len, d[i].psn, true, true, NULL, pushed && i < m);
 }

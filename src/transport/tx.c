@@ -652,25 +652,45 @@ uint8_t *urvt_build_start(struct rvt_qp *qp, struct urvt_txq *q, const struct ur
 	return p;
 }
 
+/*
+ * A packet built straight into l, a link that builds in place (in_place_link),
+ * at once (the ACK and UD fast paths): the room for it, bytes at most, without waiting
+ * (a full queue's flush could wait, so none then either); NULL: build it
+ * the general way. The caller builds it at the returned place, then
+ * now_commit.
+ */
+static uint8_t *now_reserve(struct urvt_link *l, struct urvt_txq *q, uint32_t route,
+			    uint32_t bytes, union urvt_link_addr *dst)
+{
+	if (!l || q->n == URVT_TXQ_PKTS)
+		return NULL;
+	peer_dst(dst, route);
+	return l->ops->tx_reserve(l, dst, bytes, URVT_TX_WAIT_NOW);
+}
+
+static void now_commit(struct rvt_qp *qp, struct urvt_txq *q, struct urvt_link *l,
+		       const union urvt_link_addr *dst, uint32_t route, uint32_t total)
+{
+	l->ops->tx_commit(l, dst, total);
+	txq_commit(q, total, dst, urvt_route_link(route), urvt_qp_stats(qp), URVT_TXPKT_IN_LINK);
+}
+
 bool urvt_build_ack_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_pkt *f,
 			uint32_t route)
 {
-	uint32_t mask = urvt_opcode[f->opcode].mask, total;
+	uint32_t mask = urvt_opcode[f->opcode].mask;
 	struct urvt_link *l = in_place_link(qp_net(qp), route);
 	union urvt_link_addr dst;
 	uint8_t *p;
 
-	if (!l || !l->lossless || q->n == URVT_TXQ_PKTS || !(mask & URVT_AETH_MASK) ||
-	    (mask & URVT_PAYLOAD_MASK))
+	if (!l || !l->lossless || !(mask & URVT_AETH_MASK) || (mask & URVT_PAYLOAD_MASK))
 		return false;
-	peer_dst(&dst, route);
 	/* what urvt_build_start reserves for it: the ring's rewinds alike */
-	p = l->ops->tx_reserve(l, &dst, URVT_HDR_MAX + URVT_ICRC_BYTES, URVT_TX_WAIT_NOW);
+	p = now_reserve(l, q, route, URVT_HDR_MAX + URVT_ICRC_BYTES, &dst);
 	if (!p)
 		return false;
-	total = (uint32_t)urvt_pkt_pad_no_icrc(p, urvt_pkt_build_ack(p, f), 0);
-	l->ops->tx_commit(l, &dst, total);
-	txq_commit(q, total, &dst, urvt_route_link(route), urvt_qp_stats(qp), URVT_TXPKT_IN_LINK);
+	now_commit(qp, q, l, &dst, route,
+		   (uint32_t)urvt_pkt_pad_no_icrc(p, urvt_pkt_build_ack(p, f), 0));
 	return true;
 }
 
@@ -679,24 +699,17 @@ bool urvt_build_ud_now(struct rvt_qp *qp, struct urvt_txq *q, const struct urvt_
 {
 	struct urvt_link *l = in_place_link(qp_net(qp), route);
 	union urvt_link_addr dst;
-	uint32_t hlen, total;
-	uint8_t *p;
+	uint32_t hlen;
+	uint8_t *p = now_reserve(
+		l, q, route, URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) + URVT_ICRC_BYTES,
+		&dst);
 
-	/* a full queue's flush could wait */
-	if (!l || q->n == URVT_TXQ_PKTS)
-		return false;
-	peer_dst(&dst, route);
-	p = l->ops->tx_reserve(l, &dst,
-			       URVT_HDR_MAX + f->paylen + urvt_pad_for(f->paylen) + URVT_ICRC_BYTES,
-			       URVT_TX_WAIT_NOW);
 	if (!p)
 		return false;
 	hlen = (uint32_t)urvt_pkt_build_ud_send(p, f);
 	if (f->paylen)
 		rvt_copy_from_sge(p + hlen, ss, f->paylen);
-	total = (uint32_t)urvt_pkt_pad_no_icrc(p, hlen, f->paylen);
-	l->ops->tx_commit(l, &dst, total);
-	txq_commit(q, total, &dst, urvt_route_link(route), urvt_qp_stats(qp), URVT_TXPKT_IN_LINK);
+	now_commit(qp, q, l, &dst, route, (uint32_t)urvt_pkt_pad_no_icrc(p, hlen, f->paylen));
 	return true;
 }
 
